@@ -1,0 +1,403 @@
+// Package wire is the gd2fs data-plane frame codec.
+//
+// Every message is one frame: a fixed 48-byte little-endian header, then
+// KeyLen bytes of key, then PayloadLen bytes of payload. The header carries a
+// CRC32C over itself and the key; the payload carries its own CRC32C, checked
+// by the receiver before the bytes are used. All lengths are known before any
+// payload moves, and the decoder checks them against Limits before it reads a
+// byte of key or payload (DESIGN.md §5, R10). docs/protocol.md is the
+// reference; this file is the implementation.
+package wire
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+
+	"github.com/gd2fs/gd2fs/errs"
+)
+
+// Magic opens every frame: "GD2F" read as a little-endian uint32.
+const Magic uint32 = 0x46324447
+
+// Version is the protocol version this build speaks.
+const Version uint8 = 1
+
+// HeaderSize is the fixed size of a frame header in bytes.
+const HeaderSize = 48
+
+// Castagnoli is the CRC32C table (hardware accelerated on amd64 and arm64).
+var Castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Op is a frame's opcode.
+type Op uint8
+
+// Opcodes. Responses echo the request's opcode.
+const (
+	OpHello    Op = 1 // key: client name; payload: cluster token
+	OpPing     Op = 2
+	OpWrite    Op = 3 // key: chunk ref; Offset; payload: bytes
+	OpRead     Op = 4 // key: chunk ref; Offset; Count: bytes wanted
+	OpStat     Op = 5 // key: chunk ref; response Offset = length, Flags&FlagSealed
+	OpSeal     Op = 6 // key: chunk ref
+	OpDelete   Op = 7 // key: chunk ref
+	OpCopy     Op = 8 // key: chunk ref; payload: source server address
+	OpKVPut    Op = 9 // reserved for hash-mode KV (issue 3)
+	OpKVGet    Op = 10
+	OpKVExists Op = 11
+	OpKVDelete Op = 12
+	opMaxKnown    = OpKVDelete
+)
+
+func (o Op) String() string {
+	names := [...]string{"?", "hello", "ping", "write", "read", "stat", "seal", "delete", "copy",
+		"kvput", "kvget", "kvexists", "kvdelete"}
+	if int(o) < len(names) {
+		return names[o]
+	}
+	return fmt.Sprintf("op(%d)", uint8(o))
+}
+
+// Flags.
+const (
+	// FlagSealed in an OpStat response: the chunk is sealed.
+	FlagSealed uint16 = 1 << 0
+	// FlagResponse marks a frame sent by a server.
+	FlagResponse uint16 = 1 << 15
+)
+
+// Status is a response's outcome. Zero is success.
+type Status uint16
+
+// Statuses; ErrorOf and StatusOf translate them to and from errs sentinels.
+const (
+	StatusOK Status = iota
+	StatusBadRequest
+	StatusNotFound
+	StatusChecksum
+	StatusNoSpace
+	StatusSealed
+	StatusOutOfRange
+	StatusUnauthorized
+	StatusVersion
+	StatusUnavailable
+	StatusMoved
+	StatusInternal
+	StatusTooLarge
+	StatusUnknownOp
+	StatusExists
+)
+
+var statusErr = map[Status]error{
+	StatusBadRequest:   errs.ErrBadRequest,
+	StatusNotFound:     errs.ErrNotFound,
+	StatusChecksum:     errs.ErrChecksum,
+	StatusNoSpace:      errs.ErrNoSpace,
+	StatusSealed:       errs.ErrSealed,
+	StatusOutOfRange:   errs.ErrOutOfRange,
+	StatusUnauthorized: errs.ErrUnauthorized,
+	StatusVersion:      errs.ErrVersion,
+	StatusUnavailable:  errs.ErrUnavailable,
+	StatusMoved:        errs.ErrMoved,
+	StatusInternal:     errs.ErrInternal,
+	StatusTooLarge:     errs.ErrTooLarge,
+	StatusUnknownOp:    errs.ErrUnknownOp,
+	StatusExists:       errs.ErrExists,
+}
+
+// StatusOf maps an error to the status that carries it on the wire.
+func StatusOf(err error) Status {
+	if err == nil {
+		return StatusOK
+	}
+	for s, e := range statusErr {
+		if errors.Is(err, e) {
+			return s
+		}
+	}
+	return StatusInternal
+}
+
+// ErrorOf rebuilds the error a peer sent as (status, message).
+func ErrorOf(s Status, msg string) error {
+	if s == StatusOK {
+		return nil
+	}
+	kind, ok := statusErr[s]
+	if !ok {
+		kind = errs.ErrInternal
+	}
+	if msg == "" {
+		msg = kind.Error()
+	}
+	return &errs.Error{Kind: kind, Msg: msg}
+}
+
+// Header is a decoded frame header.
+//
+//	off size field
+//	  0   4  magic        "GD2F"
+//	  4   1  version
+//	  5   1  opcode
+//	  6   2  flags
+//	  8   2  status
+//	 10   2  key length
+//	 12   4  payload length
+//	 16   8  request id
+//	 24   8  offset
+//	 32   8  count
+//	 40   4  payload CRC32C
+//	 44   4  header CRC32C over bytes 0..43 and the key
+type Header struct {
+	Version    uint8
+	Op         Op
+	Flags      uint16
+	Status     Status
+	KeyLen     uint16
+	PayloadLen uint32
+	ReqID      uint64
+	Offset     uint64
+	Count      uint64
+	PayloadCRC uint32
+}
+
+// Limits bound what a decoder accepts before reading a key or payload.
+type Limits struct {
+	MaxKey     int // bytes
+	MaxPayload int // bytes
+}
+
+// DefaultLimits fit 64 MiB writes and 1 KiB keys with room for forward lists.
+var DefaultLimits = Limits{MaxKey: 4096, MaxPayload: 64 << 20}
+
+// Decode errors. All wrap errs.ErrBadRequest except ErrVersion and ErrTooLarge.
+var (
+	ErrBadMagic     = errs.New(errs.ErrBadRequest, "wire: bad magic: not a gd2fs frame")
+	ErrHeaderCRC    = errs.New(errs.ErrBadRequest, "wire: header checksum mismatch")
+	ErrPayloadCRC   = errs.New(errs.ErrChecksum, "wire: payload checksum mismatch")
+	ErrShortPayload = errs.New(errs.ErrBadRequest, "wire: destination shorter than payload")
+)
+
+// Encode writes h and key into b (len(b) >= HeaderSize) and returns the
+// header bytes followed by nothing: the key is sent separately. The header CRC
+// covers key.
+func Encode(b []byte, h *Header, key []byte) []byte {
+	b = b[:HeaderSize]
+	le := binary.LittleEndian
+	le.PutUint32(b[0:], Magic)
+	v := h.Version
+	if v == 0 {
+		v = Version
+	}
+	b[4] = v
+	b[5] = byte(h.Op)
+	le.PutUint16(b[6:], h.Flags)
+	le.PutUint16(b[8:], uint16(h.Status))
+	le.PutUint16(b[10:], uint16(len(key)))
+	le.PutUint32(b[12:], h.PayloadLen)
+	le.PutUint64(b[16:], h.ReqID)
+	le.PutUint64(b[24:], h.Offset)
+	le.PutUint64(b[32:], h.Count)
+	le.PutUint32(b[40:], h.PayloadCRC)
+	c := crc32.Update(crc32.Checksum(b[:44], Castagnoli), Castagnoli, key)
+	le.PutUint32(b[44:], c)
+	return b
+}
+
+// DecodeHeader parses the fixed header in b. It checks the magic, the
+// version and the lengths against lim; it cannot check the header CRC until the
+// key is read (see VerifyHeader). A version mismatch returns the header (so
+// the caller can answer with the request id) and an error wrapping
+// errs.ErrVersion.
+func DecodeHeader(b []byte, lim Limits) (Header, error) {
+	var h Header
+	if len(b) < HeaderSize {
+		return h, errs.New(errs.ErrBadRequest, "wire: short header: %d of %d bytes", len(b), HeaderSize)
+	}
+	le := binary.LittleEndian
+	if le.Uint32(b[0:]) != Magic {
+		return h, ErrBadMagic
+	}
+	h.Version = b[4]
+	h.Op = Op(b[5])
+	h.Flags = le.Uint16(b[6:])
+	h.Status = Status(le.Uint16(b[8:]))
+	h.KeyLen = le.Uint16(b[10:])
+	h.PayloadLen = le.Uint32(b[12:])
+	h.ReqID = le.Uint64(b[16:])
+	h.Offset = le.Uint64(b[24:])
+	h.Count = le.Uint64(b[32:])
+	h.PayloadCRC = le.Uint32(b[40:])
+	if h.Version != Version {
+		return h, errs.New(errs.ErrVersion, "wire: peer speaks protocol version %d, this build speaks %d: upgrade the older side", h.Version, Version)
+	}
+	if int(h.KeyLen) > lim.MaxKey {
+		return h, errs.New(errs.ErrTooLarge, "wire: key length %d beyond limit %d", h.KeyLen, lim.MaxKey)
+	}
+	if int64(h.PayloadLen) > int64(lim.MaxPayload) {
+		return h, errs.New(errs.ErrTooLarge, "wire: payload length %d beyond limit %d", h.PayloadLen, lim.MaxPayload)
+	}
+	return h, nil
+}
+
+// VerifyHeader checks the header CRC of raw header bytes b over b and key.
+func VerifyHeader(b []byte, key []byte) error {
+	want := binary.LittleEndian.Uint32(b[44:])
+	got := crc32.Update(crc32.Checksum(b[:44], Castagnoli), Castagnoli, key)
+	if got != want {
+		return ErrHeaderCRC
+	}
+	return nil
+}
+
+// Reader decodes frames from a stream. Key views stay valid until the next
+// call to Next. After Next, the caller must consume the payload with
+// ReadPayload or Discard before calling Next again.
+type Reader struct {
+	r    *bufio.Reader
+	lim  Limits
+	hdr  [HeaderSize]byte
+	key  []byte
+	left int // payload bytes not yet consumed
+}
+
+// NewReader returns a frame reader over r.
+func NewReader(r io.Reader, lim Limits) *Reader {
+	br, ok := r.(*bufio.Reader)
+	if !ok {
+		br = bufio.NewReaderSize(r, 64<<10)
+	}
+	return &Reader{r: br, lim: lim, key: make([]byte, 0, 256)}
+}
+
+// Next reads the next header and key. On error the stream cannot be trusted
+// any more, except that a version mismatch still returns a usable header.
+func (r *Reader) Next() (Header, []byte, error) {
+	if r.left > 0 {
+		if err := r.Discard(); err != nil {
+			return Header{}, nil, err
+		}
+	}
+	if _, err := io.ReadFull(r.r, r.hdr[:]); err != nil {
+		if err == io.ErrUnexpectedEOF {
+			err = errs.New(errs.ErrBadRequest, "wire: truncated header")
+		}
+		return Header{}, nil, err
+	}
+	h, err := DecodeHeader(r.hdr[:], r.lim)
+	if err != nil {
+		return h, nil, err
+	}
+	if cap(r.key) < int(h.KeyLen) {
+		r.key = make([]byte, h.KeyLen)
+	}
+	key := r.key[:h.KeyLen]
+	if _, err := io.ReadFull(r.r, key); err != nil {
+		return h, nil, truncated(err, "key")
+	}
+	if err := VerifyHeader(r.hdr[:], key); err != nil {
+		return h, nil, err
+	}
+	r.left = int(h.PayloadLen)
+	return h, key, nil
+}
+
+// ReadPayload reads the whole pending payload into dst[:n] and checks its
+// CRC32C against want. dst must be at least the payload length. A CRC mismatch
+// returns ErrPayloadCRC but leaves the stream in sync.
+func (r *Reader) ReadPayload(dst []byte, want uint32) (int, error) {
+	n := r.left
+	if len(dst) < n {
+		if err := r.Discard(); err != nil {
+			return 0, err
+		}
+		return 0, ErrShortPayload
+	}
+	r.left = 0
+	if _, err := io.ReadFull(r.r, dst[:n]); err != nil {
+		return 0, truncated(err, "payload")
+	}
+	if crc32.Checksum(dst[:n], Castagnoli) != want {
+		return n, ErrPayloadCRC
+	}
+	return n, nil
+}
+
+// Discard skips the pending payload.
+func (r *Reader) Discard() error {
+	n := r.left
+	r.left = 0
+	if _, err := r.r.Discard(n); err != nil {
+		return truncated(err, "payload")
+	}
+	return nil
+}
+
+// Pending is the number of payload bytes not yet consumed.
+func (r *Reader) Pending() int { return r.left }
+
+func truncated(err error, what string) error {
+	if err == io.EOF || err == io.ErrUnexpectedEOF {
+		return errs.New(errs.ErrBadRequest, "wire: truncated %s", what)
+	}
+	return err
+}
+
+// Checksum is CRC32C over the concatenation of bufs.
+func Checksum(bufs ...[]byte) uint32 {
+	var c uint32
+	for _, b := range bufs {
+		c = crc32.Update(c, Castagnoli, b)
+	}
+	return c
+}
+
+// ChunkRef is the key of a chunk operation: an 8-byte little-endian chunk id,
+// optionally followed by a comma-separated list of server addresses the
+// receiving server must forward a write to (primary-driven replication).
+type ChunkRef struct {
+	ID      uint64
+	Forward []string
+}
+
+// AppendChunkRef encodes ref into b.
+func AppendChunkRef(b []byte, ref ChunkRef) []byte {
+	b = binary.LittleEndian.AppendUint64(b, ref.ID)
+	for i, a := range ref.Forward {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, a...)
+	}
+	return b
+}
+
+// ParseChunkRef decodes a chunk key.
+func ParseChunkRef(key []byte) (ChunkRef, error) {
+	if len(key) < 8 {
+		return ChunkRef{}, errs.New(errs.ErrBadRequest, "wire: chunk key of %d bytes, want at least 8", len(key))
+	}
+	ref := ChunkRef{ID: binary.LittleEndian.Uint64(key)}
+	rest := key[8:]
+	for len(rest) > 0 {
+		i := 0
+		for i < len(rest) && rest[i] != ',' {
+			i++
+		}
+		if i == 0 {
+			return ChunkRef{}, errs.New(errs.ErrBadRequest, "wire: empty forward address in chunk key")
+		}
+		ref.Forward = append(ref.Forward, string(rest[:i]))
+		if i < len(rest) {
+			i++
+			if i == len(rest) {
+				return ChunkRef{}, errs.New(errs.ErrBadRequest, "wire: trailing comma in chunk key")
+			}
+		}
+		rest = rest[i:]
+	}
+	return ref, nil
+}

@@ -1,0 +1,106 @@
+package wire
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+
+	"github.com/gd2fs/gd2fs/errs"
+)
+
+func frame(h Header, key, payload []byte) []byte {
+	h.PayloadLen = uint32(len(payload))
+	h.PayloadCRC = Checksum(payload)
+	var hb [HeaderSize]byte
+	out := append([]byte{}, Encode(hb[:], &h, key)...)
+	out = append(out, key...)
+	return append(out, payload...)
+}
+
+func TestRoundTrip(t *testing.T) {
+	key := AppendChunkRef(nil, ChunkRef{ID: 42, Forward: []string{"127.0.0.1:1", "127.0.0.1:2"}})
+	payload := bytes.Repeat([]byte("abc"), 1000)
+	var stream []byte
+	stream = append(stream, frame(Header{Op: OpWrite, ReqID: 7, Offset: 99, Count: 5}, key, payload)...)
+	stream = append(stream, frame(Header{Op: OpRead, ReqID: 8}, key[:8], nil)...)
+	r := NewReader(bytes.NewReader(stream), DefaultLimits)
+	h, k, err := r.Next()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Op != OpWrite || h.ReqID != 7 || h.Offset != 99 || h.Count != 5 || int(h.PayloadLen) != len(payload) {
+		t.Fatalf("header %+v", h)
+	}
+	ref, err := ParseChunkRef(k)
+	if err != nil || ref.ID != 42 || len(ref.Forward) != 2 || ref.Forward[1] != "127.0.0.1:2" {
+		t.Fatalf("ref %+v %v", ref, err)
+	}
+	dst := make([]byte, len(payload))
+	if _, err := r.ReadPayload(dst, h.PayloadCRC); err != nil || !bytes.Equal(dst, payload) {
+		t.Fatalf("payload: %v", err)
+	}
+	h, _, err = r.Next()
+	if err != nil || h.Op != OpRead || h.ReqID != 8 {
+		t.Fatalf("second frame %+v %v", h, err)
+	}
+}
+
+func TestDecodeErrors(t *testing.T) {
+	good := frame(Header{Op: OpWrite, ReqID: 1}, []byte("12345678"), []byte("hello"))
+	cases := map[string]struct {
+		mut  func(b []byte) []byte
+		kind error
+	}{
+		"magic":        {func(b []byte) []byte { b[0] ^= 1; return b }, errs.ErrBadRequest},
+		"version":      {func(b []byte) []byte { b[4] = 9; return b }, errs.ErrVersion},
+		"headercrc":    {func(b []byte) []byte { b[30] ^= 1; return b }, errs.ErrBadRequest},
+		"keycrc":       {func(b []byte) []byte { b[HeaderSize] ^= 1; return b }, errs.ErrBadRequest},
+		"truncated":    {func(b []byte) []byte { return b[:20] }, errs.ErrBadRequest},
+		"truncatedkey": {func(b []byte) []byte { return b[:HeaderSize+3] }, errs.ErrBadRequest},
+		"toolarge": {func(b []byte) []byte {
+			b[12], b[13], b[14], b[15] = 0xff, 0xff, 0xff, 0x7f
+			return b
+		}, errs.ErrTooLarge},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			b := c.mut(append([]byte{}, good...))
+			r := NewReader(bytes.NewReader(b), DefaultLimits)
+			_, _, err := r.Next()
+			if !errors.Is(err, c.kind) {
+				t.Fatalf("got %v, want %v", err, c.kind)
+			}
+		})
+	}
+	t.Run("payloadcrc", func(t *testing.T) {
+		b := append([]byte{}, good...)
+		b[len(b)-1] ^= 1
+		r := NewReader(bytes.NewReader(b), DefaultLimits)
+		h, _, err := r.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.ReadPayload(make([]byte, 5), h.PayloadCRC); !errors.Is(err, errs.ErrChecksum) {
+			t.Fatalf("got %v", err)
+		}
+	})
+}
+
+func TestStatusMapping(t *testing.T) {
+	for s := StatusBadRequest; s <= StatusExists; s++ {
+		if got := StatusOf(ErrorOf(s, "x")); got != s {
+			t.Errorf("status %d round-trips to %d", s, got)
+		}
+	}
+	if StatusOf(errors.New("plain")) != StatusInternal {
+		t.Error("plain error should map to internal")
+	}
+}
+
+func TestParseChunkRefBad(t *testing.T) {
+	for _, k := range [][]byte{nil, []byte("1234567"), append(make([]byte, 8), ','), append(make([]byte, 8), "a,"...)} {
+		if _, err := ParseChunkRef(k); !errors.Is(err, errs.ErrBadRequest) {
+			t.Errorf("%q: got %v", k, err)
+		}
+	}
+}
