@@ -1,0 +1,221 @@
+package store
+
+import (
+	"bytes"
+	"errors"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"testing"
+
+	"github.com/gd2fs/gd2fs/errs"
+)
+
+func open(t *testing.T, cfg Config) *Store {
+	t.Helper()
+	s, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func readAll(t *testing.T, s *Store, id uint64, off, n int64) []byte {
+	t.Helper()
+	var out []byte
+	err := s.Read(id, off, n, func(bufs [][]byte) error {
+		for _, b := range bufs {
+			out = append(out, b...)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("read chunk %d [%d,+%d): %v", id, off, n, err)
+	}
+	return out
+}
+
+func rnd(n int, seed uint64) []byte {
+	r := rand.New(rand.NewPCG(seed, 1))
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	return b
+}
+
+// model applies the same writes to a plain byte slice.
+func modelWrite(m []byte, off int, p []byte) []byte {
+	if need := off + len(p); need > len(m) {
+		m = append(m, make([]byte, need-len(m))...)
+	}
+	copy(m[off:], p)
+	return m
+}
+
+func TestTiersAgreeWithModel(t *testing.T) {
+	configs := map[string]Config{
+		"mem":      {MemBytes: 8 << 20},
+		"disk":     {Dir: t.TempDir(), DiskBytes: 64 << 20},
+		"mem+disk": {MemBytes: 1 << 20, Dir: t.TempDir(), DiskBytes: 64 << 20}, // 1 MiB DRAM forces eviction
+	}
+	for name, cfg := range configs {
+		t.Run(name, func(t *testing.T) {
+			s := open(t, cfg)
+			r := rand.New(rand.NewPCG(7, 7))
+			models := map[uint64][]byte{}
+			for i := 0; i < 200; i++ {
+				id := uint64(r.IntN(4) + 1)
+				off := r.IntN(600 << 10)
+				p := rnd(r.IntN(200<<10)+1, uint64(i))
+				if err := s.Write(id, int64(off), p); err != nil {
+					t.Fatal(err)
+				}
+				models[id] = modelWrite(models[id], off, p)
+				if i%7 == 0 {
+					m := models[id]
+					o := r.IntN(len(m))
+					n := r.IntN(len(m) - o + 1)
+					if got := readAll(t, s, id, int64(o), int64(n)); !bytes.Equal(got, m[o:o+n]) {
+						t.Fatalf("step %d: chunk %d [%d,+%d) differs from model", i, id, o, n)
+					}
+				}
+			}
+			for id, m := range models {
+				if got := readAll(t, s, id, 0, int64(len(m))); !bytes.Equal(got, m) {
+					t.Fatalf("chunk %d differs from model", id)
+				}
+			}
+			if cfg.Dir != "" {
+				s.Close()
+				s2 := open(t, Config{Dir: cfg.Dir, DiskBytes: cfg.DiskBytes, MemBytes: cfg.MemBytes})
+				for id, m := range models {
+					if got := readAll(t, s2, id, 0, int64(len(m))); !bytes.Equal(got, m) {
+						t.Fatalf("after restart chunk %d differs", id)
+					}
+				}
+				if u := s2.Usage(); u.Chunks != len(models) {
+					t.Fatalf("after restart %d chunks, want %d", u.Chunks, len(models))
+				}
+			}
+		})
+	}
+}
+
+func TestErrors(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, Config{Dir: dir, DiskBytes: 1 << 20})
+	if err := s.Write(1, 0, make([]byte, 1000)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Read(1, 500, 501, func([][]byte) error { return nil }); !errors.Is(err, errs.ErrOutOfRange) {
+		t.Fatalf("read past end: %v", err)
+	}
+	if err := s.Read(2, 0, 1, func([][]byte) error { return nil }); !errors.Is(err, errs.ErrNotFound) {
+		t.Fatalf("unknown chunk: %v", err)
+	}
+	if err := s.Write(3, 0, make([]byte, 2<<20)); !errors.Is(err, errs.ErrNoSpace) {
+		t.Fatalf("full disk: %v", err)
+	}
+	if _, err := s.Stat(3); !errors.Is(err, errs.ErrNotFound) {
+		t.Fatalf("failed first write left chunk 3 behind: %v", err)
+	}
+	if err := s.Write(4, MaxChunk-1, []byte{1, 2}); !errors.Is(err, errs.ErrOutOfRange) {
+		t.Fatalf("beyond chunk limit: %v", err)
+	}
+	if err := s.Seal(1); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Write(1, 1000, []byte{1}); !errors.Is(err, errs.ErrSealed) {
+		t.Fatalf("write to sealed: %v", err)
+	}
+	// The data written before is intact after all those failures.
+	if got := readAll(t, s, 1, 0, 1000); !bytes.Equal(got, make([]byte, 1000)) {
+		t.Fatal("chunk 1 changed")
+	}
+	if err := s.Delete(1); err != nil {
+		t.Fatal(err)
+	}
+	if u := s.Usage(); u.DiskUsed != 0 || u.Chunks != 0 {
+		t.Fatalf("after delete: %+v", u)
+	}
+
+	m := open(t, Config{MemBytes: 256 << 10})
+	if err := m.Write(1, 0, make([]byte, 300<<10)); !errors.Is(err, errs.ErrNoSpace) {
+		t.Fatalf("full DRAM without disk: %v", err)
+	}
+}
+
+func TestCorruptBlockIsAnErrorNotData(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, Config{Dir: dir, DiskBytes: 64 << 20})
+	data := rnd(3*BlockSize+100, 3)
+	if err := s.Write(9, 0, data); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	f, err := os.OpenFile(s.path(9), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte{^data[BlockSize+5]}, dataOff+BlockSize+5); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	s2 := open(t, Config{Dir: dir, DiskBytes: 64 << 20})
+	if got := readAll(t, s2, 9, 0, BlockSize); !bytes.Equal(got, data[:BlockSize]) {
+		t.Fatal("undamaged block differs")
+	}
+	err = s2.Read(9, BlockSize, 10, func([][]byte) error { t.Fatal("damaged bytes handed out"); return nil })
+	if !errors.Is(err, errs.ErrChecksum) {
+		t.Fatalf("damaged block: %v", err)
+	}
+	// A damaged header drops the chunk as a miss.
+	f, _ = os.OpenFile(s.path(9), os.O_RDWR, 0)
+	f.WriteAt([]byte{0xff}, 9)
+	f.Close()
+	s3 := open(t, Config{Dir: dir, DiskBytes: 64 << 20})
+	if _, err := s3.Stat(9); !errors.Is(err, errs.ErrNotFound) {
+		t.Fatalf("damaged header: %v", err)
+	}
+}
+
+func TestConcurrentWritersAndReaders(t *testing.T) {
+	s := open(t, Config{MemBytes: 2 << 20, Dir: t.TempDir(), DiskBytes: 256 << 20})
+	var wg sync.WaitGroup
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			id := uint64(g)
+			data := rnd(1<<20, uint64(g))
+			for off := 0; off < len(data); off += 100 << 10 {
+				end := min(off+100<<10, len(data))
+				if err := s.Write(id, int64(off), data[off:end]); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+			for i := 0; i < 5; i++ {
+				var got []byte
+				if err := s.Read(id, 0, int64(len(data)), func(b [][]byte) error {
+					for _, x := range b {
+						got = append(got, x...)
+					}
+					return nil
+				}); err != nil {
+					t.Error(err)
+					return
+				}
+				if !bytes.Equal(got, data) {
+					t.Errorf("chunk %d differs", id)
+				}
+			}
+		}(g)
+	}
+	wg.Wait()
+	if st := s.Stats(); st.Evictions == 0 {
+		t.Errorf("expected DRAM evictions with 8 MiB over 2 MiB, got %+v", st)
+	}
+}
