@@ -108,6 +108,16 @@ var statusErr = map[Status]error{
 	StatusExists:       errs.ErrExists,
 }
 
+func (s Status) String() string {
+	if s == StatusOK {
+		return "ok"
+	}
+	if e, ok := statusErr[s]; ok {
+		return e.Error()
+	}
+	return fmt.Sprintf("status(%d)", uint16(s))
+}
+
 // StatusOf maps an error to the status that carries it on the wire.
 func StatusOf(err error) Status {
 	if err == nil {

@@ -1,0 +1,212 @@
+// Package api holds the master's HTTP/JSON types and a small client for them.
+// docs/api.md documents the endpoints; both the Go SDK and the data servers
+// speak to the master through Client.
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/gd2fs/gd2fs/errs"
+)
+
+// ServerInfo is a data server as the master sees it.
+type ServerInfo struct {
+	ID       string    `json:"id"`
+	Addr     string    `json:"addr"`
+	State    string    `json:"state"` // "up" or "down"
+	MemCap   int64     `json:"mem_cap"`
+	MemUsed  int64     `json:"mem_used"`
+	DiskCap  int64     `json:"disk_cap"`
+	DiskUsed int64     `json:"disk_used"`
+	Chunks   int       `json:"chunks"`
+	LastSeen time.Time `json:"last_seen"`
+}
+
+// Free is the space placement may still use on s.
+func (s ServerInfo) Free() int64 {
+	if s.DiskCap > 0 {
+		return s.DiskCap - s.DiskUsed
+	}
+	return s.MemCap - s.MemUsed
+}
+
+// Heartbeat is what a server posts every interval; Deleted acknowledges
+// chunk deletions asked for in earlier replies.
+type Heartbeat struct {
+	ServerInfo
+	Deleted []uint64 `json:"deleted,omitempty"`
+}
+
+// HeartbeatReply carries the membership epoch and chunks the server must delete.
+type HeartbeatReply struct {
+	Epoch  int64    `json:"epoch"`
+	Delete []uint64 `json:"delete,omitempty"`
+}
+
+// Pool is a replication policy.
+type Pool struct {
+	Name     string `json:"name"`
+	Replicas int    `json:"replicas"`
+}
+
+// Replica is one copy of a chunk.
+type Replica struct {
+	Server string `json:"server"`
+	Addr   string `json:"addr"`
+	Up     bool   `json:"up"`
+}
+
+// Chunk is one chunk of a file.
+type Chunk struct {
+	Index    int64     `json:"index"`
+	ID       uint64    `json:"id"`
+	Length   int64     `json:"length"`
+	Replicas []Replica `json:"replicas"`
+}
+
+// File is a namespace entry: a file, or a directory when IsDir.
+type File struct {
+	Path      string    `json:"path"`
+	IsDir     bool      `json:"is_dir,omitempty"`
+	Pool      string    `json:"pool,omitempty"`
+	ChunkSize int64     `json:"chunk_size,omitempty"`
+	Size      int64     `json:"size"`
+	Sealed    bool      `json:"sealed,omitempty"`
+	Modified  time.Time `json:"modified"`
+	Chunks    []Chunk   `json:"chunks,omitempty"`
+}
+
+// CreateRequest creates a file (and its parent directories).
+type CreateRequest struct {
+	Pool      string `json:"pool"`
+	ChunkSize int64  `json:"chunk_size"`
+}
+
+// AllocRequest asks for chunks at the given indexes (existing ones are returned as they are).
+type AllocRequest struct {
+	Indexes []int64 `json:"indexes"`
+}
+
+// Chunks is a list of chunks.
+type Chunks struct {
+	Chunks []Chunk `json:"chunks"`
+}
+
+// CommitRequest records what a writer wrote: the file size, each touched
+// chunk's length, and whether the file is now sealed.
+type CommitRequest struct {
+	Size    int64           `json:"size"`
+	Lengths map[int64]int64 `json:"lengths,omitempty"`
+	Seal    bool            `json:"seal,omitempty"`
+}
+
+// Listing is a directory's entries.
+type Listing struct {
+	Entries []File `json:"entries"`
+}
+
+// Status is the cluster overview.
+type Status struct {
+	Cluster string       `json:"cluster"`
+	Epoch   int64        `json:"epoch"`
+	Servers []ServerInfo `json:"servers"`
+	Pools   []Pool       `json:"pools"`
+	Files   int64        `json:"files"`
+	Bytes   int64        `json:"bytes"`
+}
+
+// Error is the body of every non-2xx answer.
+type Error struct {
+	Error string `json:"error"`
+	Code  string `json:"code"`
+}
+
+// HTTPStatus maps an error to an HTTP status code.
+func HTTPStatus(err error) int {
+	switch errs.Code(err) {
+	case "not_found":
+		return http.StatusNotFound
+	case "exists", "not_empty", "sealed", "is_dir", "not_dir":
+		return http.StatusConflict
+	case "bad_request", "out_of_range", "too_large":
+		return http.StatusBadRequest
+	case "unauthorized":
+		return http.StatusUnauthorized
+	case "no_space", "unavailable":
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
+
+// Client calls the master.
+type Client struct {
+	Base  string // e.g. http://127.0.0.1:7070
+	Token string
+	HTTP  *http.Client
+}
+
+// EscapePath turns a namespace path into a URL path suffix.
+func EscapePath(p string) string {
+	parts := strings.Split(strings.Trim(p, "/"), "/")
+	for i, s := range parts {
+		parts[i] = url.PathEscape(s)
+	}
+	return strings.Join(parts, "/")
+}
+
+// Do sends in (JSON, when not nil) and decodes the answer into out (when not nil).
+func (c *Client) Do(ctx context.Context, method, path string, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(c.Base, "/")+path, body)
+	if err != nil {
+		return errs.New(errs.ErrBadRequest, "master address %q: %v", c.Base, err)
+	}
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	hc := c.HTTP
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return errs.New(errs.ErrUnavailable, "master %s unreachable: %v (is it running? start one with 'gd2fs up' or set --master)", c.Base, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		var e Error
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		if json.Unmarshal(b, &e) != nil || e.Error == "" {
+			return errs.New(errs.ErrInternal, "master answered %s: %s", resp.Status, strings.TrimSpace(string(b)))
+		}
+		return errs.FromCode(e.Code, e.Error)
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("decode master answer to %s %s: %w", method, path, err)
+	}
+	return nil
+}

@@ -1,0 +1,97 @@
+// Package meta is the master's metadata store: namespace (directories, files,
+// chunks, replicas), servers, pools, the membership epoch, and chunk
+// deletions owed by servers. One SQL implementation runs on two engines:
+// SQLite (modernc.org/sqlite, embedded, the default) and PostgreSQL (pgx);
+// conformance_test.go runs the same suite against both.
+package meta
+
+import (
+	"context"
+	"time"
+)
+
+// File is a regular file's metadata.
+type File struct {
+	ID        int64
+	Path      string
+	Pool      string
+	ChunkSize int64
+	Size      int64
+	Sealed    bool
+	Modified  time.Time
+}
+
+// Entry is one name in a directory listing.
+type Entry struct {
+	Path  string
+	IsDir bool
+	File  File // zero for directories
+}
+
+// Chunk is one chunk of a file and the servers holding it.
+type Chunk struct {
+	ID       uint64
+	FileID   int64
+	Index    int64
+	Length   int64
+	Replicas []string // server ids, primary first
+}
+
+// Server is a registered data server.
+type Server struct {
+	ID      string
+	Addr    string
+	MemCap  int64
+	DiskCap int64
+}
+
+// Pool is a replication policy.
+type Pool struct {
+	Name     string
+	Replicas int
+}
+
+// Placed is a chunk with its file's pool, for re-replication.
+type Placed struct {
+	Chunk
+	Pool string
+}
+
+// Store is the metadata interface the master uses. Errors wrap errs sentinels.
+type Store interface {
+	Close() error
+
+	Epoch(ctx context.Context) (int64, error)
+	BumpEpoch(ctx context.Context) (int64, error)
+
+	PutServer(ctx context.Context, s Server) error
+	Servers(ctx context.Context) ([]Server, error)
+	PutPool(ctx context.Context, p Pool) error
+	Pools(ctx context.Context) ([]Pool, error)
+
+	Mkdir(ctx context.Context, path string, now time.Time) error
+	RemoveDir(ctx context.Context, path string) error
+	CreateFile(ctx context.Context, f File) (File, error)
+	File(ctx context.Context, path string) (File, error)
+	IsDir(ctx context.Context, path string) (bool, error)
+	List(ctx context.Context, dir string) ([]Entry, error)
+	// RemoveFile deletes a file and records a tombstone for every replica of
+	// its chunks, in one transaction.
+	RemoveFile(ctx context.Context, path string) error
+	// Commit sets the size and chunk lengths (only ever growing them) and
+	// optionally seals the file.
+	Commit(ctx context.Context, fileID int64, size int64, lengths map[int64]int64, seal bool, now time.Time) (File, error)
+
+	// AddChunks inserts the chunks whose index is not yet allocated, giving
+	// them fresh ids, and returns the chunks at all asked indexes.
+	AddChunks(ctx context.Context, fileID int64, want []Chunk) ([]Chunk, error)
+	Chunks(ctx context.Context, fileID int64) ([]Chunk, error)
+	ChunksOn(ctx context.Context, serverID string) ([]Placed, error)
+	// ReplaceReplica swaps server old for new in a chunk's replica list.
+	ReplaceReplica(ctx context.Context, chunkID uint64, old, new string) error
+
+	Tombstones(ctx context.Context, serverID string, limit int) ([]uint64, error)
+	ClearTombstones(ctx context.Context, serverID string, ids []uint64) error
+
+	Totals(ctx context.Context) (files, bytes int64, err error)
+}

@@ -1,0 +1,601 @@
+package meta
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gd2fs/gd2fs/errs"
+	_ "github.com/jackc/pgx/v5/stdlib" // registers "pgx"
+	_ "modernc.org/sqlite"             // registers "sqlite"
+)
+
+type sqlStore struct {
+	db       *sql.DB
+	postgres bool
+}
+
+// Open opens the store named by dsn:
+//
+//	sqlite:///var/lib/gd2fs/meta.db   (a file; its directory must exist)
+//	postgres://user:pass@host:5432/db (also postgresql://)
+func Open(ctx context.Context, dsn string) (Store, error) {
+	var s sqlStore
+	var err error
+	switch {
+	case strings.HasPrefix(dsn, "sqlite://"):
+		file := strings.TrimPrefix(dsn, "sqlite://")
+		if file == "" {
+			return nil, errs.New(errs.ErrBadRequest, "meta: sqlite DSN needs a file: sqlite:///path/to/meta.db")
+		}
+		s.db, err = sql.Open("sqlite", "file:"+file+"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(ON)")
+		if err == nil {
+			// One connection: SQLite serialises writers anyway, and this
+			// keeps transactions from failing with SQLITE_BUSY.
+			s.db.SetMaxOpenConns(1)
+		}
+	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
+		s.postgres = true
+		s.db, err = sql.Open("pgx", dsn)
+		if err == nil {
+			s.db.SetMaxOpenConns(16)
+		}
+	default:
+		return nil, errs.New(errs.ErrBadRequest, "meta: unknown DSN %q: use sqlite:///path/meta.db or postgres://user@host/db", dsn)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("meta: open %s: %w", redact(dsn), err)
+	}
+	if err := s.migrate(ctx); err != nil {
+		s.db.Close()
+		return nil, fmt.Errorf("meta: prepare schema in %s: %w", redact(dsn), err)
+	}
+	return &s, nil
+}
+
+func redact(dsn string) string {
+	if i := strings.Index(dsn, "@"); i > 0 {
+		if j := strings.Index(dsn, "://"); j > 0 && j < i {
+			return dsn[:j+3] + "…" + dsn[i:]
+		}
+	}
+	return dsn
+}
+
+var schema = []string{
+	`CREATE TABLE IF NOT EXISTS counters (k TEXT PRIMARY KEY, v BIGINT NOT NULL)`,
+	`INSERT INTO counters (k, v) VALUES ('epoch', 1) ON CONFLICT (k) DO NOTHING`,
+	`INSERT INTO counters (k, v) VALUES ('next_id', 0) ON CONFLICT (k) DO NOTHING`,
+	`CREATE TABLE IF NOT EXISTS servers (id TEXT PRIMARY KEY, addr TEXT NOT NULL, mem_cap BIGINT NOT NULL, disk_cap BIGINT NOT NULL)`,
+	`CREATE TABLE IF NOT EXISTS pools (name TEXT PRIMARY KEY, replicas INTEGER NOT NULL)`,
+	`CREATE TABLE IF NOT EXISTS dirs (path TEXT PRIMARY KEY, parent TEXT NOT NULL, mtime BIGINT NOT NULL)`,
+	`CREATE INDEX IF NOT EXISTS dirs_parent ON dirs (parent)`,
+	`CREATE TABLE IF NOT EXISTS files (id BIGINT PRIMARY KEY, path TEXT NOT NULL UNIQUE, parent TEXT NOT NULL,
+		pool TEXT NOT NULL, chunk_size BIGINT NOT NULL, size BIGINT NOT NULL, sealed INTEGER NOT NULL, mtime BIGINT NOT NULL)`,
+	`CREATE INDEX IF NOT EXISTS files_parent ON files (parent)`,
+	`CREATE TABLE IF NOT EXISTS chunks (id BIGINT PRIMARY KEY, file_id BIGINT NOT NULL, idx BIGINT NOT NULL,
+		length BIGINT NOT NULL, UNIQUE (file_id, idx))`,
+	`CREATE TABLE IF NOT EXISTS replicas (chunk_id BIGINT NOT NULL, pos INTEGER NOT NULL, server_id TEXT NOT NULL,
+		PRIMARY KEY (chunk_id, server_id))`,
+	`CREATE INDEX IF NOT EXISTS replicas_server ON replicas (server_id)`,
+	`CREATE TABLE IF NOT EXISTS tombstones (chunk_id BIGINT NOT NULL, server_id TEXT NOT NULL, PRIMARY KEY (chunk_id, server_id))`,
+}
+
+func (s *sqlStore) migrate(ctx context.Context) error {
+	if s.postgres {
+		// Several masters may start at once: serialise schema creation.
+		tx, err := s.db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback()
+		if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(7070001)`); err != nil {
+			return err
+		}
+		for _, q := range schema {
+			if _, err := tx.ExecContext(ctx, q); err != nil {
+				return fmt.Errorf("%s: %w", q, err)
+			}
+		}
+		return tx.Commit()
+	}
+	for _, q := range schema {
+		if _, err := s.db.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("%s: %w", q, err)
+		}
+	}
+	return nil
+}
+
+func (s *sqlStore) Close() error { return s.db.Close() }
+
+// q rewrites ? placeholders to $n for PostgreSQL.
+func (s *sqlStore) q(query string) string {
+	if !s.postgres {
+		return query
+	}
+	var b strings.Builder
+	n := 0
+	for _, r := range query {
+		if r == '?' {
+			n++
+			b.WriteString("$" + strconv.Itoa(n))
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+type execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+func (s *sqlStore) tx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return wrapDB(err)
+	}
+	defer tx.Rollback()
+	if err := fn(tx); err != nil {
+		return err
+	}
+	return wrapDB(tx.Commit())
+}
+
+func wrapDB(err error) error {
+	if err == nil {
+		return nil
+	}
+	var e *errs.Error
+	if errors.As(err, &e) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return errs.New(errs.ErrUnavailable, "metadata database: %v", err)
+}
+
+func (s *sqlStore) counter(ctx context.Context, x execer, k string, add int64) (int64, error) {
+	var v int64
+	err := x.QueryRowContext(ctx, s.q(`UPDATE counters SET v = v + ? WHERE k = ? RETURNING v`), add, k).Scan(&v)
+	return v, wrapDB(err)
+}
+
+func (s *sqlStore) Epoch(ctx context.Context) (int64, error) {
+	var v int64
+	err := s.db.QueryRowContext(ctx, s.q(`SELECT v FROM counters WHERE k = ?`), "epoch").Scan(&v)
+	return v, wrapDB(err)
+}
+
+func (s *sqlStore) BumpEpoch(ctx context.Context) (int64, error) {
+	return s.counter(ctx, s.db, "epoch", 1)
+}
+
+func (s *sqlStore) PutServer(ctx context.Context, sv Server) error {
+	_, err := s.db.ExecContext(ctx, s.q(`INSERT INTO servers (id, addr, mem_cap, disk_cap) VALUES (?, ?, ?, ?)
+		ON CONFLICT (id) DO UPDATE SET addr = excluded.addr, mem_cap = excluded.mem_cap, disk_cap = excluded.disk_cap`),
+		sv.ID, sv.Addr, sv.MemCap, sv.DiskCap)
+	return wrapDB(err)
+}
+
+func (s *sqlStore) Servers(ctx context.Context) ([]Server, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT id, addr, mem_cap, disk_cap FROM servers ORDER BY id`)
+	if err != nil {
+		return nil, wrapDB(err)
+	}
+	defer rows.Close()
+	var out []Server
+	for rows.Next() {
+		var sv Server
+		if err := rows.Scan(&sv.ID, &sv.Addr, &sv.MemCap, &sv.DiskCap); err != nil {
+			return nil, wrapDB(err)
+		}
+		out = append(out, sv)
+	}
+	return out, wrapDB(rows.Err())
+}
+
+func (s *sqlStore) PutPool(ctx context.Context, p Pool) error {
+	if p.Name == "" || p.Replicas < 1 {
+		return errs.New(errs.ErrBadRequest, "meta: pool needs a name and at least 1 replica")
+	}
+	_, err := s.db.ExecContext(ctx, s.q(`INSERT INTO pools (name, replicas) VALUES (?, ?)
+		ON CONFLICT (name) DO UPDATE SET replicas = excluded.replicas`), p.Name, p.Replicas)
+	return wrapDB(err)
+}
+
+func (s *sqlStore) Pools(ctx context.Context) ([]Pool, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT name, replicas FROM pools ORDER BY name`)
+	if err != nil {
+		return nil, wrapDB(err)
+	}
+	defer rows.Close()
+	var out []Pool
+	for rows.Next() {
+		var p Pool
+		if err := rows.Scan(&p.Name, &p.Replicas); err != nil {
+			return nil, wrapDB(err)
+		}
+		out = append(out, p)
+	}
+	return out, wrapDB(rows.Err())
+}
+
+// CleanPath validates and normalises a namespace path: absolute, no empty,
+// "." or ".." segments, no NUL, at most 4096 bytes.
+func CleanPath(p string) (string, error) {
+	if !strings.HasPrefix(p, "/") {
+		p = "/" + p
+	}
+	if len(p) > 4096 || strings.ContainsRune(p, 0) {
+		return "", errs.New(errs.ErrBadRequest, "path %.64q: too long or contains NUL", p)
+	}
+	for _, seg := range strings.Split(strings.Trim(p, "/"), "/") {
+		if seg == "." || seg == ".." {
+			return "", errs.New(errs.ErrBadRequest, "path %q: '.' and '..' are not allowed", p)
+		}
+	}
+	return path.Clean(p), nil
+}
+
+func parentOf(p string) string { return path.Dir(p) }
+
+// ensureDirs creates every ancestor directory of p (p itself too when self).
+func (s *sqlStore) ensureDirs(ctx context.Context, x execer, p string, self bool, now time.Time) error {
+	var dirs []string
+	d := p
+	if !self {
+		d = parentOf(p)
+	}
+	for ; d != "/"; d = parentOf(d) {
+		dirs = append(dirs, d)
+	}
+	for i := len(dirs) - 1; i >= 0; i-- {
+		var n int
+		if err := x.QueryRowContext(ctx, s.q(`SELECT COUNT(*) FROM files WHERE path = ?`), dirs[i]).Scan(&n); err != nil {
+			return wrapDB(err)
+		}
+		if n > 0 {
+			return errs.New(errs.ErrNotDir, "%s is a file, so it cannot hold %s", dirs[i], p)
+		}
+		if _, err := x.ExecContext(ctx, s.q(`INSERT INTO dirs (path, parent, mtime) VALUES (?, ?, ?) ON CONFLICT (path) DO NOTHING`),
+			dirs[i], parentOf(dirs[i]), now.UnixNano()); err != nil {
+			return wrapDB(err)
+		}
+	}
+	return nil
+}
+
+func (s *sqlStore) Mkdir(ctx context.Context, p string, now time.Time) error {
+	return s.tx(ctx, func(tx *sql.Tx) error { return s.ensureDirs(ctx, tx, p, true, now) })
+}
+
+func (s *sqlStore) IsDir(ctx context.Context, p string) (bool, error) {
+	if p == "/" {
+		return true, nil
+	}
+	var n int
+	err := s.db.QueryRowContext(ctx, s.q(`SELECT COUNT(*) FROM dirs WHERE path = ?`), p).Scan(&n)
+	return n > 0, wrapDB(err)
+}
+
+func (s *sqlStore) RemoveDir(ctx context.Context, p string) error {
+	if p == "/" {
+		return errs.New(errs.ErrBadRequest, "cannot remove the root directory")
+	}
+	return s.tx(ctx, func(tx *sql.Tx) error {
+		var n int
+		if err := tx.QueryRowContext(ctx, s.q(`SELECT (SELECT COUNT(*) FROM dirs WHERE parent = ?) + (SELECT COUNT(*) FROM files WHERE parent = ?)`), p, p).Scan(&n); err != nil {
+			return wrapDB(err)
+		}
+		if n > 0 {
+			return errs.New(errs.ErrNotEmpty, "directory %s is not empty: remove its %d entries first", p, n)
+		}
+		r, err := tx.ExecContext(ctx, s.q(`DELETE FROM dirs WHERE path = ?`), p)
+		if err != nil {
+			return wrapDB(err)
+		}
+		if k, _ := r.RowsAffected(); k == 0 {
+			return errs.New(errs.ErrNotFound, "no directory %s", p)
+		}
+		return nil
+	})
+}
+
+func (s *sqlStore) CreateFile(ctx context.Context, f File) (File, error) {
+	if f.Path == "/" {
+		return File{}, errs.New(errs.ErrIsDir, "/ is a directory")
+	}
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		var n int
+		if err := tx.QueryRowContext(ctx, s.q(`SELECT COUNT(*) FROM dirs WHERE path = ?`), f.Path).Scan(&n); err != nil {
+			return wrapDB(err)
+		}
+		if n > 0 {
+			return errs.New(errs.ErrIsDir, "%s is a directory", f.Path)
+		}
+		if err := s.ensureDirs(ctx, tx, f.Path, false, f.Modified); err != nil {
+			return err
+		}
+		id, err := s.counter(ctx, tx, "next_id", 1)
+		if err != nil {
+			return err
+		}
+		r, err := tx.ExecContext(ctx, s.q(`INSERT INTO files (id, path, parent, pool, chunk_size, size, sealed, mtime)
+			VALUES (?, ?, ?, ?, ?, 0, 0, ?) ON CONFLICT (path) DO NOTHING`),
+			id, f.Path, parentOf(f.Path), f.Pool, f.ChunkSize, f.Modified.UnixNano())
+		if err != nil {
+			return wrapDB(err)
+		}
+		if k, _ := r.RowsAffected(); k == 0 {
+			return errs.New(errs.ErrExists, "%s already exists: remove it first or pick another name", f.Path)
+		}
+		f.ID = id
+		return nil
+	})
+	return f, err
+}
+
+const fileCols = `id, path, pool, chunk_size, size, sealed, mtime`
+
+func scanFile(sc interface{ Scan(...any) error }) (File, error) {
+	var f File
+	var sealed int
+	var mt int64
+	err := sc.Scan(&f.ID, &f.Path, &f.Pool, &f.ChunkSize, &f.Size, &sealed, &mt)
+	f.Sealed = sealed != 0
+	f.Modified = time.Unix(0, mt).UTC()
+	return f, err
+}
+
+func (s *sqlStore) fileBy(ctx context.Context, x execer, col string, v any) (File, error) {
+	f, err := scanFile(x.QueryRowContext(ctx, s.q(`SELECT `+fileCols+` FROM files WHERE `+col+` = ?`), v))
+	if errors.Is(err, sql.ErrNoRows) {
+		return File{}, errs.New(errs.ErrNotFound, "no such file: %v", v)
+	}
+	return f, wrapDB(err)
+}
+
+func (s *sqlStore) File(ctx context.Context, p string) (File, error) {
+	f, err := s.fileBy(ctx, s.db, "path", p)
+	if errors.Is(err, errs.ErrNotFound) {
+		if dir, _ := s.IsDir(ctx, p); dir {
+			return File{}, errs.New(errs.ErrIsDir, "%s is a directory", p)
+		}
+	}
+	return f, err
+}
+
+func (s *sqlStore) List(ctx context.Context, dir string) ([]Entry, error) {
+	if ok, err := s.IsDir(ctx, dir); err != nil {
+		return nil, err
+	} else if !ok {
+		if _, err := s.File(ctx, dir); err == nil {
+			return nil, errs.New(errs.ErrNotDir, "%s is a file", dir)
+		}
+		return nil, errs.New(errs.ErrNotFound, "no such directory: %s", dir)
+	}
+	var out []Entry
+	rows, err := s.db.QueryContext(ctx, s.q(`SELECT path FROM dirs WHERE parent = ? AND path <> '/'`), dir)
+	if err != nil {
+		return nil, wrapDB(err)
+	}
+	for rows.Next() {
+		var e Entry
+		if err := rows.Scan(&e.Path); err != nil {
+			rows.Close()
+			return nil, wrapDB(err)
+		}
+		e.IsDir = true
+		out = append(out, e)
+	}
+	rows.Close()
+	rows, err = s.db.QueryContext(ctx, s.q(`SELECT `+fileCols+` FROM files WHERE parent = ?`), dir)
+	if err != nil {
+		return nil, wrapDB(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		f, err := scanFile(rows)
+		if err != nil {
+			return nil, wrapDB(err)
+		}
+		out = append(out, Entry{Path: f.Path, File: f})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	return out, wrapDB(rows.Err())
+}
+
+func (s *sqlStore) RemoveFile(ctx context.Context, p string) error {
+	return s.tx(ctx, func(tx *sql.Tx) error {
+		f, err := s.fileBy(ctx, tx, "path", p)
+		if err != nil {
+			return err
+		}
+		stmts := []string{
+			`INSERT INTO tombstones (chunk_id, server_id) SELECT r.chunk_id, r.server_id FROM replicas r
+				JOIN chunks c ON c.id = r.chunk_id WHERE c.file_id = ? ON CONFLICT DO NOTHING`,
+			`DELETE FROM replicas WHERE chunk_id IN (SELECT id FROM chunks WHERE file_id = ?)`,
+			`DELETE FROM chunks WHERE file_id = ?`,
+			`DELETE FROM files WHERE id = ?`,
+		}
+		for _, q := range stmts {
+			if _, err := tx.ExecContext(ctx, s.q(q), f.ID); err != nil {
+				return wrapDB(err)
+			}
+		}
+		return nil
+	})
+}
+
+func (s *sqlStore) Commit(ctx context.Context, fileID int64, size int64, lengths map[int64]int64, seal bool, now time.Time) (File, error) {
+	var f File
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		var err error
+		if f, err = s.fileBy(ctx, tx, "id", fileID); err != nil {
+			return err
+		}
+		if f.Sealed {
+			return errs.New(errs.ErrSealed, "%s is sealed", f.Path)
+		}
+		for idx, l := range lengths {
+			if l < 0 || l > f.ChunkSize {
+				return errs.New(errs.ErrBadRequest, "chunk %d length %d outside [0, %d]", idx, l, f.ChunkSize)
+			}
+			r, err := tx.ExecContext(ctx, s.q(`UPDATE chunks SET length = ? WHERE file_id = ? AND idx = ? AND length < ?`), l, fileID, idx, l)
+			if err != nil {
+				return wrapDB(err)
+			}
+			_ = r
+		}
+		f.Size = max(f.Size, size)
+		f.Sealed = seal
+		f.Modified = now
+		sealed := 0
+		if seal {
+			sealed = 1
+		}
+		_, err = tx.ExecContext(ctx, s.q(`UPDATE files SET size = ?, sealed = ?, mtime = ? WHERE id = ?`), f.Size, sealed, now.UnixNano(), fileID)
+		return wrapDB(err)
+	})
+	return f, err
+}
+
+func (s *sqlStore) AddChunks(ctx context.Context, fileID int64, want []Chunk) ([]Chunk, error) {
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		for _, c := range want {
+			var n int
+			if err := tx.QueryRowContext(ctx, s.q(`SELECT COUNT(*) FROM chunks WHERE file_id = ? AND idx = ?`), fileID, c.Index).Scan(&n); err != nil {
+				return wrapDB(err)
+			}
+			if n > 0 {
+				continue
+			}
+			id, err := s.counter(ctx, tx, "next_id", 1)
+			if err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO chunks (id, file_id, idx, length) VALUES (?, ?, ?, 0)`), id, fileID, c.Index); err != nil {
+				return wrapDB(err)
+			}
+			for pos, sv := range c.Replicas {
+				if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO replicas (chunk_id, pos, server_id) VALUES (?, ?, ?)`), id, pos, sv); err != nil {
+					return wrapDB(err)
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	all, err := s.Chunks(ctx, fileID)
+	if err != nil {
+		return nil, err
+	}
+	asked := map[int64]bool{}
+	for _, c := range want {
+		asked[c.Index] = true
+	}
+	out := all[:0]
+	for _, c := range all {
+		if asked[c.Index] {
+			out = append(out, c)
+		}
+	}
+	return out, nil
+}
+
+func (s *sqlStore) chunksWhere(ctx context.Context, where string, arg any) ([]Placed, error) {
+	rows, err := s.db.QueryContext(ctx, s.q(`SELECT c.id, c.file_id, c.idx, c.length, f.pool, r.server_id
+		FROM chunks c JOIN files f ON f.id = c.file_id JOIN replicas r ON r.chunk_id = c.id
+		WHERE `+where+` ORDER BY c.idx, c.id, r.pos`), arg)
+	if err != nil {
+		return nil, wrapDB(err)
+	}
+	defer rows.Close()
+	var out []Placed
+	for rows.Next() {
+		var p Placed
+		var sv string
+		if err := rows.Scan(&p.ID, &p.FileID, &p.Index, &p.Length, &p.Pool, &sv); err != nil {
+			return nil, wrapDB(err)
+		}
+		if n := len(out); n > 0 && out[n-1].ID == p.ID {
+			out[n-1].Replicas = append(out[n-1].Replicas, sv)
+			continue
+		}
+		p.Replicas = []string{sv}
+		out = append(out, p)
+	}
+	return out, wrapDB(rows.Err())
+}
+
+func (s *sqlStore) Chunks(ctx context.Context, fileID int64) ([]Chunk, error) {
+	ps, err := s.chunksWhere(ctx, `c.file_id = ?`, fileID)
+	out := make([]Chunk, len(ps))
+	for i, p := range ps {
+		out[i] = p.Chunk
+	}
+	return out, err
+}
+
+func (s *sqlStore) ChunksOn(ctx context.Context, serverID string) ([]Placed, error) {
+	return s.chunksWhere(ctx, `c.id IN (SELECT chunk_id FROM replicas WHERE server_id = ?)`, serverID)
+}
+
+func (s *sqlStore) ReplaceReplica(ctx context.Context, chunkID uint64, old, new string) error {
+	return s.tx(ctx, func(tx *sql.Tx) error {
+		r, err := tx.ExecContext(ctx, s.q(`UPDATE replicas SET server_id = ? WHERE chunk_id = ? AND server_id = ?`), new, chunkID, old)
+		if err != nil {
+			return wrapDB(err)
+		}
+		if k, _ := r.RowsAffected(); k == 0 {
+			return errs.New(errs.ErrNotFound, "chunk %d has no replica on %s", chunkID, old)
+		}
+		// The old server may come back holding a stale copy: it owes a delete.
+		_, err = tx.ExecContext(ctx, s.q(`INSERT INTO tombstones (chunk_id, server_id) VALUES (?, ?) ON CONFLICT DO NOTHING`), chunkID, old)
+		return wrapDB(err)
+	})
+}
+
+func (s *sqlStore) Tombstones(ctx context.Context, serverID string, limit int) ([]uint64, error) {
+	rows, err := s.db.QueryContext(ctx, s.q(`SELECT chunk_id FROM tombstones WHERE server_id = ? ORDER BY chunk_id LIMIT ?`), serverID, limit)
+	if err != nil {
+		return nil, wrapDB(err)
+	}
+	defer rows.Close()
+	var out []uint64
+	for rows.Next() {
+		var id uint64
+		if err := rows.Scan(&id); err != nil {
+			return nil, wrapDB(err)
+		}
+		out = append(out, id)
+	}
+	return out, wrapDB(rows.Err())
+}
+
+func (s *sqlStore) ClearTombstones(ctx context.Context, serverID string, ids []uint64) error {
+	return s.tx(ctx, func(tx *sql.Tx) error {
+		for _, id := range ids {
+			if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM tombstones WHERE server_id = ? AND chunk_id = ?`), serverID, id); err != nil {
+				return wrapDB(err)
+			}
+		}
+		return nil
+	})
+}
+
+func (s *sqlStore) Totals(ctx context.Context) (int64, int64, error) {
+	var n, b int64
+	err := s.db.QueryRowContext(ctx, `SELECT COUNT(*), COALESCE(SUM(size), 0) FROM files`).Scan(&n, &b)
+	return n, b, wrapDB(err)
+}

@@ -1,0 +1,246 @@
+// Package rpc is the client side of the data-plane protocol over TCP: a
+// pipelined connection that matches responses to requests by id and reads
+// payloads straight into the caller's buffer, and a pool of such connections
+// (several streams) per server. Clients and servers (for replication) use it.
+package rpc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gd2fs/gd2fs/errs"
+	"github.com/gd2fs/gd2fs/internal/wire"
+)
+
+// maxMsg bounds a response payload read without a caller buffer (errors, ids).
+const maxMsg = 64 << 10
+
+// Options configure connections.
+type Options struct {
+	Token       string        // cluster token sent in the handshake
+	Name        string        // client name, for the server's logs
+	Streams     int           // connections per server (default 4)
+	DialTimeout time.Duration // default 5s
+	LocalAddrs  []string      // local IPs to bind, round-robin (several NICs)
+	Limits      wire.Limits   // default wire.DefaultLimits
+}
+
+func (o *Options) fill() {
+	if o.Streams <= 0 {
+		o.Streams = 4
+	}
+	if o.DialTimeout <= 0 {
+		o.DialTimeout = 5 * time.Second
+	}
+	if o.Limits.MaxPayload == 0 {
+		o.Limits = wire.DefaultLimits
+	}
+}
+
+// Request is one operation. Payload goes out gathered (writev); the response
+// payload, when Dst is set, lands in Dst.
+type Request struct {
+	Op      wire.Op
+	Flags   uint16
+	Key     []byte
+	Offset  uint64
+	Count   uint64
+	Payload [][]byte
+	Dst     []byte
+}
+
+// Response is a completed request's header and, without Dst, its small payload.
+type Response struct {
+	Header wire.Header
+	N      int    // payload bytes placed in Dst
+	Body   []byte // payload when the request had no Dst
+}
+
+type call struct {
+	dst  []byte
+	done chan struct{}
+	resp Response
+	err  error
+}
+
+// Conn is a pipelined connection to one server.
+type Conn struct {
+	nc   net.Conn
+	addr string
+
+	wmu sync.Mutex // serialises frame writes
+
+	mu      sync.Mutex
+	pending map[uint64]*call
+	err     error // set once the connection is broken
+	nextID  atomic.Uint64
+}
+
+// Dial connects to addr and performs the handshake.
+func Dial(ctx context.Context, addr string, o Options, local string) (*Conn, error) {
+	o.fill()
+	d := net.Dialer{Timeout: o.DialTimeout}
+	if local != "" {
+		d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(local)}
+	}
+	nc, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, errs.New(errs.ErrUnavailable, "connect to server %s: %v", addr, err)
+	}
+	c := &Conn{nc: nc, addr: addr, pending: make(map[uint64]*call)}
+	go c.readLoop(wire.NewReader(nc, o.Limits))
+	if _, err := c.Do(ctx, &Request{Op: wire.OpHello, Key: []byte(o.Name), Payload: [][]byte{[]byte(o.Token)}}); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("handshake with %s: %w", addr, err)
+	}
+	return c, nil
+}
+
+// Close breaks the connection; pending requests fail.
+func (c *Conn) Close() error {
+	c.fail(errs.New(errs.ErrUnavailable, "connection to %s closed", c.addr))
+	return nil
+}
+
+// Broken reports whether the connection can no longer be used.
+func (c *Conn) Broken() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err != nil
+}
+
+func (c *Conn) fail(err error) {
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		return
+	}
+	c.err = err
+	pending := c.pending
+	c.pending = nil
+	c.mu.Unlock()
+	c.nc.Close()
+	for _, cl := range pending {
+		cl.err = err
+		close(cl.done)
+	}
+}
+
+// Do sends req and waits for its response. A non-OK status comes back as an
+// error wrapping the matching errs sentinel.
+func (c *Conn) Do(ctx context.Context, req *Request) (Response, error) {
+	id := c.nextID.Add(1)
+	cl := &call{dst: req.Dst, done: make(chan struct{})}
+	c.mu.Lock()
+	if c.err != nil {
+		err := c.err
+		c.mu.Unlock()
+		return Response{}, err
+	}
+	c.pending[id] = cl
+	c.mu.Unlock()
+
+	h := wire.Header{Op: req.Op, Flags: req.Flags, ReqID: id, Offset: req.Offset, Count: req.Count}
+	var n int
+	for _, p := range req.Payload {
+		n += len(p)
+	}
+	h.PayloadLen = uint32(n)
+	h.PayloadCRC = wire.Checksum(req.Payload...)
+	var hb [wire.HeaderSize]byte
+	bufs := make(net.Buffers, 0, 2+len(req.Payload))
+	bufs = append(bufs, wire.Encode(hb[:], &h, req.Key), req.Key)
+	bufs = append(bufs, req.Payload...)
+
+	c.wmu.Lock()
+	if dl, ok := ctx.Deadline(); ok {
+		c.nc.SetWriteDeadline(dl)
+	} else {
+		c.nc.SetWriteDeadline(time.Time{})
+	}
+	_, err := bufs.WriteTo(c.nc)
+	c.wmu.Unlock()
+	if err != nil {
+		// A partial frame leaves the stream out of sync: the connection is done.
+		c.fail(errs.New(errs.ErrUnavailable, "send to server %s: %v", c.addr, err))
+	}
+
+	select {
+	case <-cl.done:
+	case <-ctx.Done():
+		c.mu.Lock()
+		if _, waiting := c.pending[id]; waiting {
+			delete(c.pending, id)
+			c.mu.Unlock()
+			return Response{}, ctx.Err()
+		}
+		c.mu.Unlock()
+		// The reader has claimed the call and may be writing into Dst: wait
+		// for it so the caller's buffer is never written after we return.
+		<-cl.done
+	}
+	return cl.resp, cl.err
+}
+
+func (c *Conn) readLoop(r *wire.Reader) {
+	for {
+		h, _, err := r.Next()
+		if err != nil {
+			if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
+				err = errs.New(errs.ErrUnavailable, "server %s closed the connection", c.addr)
+			} else {
+				err = errs.New(errs.ErrUnavailable, "connection to server %s: %v", c.addr, err)
+			}
+			c.fail(err)
+			return
+		}
+		c.mu.Lock()
+		cl := c.pending[h.ReqID]
+		delete(c.pending, h.ReqID)
+		c.mu.Unlock()
+		if cl == nil { // abandoned by a cancelled caller
+			if err := r.Discard(); err != nil {
+				c.fail(err)
+				return
+			}
+			continue
+		}
+		cl.resp.Header = h
+		var perr error
+		switch {
+		case h.Status != wire.StatusOK && h.PayloadLen > maxMsg:
+			perr = r.Discard()
+			cl.err = errs.New(errs.ErrBadRequest, "server %s sent a %d-byte error message", c.addr, h.PayloadLen)
+		case h.Status != wire.StatusOK || cl.dst == nil:
+			if h.PayloadLen > maxMsg {
+				perr = r.Discard()
+				cl.err = errs.New(errs.ErrBadRequest, "server %s sent %d bytes where none were expected", c.addr, h.PayloadLen)
+				break
+			}
+			body := make([]byte, h.PayloadLen)
+			_, perr = r.ReadPayload(body, h.PayloadCRC)
+			cl.resp.Body = body
+			cl.err = wire.ErrorOf(h.Status, string(body))
+		default:
+			cl.resp.N, perr = r.ReadPayload(cl.dst, h.PayloadCRC)
+		}
+		// A CRC mismatch or an oversize payload fail this call only; the
+		// stream is still in sync. Anything else broke the stream.
+		if perr != nil && cl.err == nil {
+			cl.err = perr
+		}
+		if perr != nil && perr != wire.ErrPayloadCRC && perr != wire.ErrShortPayload {
+			cl.err = errs.New(errs.ErrUnavailable, "connection to server %s: %v", c.addr, perr)
+			close(cl.done)
+			c.fail(cl.err)
+			return
+		}
+		close(cl.done)
+	}
+}

@@ -1,0 +1,150 @@
+package rpc
+
+import (
+	"context"
+	"encoding/binary"
+	"sync"
+	"sync/atomic"
+
+	"github.com/gd2fs/gd2fs/errs"
+	"github.com/gd2fs/gd2fs/internal/wire"
+)
+
+// Pool keeps Options.Streams connections per server address and spreads
+// requests over them round-robin, so one large transfer runs on several TCP
+// streams at once.
+type Pool struct {
+	opts Options
+
+	mu     sync.Mutex
+	conns  map[string][]*Conn
+	dialMu map[string]*sync.Mutex
+	closed bool
+	rr     atomic.Uint64
+	local  atomic.Uint64
+}
+
+// NewPool returns an empty pool; connections are dialled on first use.
+func NewPool(o Options) *Pool {
+	o.fill()
+	return &Pool{opts: o, conns: make(map[string][]*Conn), dialMu: make(map[string]*sync.Mutex)}
+}
+
+// Close closes every connection.
+func (p *Pool) Close() {
+	p.mu.Lock()
+	p.closed = true
+	all := p.conns
+	p.conns = map[string][]*Conn{}
+	p.mu.Unlock()
+	for _, cs := range all {
+		for _, c := range cs {
+			if c != nil {
+				c.Close()
+			}
+		}
+	}
+}
+
+// Get returns a live connection to addr, dialling if the chosen stream is
+// missing or broken.
+func (p *Pool) Get(ctx context.Context, addr string) (*Conn, error) {
+	i := int(p.rr.Add(1) % uint64(p.opts.Streams))
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil, errs.New(errs.ErrUnavailable, "rpc: pool closed")
+	}
+	cs := p.conns[addr]
+	if cs == nil {
+		cs = make([]*Conn, p.opts.Streams)
+		p.conns[addr] = cs
+	}
+	if c := cs[i]; c != nil && !c.Broken() {
+		p.mu.Unlock()
+		return c, nil
+	}
+	dm := p.dialMu[addr]
+	if dm == nil {
+		dm = new(sync.Mutex)
+		p.dialMu[addr] = dm
+	}
+	p.mu.Unlock()
+
+	dm.Lock() // one dial at a time per server: a dead server costs one timeout
+	defer dm.Unlock()
+	p.mu.Lock()
+	if c := p.conns[addr][i]; c != nil && !c.Broken() {
+		p.mu.Unlock()
+		return c, nil
+	}
+	p.mu.Unlock()
+	local := ""
+	if n := len(p.opts.LocalAddrs); n > 0 {
+		local = p.opts.LocalAddrs[p.local.Add(1)%uint64(n)]
+	}
+	c, err := Dial(ctx, addr, p.opts, local)
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		c.Close()
+		return nil, errs.New(errs.ErrUnavailable, "rpc: pool closed")
+	}
+	p.conns[addr][i] = c
+	return c, nil
+}
+
+// Do sends req to addr on one of its streams.
+func (p *Pool) Do(ctx context.Context, addr string, req *Request) (Response, error) {
+	c, err := p.Get(ctx, addr)
+	if err != nil {
+		return Response{}, err
+	}
+	return c.Do(ctx, req)
+}
+
+func chunkKey(id uint64) []byte { return binary.LittleEndian.AppendUint64(nil, id) }
+
+// WriteChunk writes data at off of chunk id on addr; the server forwards it to
+// the forward replicas and answers when all hold it.
+func (p *Pool) WriteChunk(ctx context.Context, addr string, id uint64, off int64, data []byte, forward []string) error {
+	key := wire.AppendChunkRef(nil, wire.ChunkRef{ID: id, Forward: forward})
+	_, err := p.Do(ctx, addr, &Request{Op: wire.OpWrite, Key: key, Offset: uint64(off), Payload: [][]byte{data}})
+	return err
+}
+
+// ReadChunk reads len(dst) bytes at off of chunk id into dst.
+func (p *Pool) ReadChunk(ctx context.Context, addr string, id uint64, off int64, dst []byte) error {
+	r, err := p.Do(ctx, addr, &Request{Op: wire.OpRead, Key: chunkKey(id), Offset: uint64(off), Count: uint64(len(dst)), Dst: dst})
+	if err == nil && r.N != len(dst) {
+		err = errs.New(errs.ErrOutOfRange, "server %s returned %d of %d bytes of chunk %d", addr, r.N, len(dst), id)
+	}
+	return err
+}
+
+// StatChunk returns the length of chunk id on addr and whether it is sealed.
+func (p *Pool) StatChunk(ctx context.Context, addr string, id uint64) (int64, bool, error) {
+	r, err := p.Do(ctx, addr, &Request{Op: wire.OpStat, Key: chunkKey(id)})
+	return int64(r.Header.Offset), r.Header.Flags&wire.FlagSealed != 0, err
+}
+
+// SealChunk makes chunk id on addr immutable.
+func (p *Pool) SealChunk(ctx context.Context, addr string, id uint64) error {
+	_, err := p.Do(ctx, addr, &Request{Op: wire.OpSeal, Key: chunkKey(id)})
+	return err
+}
+
+// DeleteChunk removes chunk id from addr.
+func (p *Pool) DeleteChunk(ctx context.Context, addr string, id uint64) error {
+	_, err := p.Do(ctx, addr, &Request{Op: wire.OpDelete, Key: chunkKey(id)})
+	return err
+}
+
+// CopyChunk asks addr to fetch chunk id from server src (re-replication).
+func (p *Pool) CopyChunk(ctx context.Context, addr string, id uint64, src string) error {
+	_, err := p.Do(ctx, addr, &Request{Op: wire.OpCopy, Key: chunkKey(id), Payload: [][]byte{[]byte(src)}})
+	return err
+}

@@ -1,0 +1,89 @@
+package server
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/gd2fs/gd2fs/internal/wire"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+type metrics struct {
+	reg      *prometheus.Registry
+	ops      *prometheus.CounterVec
+	errors   *prometheus.CounterVec
+	latency  *prometheus.HistogramVec
+	bytesIn  prometheus.Counter
+	bytesOut prometheus.Counter
+	conns    prometheus.Gauge
+}
+
+func newMetrics(s *Server) *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		ops: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gd2fs_server_ops_total",
+			Help: "Data-plane operations by opcode and outcome."}, []string{"op", "status"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gd2fs_server_errors_total",
+			Help: "Failed data-plane operations by opcode and status."}, []string{"op", "status"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "gd2fs_server_op_seconds",
+			Help:    "Data-plane operation latency, from frame header to response.",
+			Buckets: prometheus.ExponentialBuckets(20e-6, 2, 18)}, []string{"op"}),
+		bytesIn: prometheus.NewCounter(prometheus.CounterOpts{Name: "gd2fs_server_bytes_in_total",
+			Help: "Payload bytes received."}),
+		bytesOut: prometheus.NewCounter(prometheus.CounterOpts{Name: "gd2fs_server_bytes_out_total",
+			Help: "Payload bytes sent."}),
+		conns: prometheus.NewGauge(prometheus.GaugeOpts{Name: "gd2fs_server_connections",
+			Help: "Open data-plane connections."}),
+	}
+	m.reg.MustRegister(m.ops, m.errors, m.latency, m.bytesIn, m.bytesOut, m.conns,
+		&storeCollector{s: s}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+func (m *metrics) handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+}
+
+func (m *metrics) observe(op wire.Op, start time.Time, err error) {
+	st := wire.StatusOf(err)
+	m.ops.WithLabelValues(op.String(), st.String()).Inc()
+	if err != nil {
+		m.errors.WithLabelValues(op.String(), st.String()).Inc()
+	}
+	m.latency.WithLabelValues(op.String()).Observe(time.Since(start).Seconds())
+}
+
+// storeCollector reads tier figures from the store at scrape time.
+type storeCollector struct{ s *Server }
+
+var (
+	descTier  = prometheus.NewDesc("gd2fs_server_tier_bytes", "Tier capacity and use in bytes.", []string{"tier", "kind"}, nil)
+	descReads = prometheus.NewDesc("gd2fs_server_tier_reads_total", "Chunk reads served per tier.", []string{"tier"}, nil)
+	descEvict = prometheus.NewDesc("gd2fs_server_evictions_total", "Chunks dropped from DRAM to make room.", nil, nil)
+	descBad   = prometheus.NewDesc("gd2fs_server_corrupt_total", "Blocks or chunk files that failed their checksum.", nil, nil)
+	descChk   = prometheus.NewDesc("gd2fs_server_chunks", "Chunks held.", nil, nil)
+)
+
+func (c *storeCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descTier
+	ch <- descReads
+	ch <- descEvict
+	ch <- descBad
+	ch <- descChk
+}
+
+func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
+	u, st := c.s.store.Usage(), c.s.store.Stats()
+	g, k := prometheus.GaugeValue, prometheus.CounterValue
+	ch <- prometheus.MustNewConstMetric(descTier, g, float64(u.MemCap), "dram", "capacity")
+	ch <- prometheus.MustNewConstMetric(descTier, g, float64(u.MemUsed), "dram", "used")
+	ch <- prometheus.MustNewConstMetric(descTier, g, float64(u.DiskCap), "disk", "capacity")
+	ch <- prometheus.MustNewConstMetric(descTier, g, float64(u.DiskUsed), "disk", "used")
+	ch <- prometheus.MustNewConstMetric(descReads, k, float64(st.MemReads), "dram")
+	ch <- prometheus.MustNewConstMetric(descReads, k, float64(st.DiskReads), "disk")
+	ch <- prometheus.MustNewConstMetric(descEvict, k, float64(st.Evictions))
+	ch <- prometheus.MustNewConstMetric(descBad, k, float64(st.Corrupt))
+	ch <- prometheus.MustNewConstMetric(descChk, g, float64(u.Chunks))
+}

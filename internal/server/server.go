@@ -1,0 +1,577 @@
+// Package server is the gd2fs data server: it holds chunks in a store (DRAM
+// and disk tiers), serves them over the binary protocol, forwards writes to
+// the other replicas of HA-pool chunks, and heartbeats to the master.
+//
+// One TCP port carries both the binary data plane and HTTP (/metrics,
+// /healthz): the first four bytes of a connection tell which.
+package server
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/gd2fs/gd2fs/errs"
+	"github.com/gd2fs/gd2fs/internal/api"
+	"github.com/gd2fs/gd2fs/internal/bufpool"
+	"github.com/gd2fs/gd2fs/internal/rpc"
+	"github.com/gd2fs/gd2fs/internal/store"
+	"github.com/gd2fs/gd2fs/internal/wire"
+)
+
+// Config configures a data server.
+type Config struct {
+	ID        string // stable identity; default: kept in <disk>/server.id, else random
+	Listen    string // e.g. ":7071"
+	Advertise string // address clients dial; default: the listen address
+	Master    string // master URL, e.g. http://127.0.0.1:7070; "" runs standalone
+	Token     string // cluster token; "" accepts any client
+	Store     store.Config
+	Heartbeat time.Duration // default 1s
+	Log       *slog.Logger
+}
+
+// Server is a running data server.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	store   *store.Store
+	peers   *rpc.Pool
+	ln      net.Listener
+	httpLn  *chanListener
+	httpSrv *http.Server
+	metrics *metrics
+	master  *api.Client
+
+	epoch   atomic.Int64
+	mu      sync.Mutex
+	conns   map[net.Conn]struct{}
+	closed  bool
+	deleted []uint64 // chunk deletions to acknowledge in the next heartbeat
+	wg      sync.WaitGroup
+}
+
+// New opens the store and starts listening; Run serves.
+func New(cfg Config) (*Server, error) {
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Heartbeat <= 0 {
+		cfg.Heartbeat = time.Second
+	}
+	cfg.Store.Log = cfg.Log
+	st, err := store.Open(cfg.Store)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.ID == "" {
+		if cfg.ID, err = loadID(cfg.Store.Dir); err != nil {
+			st.Close()
+			return nil, err
+		}
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("server: listen on %s: %w (is another server using the port?)", cfg.Listen, err)
+	}
+	if cfg.Advertise == "" {
+		cfg.Advertise = advertise(ln.Addr().String())
+	}
+	s := &Server{
+		cfg: cfg, log: cfg.Log.With("server", cfg.ID), store: st, ln: ln,
+		peers:  rpc.NewPool(rpc.Options{Token: cfg.Token, Name: "server-" + cfg.ID, Streams: 2}),
+		httpLn: newChanListener(ln.Addr()),
+		conns:  make(map[net.Conn]struct{}),
+	}
+	s.metrics = newMetrics(s)
+	if cfg.Master != "" {
+		s.master = &api.Client{Base: cfg.Master, Token: cfg.Token, HTTP: &http.Client{Timeout: 5 * time.Second}}
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", s.metrics.handler())
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
+	s.httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	return s, nil
+}
+
+// advertise turns a wildcard listen address into one a local client can
+// dial; servers on other machines set Config.Advertise.
+func advertise(addr string) string {
+	host, port, _ := net.SplitHostPort(addr)
+	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+		return net.JoinHostPort("127.0.0.1", port)
+	}
+	return addr
+}
+
+func loadID(dir string) (string, error) {
+	var b [6]byte
+	rand.Read(b[:])
+	id := "s-" + hex.EncodeToString(b[:])
+	if dir == "" {
+		return id, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("server: create %s: %w", dir, err)
+	}
+	p := filepath.Join(dir, "server.id")
+	if old, err := os.ReadFile(p); err == nil && len(strings.TrimSpace(string(old))) > 0 {
+		return strings.TrimSpace(string(old)), nil
+	}
+	return id, os.WriteFile(p, []byte(id+"\n"), 0o644)
+}
+
+// ID is the server's identity.
+func (s *Server) ID() string { return s.cfg.ID }
+
+// Addr is the address clients dial.
+func (s *Server) Addr() string { return s.cfg.Advertise }
+
+// Store exposes the chunk store (for tests and status).
+func (s *Server) Store() *store.Store { return s.store }
+
+// Run serves connections and heartbeats until ctx ends or Close is called.
+func (s *Server) Run(ctx context.Context) error {
+	go s.httpSrv.Serve(s.httpLn)
+	if s.master != nil {
+		s.wg.Add(1)
+		go s.heartbeatLoop(ctx)
+	}
+	go func() { <-ctx.Done(); s.Close() }()
+	for {
+		nc, err := s.ln.Accept()
+		if err != nil {
+			s.mu.Lock()
+			closed := s.closed
+			s.mu.Unlock()
+			if closed {
+				return nil
+			}
+			return fmt.Errorf("server: accept: %w", err)
+		}
+		s.wg.Add(1)
+		go s.route(nc)
+	}
+}
+
+// Close stops serving, closes connections and the store.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	for c := range s.conns {
+		c.Close()
+	}
+	s.mu.Unlock()
+	s.ln.Close()
+	s.httpSrv.Close()
+	s.peers.Close()
+	s.wg.Wait()
+	return s.store.Close()
+}
+
+func (s *Server) track(c net.Conn, on bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if on {
+		if s.closed {
+			return false
+		}
+		s.conns[c] = struct{}{}
+	} else {
+		delete(s.conns, c)
+	}
+	return true
+}
+
+// route sniffs the first bytes: a gd2fs frame starts with the magic, anything
+// else is handed to the HTTP server.
+func (s *Server) route(nc net.Conn) {
+	defer s.wg.Done()
+	br := bufio.NewReaderSize(nc, 256<<10)
+	nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	head, err := br.Peek(4)
+	nc.SetReadDeadline(time.Time{})
+	if err != nil {
+		nc.Close()
+		return
+	}
+	if string(head) != "GD2F" {
+		s.httpLn.deliver(&peekedConn{Conn: nc, r: br})
+		return
+	}
+	if !s.track(nc, true) {
+		nc.Close()
+		return
+	}
+	defer s.track(nc, false)
+	s.serveData(nc, br)
+}
+
+// heartbeatLoop registers with the master and keeps reporting usage; the
+// replies carry the epoch and chunks to delete.
+func (s *Server) heartbeatLoop(ctx context.Context) {
+	defer s.wg.Done()
+	t := time.NewTicker(s.cfg.Heartbeat)
+	defer t.Stop()
+	warned := false
+	for {
+		if err := s.heartbeat(ctx); err != nil && !warned && ctx.Err() == nil {
+			s.log.Warn("heartbeat to master failed; retrying", "master", s.cfg.Master, "err", err)
+			warned = true
+		} else if err == nil {
+			warned = false
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		s.mu.Lock()
+		closed := s.closed
+		s.mu.Unlock()
+		if closed {
+			return
+		}
+	}
+}
+
+func (s *Server) heartbeat(ctx context.Context) error {
+	u := s.store.Usage()
+	s.mu.Lock()
+	acked := s.deleted
+	s.deleted = nil
+	s.mu.Unlock()
+	hb := api.Heartbeat{ServerInfo: api.ServerInfo{ID: s.cfg.ID, Addr: s.cfg.Advertise,
+		MemCap: u.MemCap, MemUsed: u.MemUsed, DiskCap: u.DiskCap, DiskUsed: u.DiskUsed, Chunks: u.Chunks},
+		Deleted: acked}
+	var reply api.HeartbeatReply
+	if err := s.master.Do(ctx, "POST", "/v1/servers/heartbeat", hb, &reply); err != nil {
+		s.mu.Lock()
+		s.deleted = append(s.deleted, acked...)
+		s.mu.Unlock()
+		return err
+	}
+	s.epoch.Store(reply.Epoch)
+	var done []uint64
+	for _, id := range reply.Delete {
+		if err := s.store.Delete(id); err == nil || errors.Is(err, errs.ErrNotFound) {
+			done = append(done, id)
+		}
+	}
+	s.mu.Lock()
+	s.deleted = append(s.deleted, done...)
+	s.mu.Unlock()
+	return nil
+}
+
+// ---- data plane ----
+
+const maxInflight = 16 // per connection; bounds pooled payload memory
+
+type dataConn struct {
+	s   *Server
+	nc  net.Conn
+	wmu sync.Mutex
+}
+
+func (s *Server) serveData(nc net.Conn, br *bufio.Reader) {
+	dc := &dataConn{s: s, nc: nc}
+	r := wire.NewReader(br, wire.DefaultLimits)
+	defer nc.Close()
+	s.metrics.conns.Inc()
+	defer s.metrics.conns.Dec()
+
+	// The first frame must be a valid handshake.
+	h, key, err := r.Next()
+	if err != nil {
+		dc.reply(h, err)
+		return
+	}
+	if h.Op != wire.OpHello {
+		dc.reply(h, errs.New(errs.ErrUnauthorized, "first frame must be a hello handshake, got %v", h.Op))
+		return
+	}
+	_ = key
+	tok := make([]byte, h.PayloadLen)
+	if _, err := r.ReadPayload(tok, h.PayloadCRC); err != nil {
+		dc.reply(h, err)
+		return
+	}
+	if s.cfg.Token != "" && subtle.ConstantTimeCompare(tok, []byte(s.cfg.Token)) != 1 {
+		s.metrics.errors.WithLabelValues("hello", "unauthorized").Inc()
+		dc.reply(h, errs.New(errs.ErrUnauthorized, "wrong cluster token: pass the cluster's token (--token or GD2FS_TOKEN)"))
+		return
+	}
+	dc.send(h, wire.StatusOK, [][]byte{[]byte(s.cfg.ID)}, 0)
+
+	sem := make(chan struct{}, maxInflight)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		h, key, err := r.Next()
+		if err != nil {
+			if !isEOF(err) {
+				// A frame we cannot parse leaves the stream unusable: say
+				// why, then close this connection only.
+				s.metrics.errors.WithLabelValues(h.Op.String(), wire.StatusOf(err).String()).Inc()
+				dc.reply(h, err)
+			}
+			return
+		}
+		start := time.Now()
+		switch h.Op {
+		case wire.OpWrite:
+			ref, err := wire.ParseChunkRef(key)
+			if err != nil {
+				r.Discard()
+				dc.done(h, start, err)
+				continue
+			}
+			bp := bufpool.Get(int(h.PayloadLen))
+			if _, err := r.ReadPayload(*bp, h.PayloadCRC); err != nil {
+				bufpool.Put(bp)
+				if errors.Is(err, errs.ErrChecksum) {
+					dc.done(h, start, err)
+					continue
+				}
+				return
+			}
+			s.metrics.bytesIn.Add(float64(h.PayloadLen))
+			sem <- struct{}{}
+			wg.Add(1)
+			go func() {
+				defer func() { bufpool.Put(bp); <-sem; wg.Done() }()
+				dc.done(h, start, s.write(ref, int64(h.Offset), *bp))
+			}()
+		case wire.OpRead:
+			ref, err := wire.ParseChunkRef(key)
+			if err := r.Discard(); err != nil {
+				return
+			}
+			if err != nil {
+				dc.done(h, start, err)
+				continue
+			}
+			sem <- struct{}{}
+			wg.Add(1)
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				s.read(dc, h, ref.ID, start)
+			}()
+		case wire.OpPing, wire.OpStat, wire.OpSeal, wire.OpDelete, wire.OpCopy:
+			var body []byte
+			if h.PayloadLen > 0 {
+				if h.PayloadLen > 4096 {
+					r.Discard()
+					dc.done(h, start, errs.New(errs.ErrTooLarge, "%v payload of %d bytes", h.Op, h.PayloadLen))
+					continue
+				}
+				body = make([]byte, h.PayloadLen)
+				if _, err := r.ReadPayload(body, h.PayloadCRC); err != nil {
+					if errors.Is(err, errs.ErrChecksum) {
+						dc.done(h, start, err)
+						continue
+					}
+					return
+				}
+			}
+			keyCopy := append([]byte(nil), key...)
+			sem <- struct{}{}
+			wg.Add(1)
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				s.control(dc, h, keyCopy, body, start)
+			}()
+		default:
+			if err := r.Discard(); err != nil {
+				return
+			}
+			dc.done(h, start, errs.New(errs.ErrUnknownOp, "unknown opcode %d: this server speaks protocol version %d", h.Op, wire.Version))
+		}
+	}
+}
+
+func isEOF(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) || errors.Is(err, syscall.ECONNRESET)
+}
+
+// write stores locally and forwards to the other replicas in parallel; it
+// succeeds only when every copy succeeded (DESIGN.md §8).
+func (s *Server) write(ref wire.ChunkRef, off int64, p []byte) error {
+	if len(ref.Forward) == 0 {
+		return s.store.Write(ref.ID, off, p)
+	}
+	errc := make(chan error, len(ref.Forward))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for _, addr := range ref.Forward {
+		go func() {
+			if err := s.peers.WriteChunk(ctx, addr, ref.ID, off, p, nil); err != nil {
+				errc <- fmt.Errorf("replica %s: %w", addr, err)
+				return
+			}
+			errc <- nil
+		}()
+	}
+	err := s.store.Write(ref.ID, off, p)
+	for range ref.Forward {
+		if e := <-errc; e != nil && err == nil {
+			err = e
+		}
+	}
+	return err
+}
+
+func (s *Server) read(dc *dataConn, h wire.Header, id uint64, start time.Time) {
+	if h.Count > uint64(wire.DefaultLimits.MaxPayload) {
+		dc.done(h, start, errs.New(errs.ErrTooLarge, "read of %d bytes beyond the %d-byte frame limit: split it", h.Count, wire.DefaultLimits.MaxPayload))
+		return
+	}
+	if h.Offset > store.MaxChunk {
+		dc.done(h, start, errs.New(errs.ErrOutOfRange, "read offset %d beyond any chunk", h.Offset))
+		return
+	}
+	sent := false
+	err := s.store.Read(id, int64(h.Offset), int64(h.Count), func(bufs [][]byte) error {
+		sent = true
+		s.metrics.bytesOut.Add(float64(h.Count))
+		return dc.send(h, wire.StatusOK, bufs, 0)
+	})
+	if !sent {
+		dc.done(h, start, err)
+		return
+	}
+	s.metrics.observe(h.Op, start, err)
+}
+
+func (s *Server) control(dc *dataConn, h wire.Header, key, body []byte, start time.Time) {
+	if h.Op == wire.OpPing {
+		dc.done(h, start, nil)
+		return
+	}
+	ref, err := wire.ParseChunkRef(key)
+	if err != nil {
+		dc.done(h, start, err)
+		return
+	}
+	switch h.Op {
+	case wire.OpStat:
+		info, err := s.store.Stat(ref.ID)
+		if err != nil {
+			dc.done(h, start, err)
+			return
+		}
+		var flags uint16
+		if info.Sealed {
+			flags = wire.FlagSealed
+		}
+		out := h
+		out.Offset = uint64(info.Length)
+		dc.send(out, wire.StatusOK, nil, flags)
+		s.metrics.observe(h.Op, start, nil)
+	case wire.OpSeal:
+		dc.done(h, start, s.store.Seal(ref.ID))
+	case wire.OpDelete:
+		dc.done(h, start, s.store.Delete(ref.ID))
+	case wire.OpCopy:
+		dc.done(h, start, s.copyFrom(ref.ID, string(body)))
+	}
+}
+
+// copyFrom fetches chunk id from server src: used by the master to restore
+// the replica count of HA chunks after a server is lost.
+func (s *Server) copyFrom(id uint64, src string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	length, sealed, err := s.peers.StatChunk(ctx, src, id)
+	if err != nil {
+		return fmt.Errorf("copy chunk %d from %s: %w", id, src, err)
+	}
+	if _, err := s.store.Stat(id); err == nil {
+		if err := s.store.Delete(id); err != nil {
+			return err
+		}
+	}
+	const piece = 4 << 20
+	bp := bufpool.Get(piece)
+	defer bufpool.Put(bp)
+	if length == 0 {
+		if err := s.store.Write(id, 0, nil); err != nil {
+			return err
+		}
+	}
+	for off := int64(0); off < length; off += piece {
+		n := min(piece, length-off)
+		if err := s.peers.ReadChunk(ctx, src, id, off, (*bp)[:n]); err != nil {
+			return fmt.Errorf("copy chunk %d from %s: %w", id, src, err)
+		}
+		if err := s.store.Write(id, off, (*bp)[:n]); err != nil {
+			return err
+		}
+	}
+	if sealed {
+		return s.store.Seal(id)
+	}
+	return nil
+}
+
+// done answers h with err's status (or OK) and records metrics.
+func (dc *dataConn) done(h wire.Header, start time.Time, err error) {
+	dc.s.metrics.observe(h.Op, start, err)
+	dc.reply(h, err)
+}
+
+func (dc *dataConn) reply(h wire.Header, err error) {
+	if err == nil {
+		dc.send(h, wire.StatusOK, nil, 0)
+		return
+	}
+	var payload [][]byte
+	if msg := err.Error(); msg != "" {
+		payload = [][]byte{[]byte(msg)}
+	}
+	dc.send(h, wire.StatusOf(err), payload, 0)
+}
+
+// send writes one response frame, gathering bufs with writev.
+func (dc *dataConn) send(req wire.Header, st wire.Status, bufs [][]byte, flags uint16) error {
+	h := wire.Header{Op: req.Op, ReqID: req.ReqID, Status: st, Flags: flags | wire.FlagResponse, Offset: req.Offset}
+	var n int
+	for _, b := range bufs {
+		n += len(b)
+	}
+	h.PayloadLen = uint32(n)
+	h.PayloadCRC = wire.Checksum(bufs...)
+	var hb [wire.HeaderSize]byte
+	out := make(net.Buffers, 0, 1+len(bufs))
+	out = append(out, wire.Encode(hb[:], &h, nil))
+	out = append(out, bufs...)
+	dc.wmu.Lock()
+	defer dc.wmu.Unlock()
+	dc.nc.SetWriteDeadline(time.Now().Add(60 * time.Second))
+	_, err := out.WriteTo(dc.nc)
+	if err != nil {
+		dc.nc.Close() // a partial frame: the client must reconnect
+	}
+	return err
+}
