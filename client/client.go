@@ -1,0 +1,226 @@
+// Package client is the gd2fs Go SDK. It asks the master where chunks are,
+// caches the answer per open file, and then moves bytes directly between the
+// caller's buffers and the data servers, splitting large transfers into
+// pieces that run in parallel over several TCP streams to several servers.
+//
+//	c, err := client.New(client.Config{Master: "http://127.0.0.1:7070"})
+//	f, err := c.Create(ctx, "/models/m/w.bin", client.CreateOptions{Pool: "ha"})
+//	f.Write(data)
+//	f.Close()                       // commits the size and seals the file
+//	g, err := c.Open(ctx, "/models/m/w.bin")
+//	g.ReadAt(buf, 0)                // straight into buf
+//
+// Errors wrap the sentinels of package errs (errs.ErrNotFound,
+// errs.ErrUnavailable, errs.ErrSealed, ...); test them with errors.Is.
+package client
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/gd2fs/gd2fs/errs"
+	"github.com/gd2fs/gd2fs/internal/api"
+	"github.com/gd2fs/gd2fs/internal/meta"
+	"github.com/gd2fs/gd2fs/internal/rpc"
+)
+
+// Config configures a client.
+type Config struct {
+	Master     string        // master URL; default http://127.0.0.1:7070
+	Token      string        // cluster token
+	Streams    int           // TCP connections per server (default 4)
+	PieceSize  int           // bytes per data-plane request (default 4 MiB)
+	Parallel   int           // requests in flight per transfer (default 16)
+	Timeout    time.Duration // per data-plane request (default 60s)
+	LocalAddrs []string      // local IPs to bind, one per NIC
+	// Transport overrides the TCP data path (the seam for RDMA / GPU-direct).
+	Transport Transport
+}
+
+// Transport moves chunk bytes. The TCP implementation is the default; an
+// RDMA or GPU-direct one can replace it without touching the rest.
+type Transport interface {
+	WriteChunk(ctx context.Context, addr string, id uint64, off int64, data []byte, forward []string) error
+	ReadChunk(ctx context.Context, addr string, id uint64, off int64, dst []byte) error
+	SealChunk(ctx context.Context, addr string, id uint64) error
+	Close()
+}
+
+// Client talks to one gd2fs cluster. It is safe for concurrent use.
+type Client struct {
+	cfg Config
+	api *api.Client
+	tr  Transport
+}
+
+// DefaultMaster is where `gd2fs up` listens.
+const DefaultMaster = "http://127.0.0.1:7070"
+
+// New returns a client. It does not contact the cluster until used.
+func New(cfg Config) (*Client, error) {
+	if cfg.Master == "" {
+		cfg.Master = DefaultMaster
+	}
+	if !strings.HasPrefix(cfg.Master, "http://") && !strings.HasPrefix(cfg.Master, "https://") {
+		cfg.Master = "http://" + cfg.Master
+	}
+	if cfg.PieceSize <= 0 {
+		cfg.PieceSize = 4 << 20
+	}
+	if cfg.Parallel <= 0 {
+		cfg.Parallel = 16
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 60 * time.Second
+	}
+	tr := cfg.Transport
+	if tr == nil {
+		tr = rpc.NewPool(rpc.Options{Token: cfg.Token, Name: "client", Streams: cfg.Streams, LocalAddrs: cfg.LocalAddrs})
+	}
+	return &Client{cfg: cfg, tr: tr,
+		api: &api.Client{Base: cfg.Master, Token: cfg.Token, HTTP: &http.Client{Timeout: 30 * time.Second}}}, nil
+}
+
+// Close releases connections.
+func (c *Client) Close() error {
+	c.tr.Close()
+	return nil
+}
+
+// FileInfo describes a file or directory.
+type FileInfo struct {
+	Path      string
+	IsDir     bool
+	Pool      string
+	ChunkSize int64
+	Size      int64
+	Sealed    bool
+	Modified  time.Time
+	Chunks    []ChunkInfo
+}
+
+// ChunkInfo says where a chunk lives.
+type ChunkInfo struct {
+	Index, Length int64
+	ID            uint64
+	Replicas      []ReplicaInfo
+}
+
+// ReplicaInfo is one copy of a chunk.
+type ReplicaInfo struct {
+	Server, Addr string
+	Up           bool
+}
+
+func infoOf(f api.File) FileInfo {
+	fi := FileInfo{Path: f.Path, IsDir: f.IsDir, Pool: f.Pool, ChunkSize: f.ChunkSize, Size: f.Size, Sealed: f.Sealed, Modified: f.Modified}
+	for _, c := range f.Chunks {
+		ci := ChunkInfo{Index: c.Index, Length: c.Length, ID: c.ID}
+		for _, r := range c.Replicas {
+			ci.Replicas = append(ci.Replicas, ReplicaInfo{Server: r.Server, Addr: r.Addr, Up: r.Up})
+		}
+		fi.Chunks = append(fi.Chunks, ci)
+	}
+	return fi
+}
+
+// urlPath validates a namespace path and escapes it for the master's URLs.
+func urlPath(p string) (string, error) {
+	clean, err := meta.CleanPath(p)
+	if err != nil {
+		return "", err
+	}
+	return "/" + api.EscapePath(clean), nil
+}
+
+// call is api.Client.Do for a route that takes a namespace path.
+func (c *Client) call(ctx context.Context, method, route, path string, in, out any) error {
+	u, err := urlPath(path)
+	if err != nil {
+		return err
+	}
+	return c.api.Do(ctx, method, route+u, in, out)
+}
+
+// Stat describes path, with its chunks and their replicas.
+func (c *Client) Stat(ctx context.Context, path string) (FileInfo, error) {
+	var f api.File
+	if err := c.call(ctx, "GET", "/v1/files", path, nil, &f); err != nil {
+		return FileInfo{}, err
+	}
+	return infoOf(f), nil
+}
+
+// List returns the entries of directory dir.
+func (c *Client) List(ctx context.Context, dir string) ([]FileInfo, error) {
+	var l api.Listing
+	if err := c.call(ctx, "GET", "/v1/list", dir, nil, &l); err != nil {
+		return nil, err
+	}
+	out := make([]FileInfo, len(l.Entries))
+	for i, e := range l.Entries {
+		out[i] = infoOf(e)
+	}
+	return out, nil
+}
+
+// Mkdir creates dir and its parents.
+func (c *Client) Mkdir(ctx context.Context, dir string) error {
+	return c.call(ctx, "PUT", "/v1/dirs", dir, nil, nil)
+}
+
+// Remove deletes a file, or an empty directory. A file's chunks are freed by
+// their servers shortly after.
+func (c *Client) Remove(ctx context.Context, path string) error {
+	return c.call(ctx, "DELETE", "/v1/files", path, nil, nil)
+}
+
+// Status is the cluster overview: servers, pools, totals.
+type Status = api.Status
+
+// Status asks the master for the cluster overview.
+func (c *Client) Status(ctx context.Context) (Status, error) {
+	var st Status
+	err := c.api.Do(ctx, "GET", "/v1/status", nil, &st)
+	return st, err
+}
+
+// CreateOptions choose a new file's pool and chunk size.
+type CreateOptions struct {
+	Pool      string // "ha" (default, 3 replicas) or "perf" (1 replica)
+	ChunkSize int64  // default 16 MiB; a multiple of 64 KiB
+	Overwrite bool   // remove an existing file of that name first
+}
+
+// Create makes a new file open for writing.
+func (c *Client) Create(ctx context.Context, path string, o CreateOptions) (*File, error) {
+	if o.Overwrite {
+		if err := c.Remove(ctx, path); err != nil && !errors.Is(err, errs.ErrNotFound) {
+			return nil, err
+		}
+	}
+	var f api.File
+	if err := c.call(ctx, "PUT", "/v1/files", path, api.CreateRequest{Pool: o.Pool, ChunkSize: o.ChunkSize}, &f); err != nil {
+		return nil, err
+	}
+	x := newFile(c, f)
+	x.created = true
+	return x, nil
+}
+
+// Open opens an existing file. Reads use the chunk map fetched now (and
+// refreshed when every replica of a chunk fails); writes are possible until
+// the file is sealed.
+func (c *Client) Open(ctx context.Context, path string) (*File, error) {
+	var f api.File
+	if err := c.call(ctx, "GET", "/v1/files", path, nil, &f); err != nil {
+		return nil, err
+	}
+	if f.IsDir {
+		return nil, errs.New(errs.ErrIsDir, "%s is a directory", path)
+	}
+	return newFile(c, f), nil
+}

@@ -1,0 +1,436 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/gd2fs/gd2fs/errs"
+	"github.com/gd2fs/gd2fs/internal/api"
+)
+
+// File is an open gd2fs file. ReadAt and WriteAt may be called concurrently;
+// Write (append) keeps a position and is for one writer.
+type File struct {
+	c *Client
+
+	mu      sync.Mutex
+	info    api.File
+	chunks  map[int64]api.Chunk
+	lengths map[int64]int64 // chunk lengths written through this handle, not yet committed
+	size    int64
+	dirty   bool
+	created bool
+	closed  bool
+}
+
+func newFile(c *Client, f api.File) *File {
+	x := &File{c: c, info: f, size: f.Size, lengths: map[int64]int64{}}
+	x.setChunks(f.Chunks)
+	return x
+}
+
+func (f *File) setChunks(cs []api.Chunk) {
+	f.chunks = make(map[int64]api.Chunk, len(cs))
+	for _, c := range cs {
+		f.chunks[c.Index] = c
+	}
+}
+
+// Name is the file's path.
+func (f *File) Name() string { return f.info.Path }
+
+// Size is the file size as this handle sees it (its own writes included).
+func (f *File) Size() int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.size
+}
+
+// Info is the file's metadata as of open (or the last Sync).
+func (f *File) Info() FileInfo {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return infoOf(f.info)
+}
+
+// piece is one data-plane request: bytes [off, off+len(buf)) of chunk idx.
+type piece struct {
+	idx int64
+	off int64 // within the chunk
+	buf []byte
+}
+
+func (f *File) split(p []byte, off int64) []piece {
+	cs, ps := f.info.ChunkSize, int64(f.c.cfg.PieceSize)
+	var out []piece
+	for len(p) > 0 {
+		idx, in := off/cs, off%cs
+		n := min(int64(len(p)), cs-in, ps-in%ps)
+		out = append(out, piece{idx, in, p[:n]})
+		p = p[n:]
+		off += n
+	}
+	return out
+}
+
+// run calls fn for every piece with at most Parallel in flight and returns
+// the first error.
+func (f *File) run(ctx context.Context, ps []piece, fn func(ctx context.Context, i int, p piece) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sem := make(chan struct{}, f.c.cfg.Parallel)
+	var wg sync.WaitGroup
+	var once sync.Once
+	var first error
+	for i, p := range ps {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if err := fn(ctx, i, p); err != nil {
+				once.Do(func() { first = err; cancel() })
+			}
+		}()
+	}
+	wg.Wait()
+	if first == nil && ctx.Err() != nil {
+		first = ctx.Err()
+	}
+	return first
+}
+
+// WriteAt writes p at off, in parallel pieces. For an HA file it returns only
+// when every replica holds the bytes with a matching checksum.
+func (f *File) WriteAt(p []byte, off int64) (int, error) {
+	return f.WriteAtContext(context.Background(), p, off)
+}
+
+// WriteAtContext is WriteAt with a context.
+func (f *File) WriteAtContext(ctx context.Context, p []byte, off int64) (int, error) {
+	if off < 0 {
+		return 0, errs.New(errs.ErrOutOfRange, "negative offset %d", off)
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	f.mu.Lock()
+	if f.closed || f.info.Sealed {
+		f.mu.Unlock()
+		return 0, errs.New(errs.ErrSealed, "%s is closed or sealed: files are immutable once closed", f.info.Path)
+	}
+	ps := f.split(p, off)
+	var missing []int64
+	seen := map[int64]bool{}
+	for _, x := range ps {
+		if _, ok := f.chunks[x.idx]; !ok && !seen[x.idx] {
+			missing = append(missing, x.idx)
+			seen[x.idx] = true
+		}
+	}
+	f.mu.Unlock()
+	if len(missing) > 0 {
+		var got api.Chunks
+		if err := f.c.call(ctx, "POST", "/v1/alloc", f.info.Path, api.AllocRequest{Indexes: missing}, &got); err != nil {
+			return 0, err
+		}
+		f.mu.Lock()
+		for _, c := range got.Chunks {
+			f.chunks[c.Index] = c
+		}
+		f.mu.Unlock()
+	}
+	f.mu.Lock()
+	chunks := make([]api.Chunk, len(ps))
+	for i, x := range ps {
+		chunks[i] = f.chunks[x.idx]
+	}
+	f.mu.Unlock()
+	err := f.run(ctx, ps, func(ctx context.Context, i int, x piece) error {
+		c := chunks[i]
+		if len(c.Replicas) == 0 {
+			return errs.New(errs.ErrInternal, "chunk %d of %s has no replicas", x.idx, f.info.Path)
+		}
+		fwd := make([]string, 0, len(c.Replicas)-1)
+		for _, r := range c.Replicas[1:] {
+			fwd = append(fwd, r.Addr)
+		}
+		rctx, cancel := context.WithTimeout(ctx, f.c.cfg.Timeout)
+		defer cancel()
+		if err := f.c.tr.WriteChunk(rctx, c.Replicas[0].Addr, c.ID, x.off, x.buf, fwd); err != nil {
+			return fmt.Errorf("write %s chunk %d at %d via %s: %w", f.info.Path, x.idx, x.off, c.Replicas[0].Addr, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	f.mu.Lock()
+	for _, x := range ps {
+		f.lengths[x.idx] = max(f.lengths[x.idx], x.off+int64(len(x.buf)))
+	}
+	f.size = max(f.size, off+int64(len(p)))
+	f.dirty = true
+	f.mu.Unlock()
+	return len(p), nil
+}
+
+// Write appends p at the end of the file (io.Writer).
+func (f *File) Write(p []byte) (int, error) {
+	return f.WriteAt(p, f.Size())
+}
+
+// Append is Write with a context.
+func (f *File) Append(ctx context.Context, p []byte) (int, error) {
+	return f.WriteAtContext(ctx, p, f.Size())
+}
+
+// Sync records the size and chunk lengths at the master, making the writes
+// visible to other clients.
+func (f *File) Sync(ctx context.Context) error { return f.commit(ctx, false) }
+
+// Close syncs and seals a file this handle created or wrote: it becomes
+// immutable, on the master and on every server holding its chunks. Closing a
+// handle that only read changes nothing.
+func (f *File) Close() error {
+	f.mu.Lock()
+	if f.closed {
+		f.mu.Unlock()
+		return nil
+	}
+	seal := (f.created || f.dirty) && !f.info.Sealed
+	f.closed = !seal
+	f.mu.Unlock()
+	if !seal {
+		return nil
+	}
+	return f.commit(context.Background(), true)
+}
+
+func (f *File) commit(ctx context.Context, seal bool) error {
+	f.mu.Lock()
+	req := api.CommitRequest{Size: f.size, Lengths: make(map[int64]int64, len(f.lengths)), Seal: seal}
+	for k, v := range f.lengths {
+		req.Lengths[k] = v
+	}
+	f.mu.Unlock()
+	var out api.File
+	if err := f.c.call(ctx, "POST", "/v1/commit", f.info.Path, req, &out); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	for idx, l := range req.Lengths {
+		if c, ok := f.chunks[idx]; ok && c.Length < l {
+			c.Length = l
+			f.chunks[idx] = c
+		}
+	}
+	f.info.Size, f.info.Sealed, f.info.Modified = out.Size, out.Sealed, out.Modified
+	f.dirty = false
+	chunks := make([]api.Chunk, 0, len(f.chunks))
+	for _, c := range f.chunks {
+		chunks = append(chunks, c)
+	}
+	if seal {
+		f.closed = true
+	}
+	f.mu.Unlock()
+	if !seal {
+		return nil
+	}
+	// Seal on the servers too, so no client can change the bytes later.
+	// A replica that is down now keeps an unsealed copy; reads verify
+	// checksums either way.
+	var wg sync.WaitGroup
+	for _, c := range chunks {
+		for _, r := range c.Replicas {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				sctx, cancel := context.WithTimeout(ctx, f.c.cfg.Timeout)
+				defer cancel()
+				f.c.tr.SealChunk(sctx, r.Addr, c.ID)
+			}()
+		}
+	}
+	wg.Wait()
+	return nil
+}
+
+// ReadAt reads len(p) bytes at off straight into p (io.ReaderAt). Pieces run
+// in parallel across servers; a failed replica is retried on the next one.
+func (f *File) ReadAt(p []byte, off int64) (int, error) {
+	return f.ReadAtContext(context.Background(), p, off)
+}
+
+// ReadAtContext is ReadAt with a context.
+func (f *File) ReadAtContext(ctx context.Context, p []byte, off int64) (int, error) {
+	if off < 0 {
+		return 0, errs.New(errs.ErrOutOfRange, "negative offset %d", off)
+	}
+	size := f.Size()
+	if off >= size {
+		if len(p) == 0 {
+			return 0, nil
+		}
+		return 0, io.EOF
+	}
+	n := len(p)
+	var eof error
+	if int64(n) > size-off {
+		n, eof = int(size-off), io.EOF
+	}
+	f.mu.Lock()
+	ps := f.split(p[:n], off)
+	f.mu.Unlock()
+	err := f.run(ctx, ps, func(ctx context.Context, i int, x piece) error { return f.readPiece(ctx, i, x) })
+	if err != nil {
+		return 0, err
+	}
+	return n, eof
+}
+
+// readPiece fills x.buf from one replica of its chunk, zero-filling what lies
+// beyond the chunk's written length (a sparse region).
+func (f *File) readPiece(ctx context.Context, i int, x piece) error {
+	for attempt := 0; ; attempt++ {
+		f.mu.Lock()
+		c, ok := f.chunks[x.idx]
+		length := max(c.Length, f.lengths[x.idx])
+		f.mu.Unlock()
+		if !ok {
+			clear(x.buf)
+			return nil
+		}
+		n := min(int64(len(x.buf)), max(0, length-x.off))
+		clear(x.buf[n:])
+		if n == 0 {
+			return nil
+		}
+		err := f.readReplicas(ctx, c, i, x.off, x.buf[:n])
+		if err == nil || attempt > 0 || ctx.Err() != nil {
+			return err
+		}
+		// Every replica failed: the cached map may be stale (a repair moved
+		// a replica). Refresh once from the master and retry.
+		if rerr := f.refresh(ctx); rerr != nil {
+			return err
+		}
+	}
+}
+
+func (f *File) readReplicas(ctx context.Context, c api.Chunk, spread int, off int64, dst []byte) error {
+	// Up replicas first, rotated by piece number so a big read spreads over
+	// every replica; replicas the master thinks down come last.
+	order := make([]api.Replica, 0, len(c.Replicas))
+	k := len(c.Replicas)
+	for j := range k {
+		order = append(order, c.Replicas[(spread+int(c.Index)+j)%k])
+	}
+	sort.SliceStable(order, func(a, b int) bool { return order[a].Up && !order[b].Up })
+	var tried []string
+	var last error
+	for _, r := range order {
+		if r.Addr == "" {
+			continue
+		}
+		rctx, cancel := context.WithTimeout(ctx, f.c.cfg.Timeout)
+		err := f.c.tr.ReadChunk(rctx, r.Addr, c.ID, off, dst)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if errors.Is(err, errs.ErrOutOfRange) || errors.Is(err, errs.ErrBadRequest) {
+			return err
+		}
+		tried = append(tried, r.Addr)
+		last = err
+	}
+	pool := f.info.Pool
+	hint := "start the server again, or wait for the master to re-replicate"
+	if len(c.Replicas) == 1 {
+		hint = "this " + pool + "-pool chunk has one copy; it is back when its server is"
+	}
+	return errs.New(errs.ErrUnavailable, "%s: chunk %d unavailable: no replica answered (tried %s; last error: %v); %s",
+		f.info.Path, c.Index, strings.Join(tried, ", "), last, hint)
+}
+
+func (f *File) refresh(ctx context.Context) error {
+	var nf api.File
+	if err := f.c.call(ctx, "GET", "/v1/files", f.info.Path, nil, &nf); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.setChunks(nf.Chunks)
+	f.info.Size = nf.Size
+	f.size = max(f.size, nf.Size)
+	return nil
+}
+
+// WriteTo streams the whole file to w (io.WriterTo), fetching the next window
+// in parallel while the previous one is written out.
+func (f *File) WriteTo(w io.Writer) (int64, error) {
+	return f.copyTo(context.Background(), w, nil)
+}
+
+// CopyTo is WriteTo with a context and a progress callback (bytes so far).
+func (f *File) CopyTo(ctx context.Context, w io.Writer, progress func(int64)) (int64, error) {
+	return f.copyTo(ctx, w, progress)
+}
+
+func (f *File) copyTo(ctx context.Context, w io.Writer, progress func(int64)) (int64, error) {
+	size := f.Size()
+	win := int64(f.c.cfg.PieceSize * f.c.cfg.Parallel)
+	bufs := [2][]byte{make([]byte, min(win, size)), make([]byte, min(win, size))}
+	type result struct {
+		n   int
+		err error
+	}
+	fetch := func(b []byte, off int64) chan result {
+		ch := make(chan result, 1)
+		go func() {
+			n, err := f.ReadAtContext(ctx, b, off)
+			if err == io.EOF {
+				err = nil
+			}
+			ch <- result{n, err}
+		}()
+		return ch
+	}
+	var done int64
+	if size == 0 {
+		return 0, nil
+	}
+	next := fetch(bufs[0], 0)
+	for i := 0; done < size; i++ {
+		r := <-next
+		if r.err != nil {
+			return done, r.err
+		}
+		if off := done + int64(r.n); off < size {
+			next = fetch(bufs[(i+1)%2], off)
+		}
+		if _, err := w.Write(bufs[i%2][:r.n]); err != nil {
+			return done, err
+		}
+		done += int64(r.n)
+		if progress != nil {
+			progress(done)
+		}
+	}
+	return done, nil
+}

@@ -1,0 +1,180 @@
+// Package cluster runs a whole gd2fs cluster in one process: a master on
+// SQLite and several data servers on loopback. It is what `gd2fs up` runs and
+// what tests use for a real cluster on real sockets.
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/gd2fs/gd2fs/client"
+	"github.com/gd2fs/gd2fs/internal/master"
+	"github.com/gd2fs/gd2fs/internal/meta"
+	"github.com/gd2fs/gd2fs/internal/server"
+	"github.com/gd2fs/gd2fs/internal/store"
+)
+
+// Config describes a local cluster.
+type Config struct {
+	Dir         string // data root: meta.db and one folder per server
+	MasterAddr  string // default 127.0.0.1:0
+	ServerAddrs []string
+	Servers     int   // default 3
+	MemBytes    int64 // DRAM tier per server
+	DiskBytes   int64 // disk tier per server; 0 = DRAM only
+	Meta        string
+	Token       string
+	Cluster     string
+	DownAfter   time.Duration
+	RepairAfter time.Duration
+	Log         *slog.Logger
+}
+
+// Cluster is a running local cluster.
+type Cluster struct {
+	Master  *master.Master
+	Servers []*server.Server
+	Meta    meta.Store
+	cfg     Config
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+// Start starts a master and cfg.Servers servers and waits until every server
+// has registered.
+func Start(ctx context.Context, cfg Config) (*Cluster, error) {
+	if cfg.Servers <= 0 {
+		cfg.Servers = 3
+	}
+	if cfg.MasterAddr == "" {
+		cfg.MasterAddr = "127.0.0.1:0"
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("create data dir %s: %w", cfg.Dir, err)
+	}
+	if cfg.Meta == "" {
+		cfg.Meta = "sqlite://" + filepath.Join(cfg.Dir, "meta.db")
+	}
+	ms, err := meta.Open(ctx, cfg.Meta)
+	if err != nil {
+		return nil, err
+	}
+	m, err := master.New(ctx, master.Config{Listen: cfg.MasterAddr, Meta: ms, Cluster: cfg.Cluster, Token: cfg.Token,
+		DownAfter: cfg.DownAfter, RepairAfter: cfg.RepairAfter, Log: cfg.Log})
+	if err != nil {
+		ms.Close()
+		return nil, err
+	}
+	rctx, cancel := context.WithCancel(context.Background())
+	c := &Cluster{Master: m, Meta: ms, cfg: cfg, cancel: cancel, done: make(chan struct{})}
+	go func() { m.Run(rctx); close(c.done) }()
+	for i := 0; i < cfg.Servers; i++ {
+		if _, err := c.AddServer(i); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
+	if err := c.WaitServers(ctx, cfg.Servers); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// AddServer starts server number i (its folder is <Dir>/server-<i>).
+func (c *Cluster) AddServer(i int) (*server.Server, error) {
+	addr := "127.0.0.1:0"
+	if i < len(c.cfg.ServerAddrs) {
+		addr = c.cfg.ServerAddrs[i]
+	}
+	sc := store.Config{MemBytes: c.cfg.MemBytes}
+	if c.cfg.DiskBytes > 0 {
+		sc.Dir = filepath.Join(c.cfg.Dir, "server-"+strconv.Itoa(i))
+		sc.DiskBytes = c.cfg.DiskBytes
+	}
+	s, err := server.New(server.Config{Listen: addr, Master: c.Master.URL(), Token: c.cfg.Token, Store: sc,
+		Heartbeat: c.heartbeat(), Log: c.cfg.Log, ID: "server-" + strconv.Itoa(i)})
+	if err != nil {
+		return nil, err
+	}
+	go s.Run(context.Background())
+	if i < len(c.Servers) {
+		c.Servers[i] = s
+	} else {
+		c.Servers = append(c.Servers, s)
+	}
+	return s, nil
+}
+
+func (c *Cluster) heartbeat() time.Duration {
+	if c.cfg.DownAfter > 0 {
+		return c.cfg.DownAfter / 5
+	}
+	return time.Second
+}
+
+// WaitServers waits until n servers are up at the master.
+func (c *Cluster) WaitServers(ctx context.Context, n int) error {
+	cl := c.Client()
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		st, err := cl.Status(ctx)
+		if err == nil {
+			up := 0
+			for _, s := range st.Servers {
+				if s.State == "up" {
+					up++
+				}
+			}
+			if up >= n {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return errors.New("cluster: servers did not register with the master within 30s")
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// Client returns a client for the cluster.
+func (c *Cluster) Client() *client.Client {
+	cl, _ := client.New(client.Config{Master: c.Master.URL(), Token: c.cfg.Token})
+	return cl
+}
+
+// Close stops everything.
+func (c *Cluster) Close() error {
+	for _, s := range c.Servers {
+		if s != nil {
+			s.Close()
+		}
+	}
+	c.cancel()
+	c.Master.Close()
+	<-c.done
+	return c.Meta.Close()
+}
+
+// FreePort returns a free loopback TCP address.
+func FreePort() string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "127.0.0.1:0"
+	}
+	defer l.Close()
+	return l.Addr().String()
+}

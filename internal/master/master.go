@@ -1,0 +1,617 @@
+// Package master is the gd2fs master: namespace, placement, pools and
+// membership, served as HTTP/JSON (docs/api.md). It holds metadata only and is
+// never on the data path. State lives in a meta.Store, so a restart loses
+// nothing; server liveness is soft state rebuilt from heartbeats.
+package master
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"log/slog"
+	"math"
+	"net"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gd2fs/gd2fs/errs"
+	"github.com/gd2fs/gd2fs/internal/api"
+	"github.com/gd2fs/gd2fs/internal/meta"
+	"github.com/gd2fs/gd2fs/internal/rpc"
+	"github.com/gd2fs/gd2fs/internal/store"
+)
+
+// Config configures a master.
+type Config struct {
+	Listen    string
+	Meta      meta.Store
+	Cluster   string        // name in gd2fs://<cluster>/path URIs; default "local"
+	Token     string        // cluster token; "" accepts any caller
+	DownAfter time.Duration // a server silent this long is down (default 5s)
+	// RepairAfter: HA chunks on a server down this long are copied to
+	// another server (default 30s). Negative disables repair.
+	RepairAfter time.Duration
+	Log         *slog.Logger
+}
+
+// DefaultChunkSize is used when a create asks for none.
+const DefaultChunkSize = 16 << 20
+
+type liveServer struct {
+	info     api.ServerInfo
+	lastSeen time.Time
+	up       bool
+	downAt   time.Time
+}
+
+// Master is a running master.
+type Master struct {
+	cfg     Config
+	log     *slog.Logger
+	meta    meta.Store
+	ln      net.Listener
+	srv     *http.Server
+	peers   *rpc.Pool
+	metrics *metrics
+	seed    maphash.Seed
+
+	mu      sync.Mutex
+	servers map[string]*liveServer
+	epoch   int64
+}
+
+// New opens the master: it ensures the default pools exist and loads known
+// servers (as down until they heartbeat).
+func New(ctx context.Context, cfg Config) (*Master, error) {
+	if cfg.Cluster == "" {
+		cfg.Cluster = "local"
+	}
+	if cfg.DownAfter <= 0 {
+		cfg.DownAfter = 5 * time.Second
+	}
+	if cfg.RepairAfter == 0 {
+		cfg.RepairAfter = 30 * time.Second
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	m := &Master{cfg: cfg, log: cfg.Log.With("role", "master"), meta: cfg.Meta, servers: map[string]*liveServer{},
+		peers: rpc.NewPool(rpc.Options{Token: cfg.Token, Name: "master", Streams: 1}), seed: maphash.MakeSeed()}
+	pools, err := m.meta.Pools(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if len(pools) == 0 {
+		for _, p := range []meta.Pool{{Name: "ha", Replicas: 3}, {Name: "perf", Replicas: 1}} {
+			if err := m.meta.PutPool(ctx, p); err != nil {
+				return nil, err
+			}
+		}
+	}
+	svs, err := m.meta.Servers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range svs {
+		m.servers[s.ID] = &liveServer{info: api.ServerInfo{ID: s.ID, Addr: s.Addr, MemCap: s.MemCap, DiskCap: s.DiskCap, State: "down"}, downAt: time.Now()}
+	}
+	if m.epoch, err = m.meta.Epoch(ctx); err != nil {
+		return nil, err
+	}
+	m.metrics = newMetrics(m)
+	m.ln, err = net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("master: listen on %s: %w (is another master running?)", cfg.Listen, err)
+	}
+	m.srv = &http.Server{Handler: m.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	return m, nil
+}
+
+// URL is the master's base URL.
+func (m *Master) URL() string {
+	host, port, _ := net.SplitHostPort(m.ln.Addr().String())
+	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, port)
+}
+
+// Run serves until ctx ends.
+func (m *Master) Run(ctx context.Context) error {
+	go m.loop(ctx)
+	go func() { <-ctx.Done(); m.Close() }()
+	if err := m.srv.Serve(m.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// Close stops the HTTP server. The meta store is the caller's to close.
+func (m *Master) Close() error {
+	m.peers.Close()
+	return m.srv.Close()
+}
+
+// loop marks silent servers down and repairs HA chunks of long-dead ones.
+func (m *Master) loop(ctx context.Context) {
+	t := time.NewTicker(m.cfg.DownAfter / 5)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		m.checkLiveness(ctx)
+		if m.cfg.RepairAfter > 0 {
+			m.repair(ctx)
+		}
+	}
+}
+
+func (m *Master) checkLiveness(ctx context.Context) {
+	now := time.Now()
+	m.mu.Lock()
+	changed := false
+	for _, s := range m.servers {
+		if s.up && now.Sub(s.lastSeen) > m.cfg.DownAfter {
+			s.up, s.downAt, s.info.State = false, now, "down"
+			changed = true
+			m.log.Warn("server down: no heartbeat", "id", s.info.ID, "addr", s.info.Addr, "silent", now.Sub(s.lastSeen).Round(time.Millisecond))
+		}
+	}
+	m.mu.Unlock()
+	if changed {
+		m.bumpEpoch(ctx)
+	}
+}
+
+func (m *Master) bumpEpoch(ctx context.Context) {
+	e, err := m.meta.BumpEpoch(ctx)
+	if err != nil {
+		m.log.Error("bump epoch", "err", err)
+		return
+	}
+	m.mu.Lock()
+	m.epoch = e
+	m.mu.Unlock()
+}
+
+// heartbeat records a server's report and answers with the epoch and the
+// chunks it must delete.
+func (m *Master) heartbeat(ctx context.Context, hb api.Heartbeat) (api.HeartbeatReply, error) {
+	if hb.ID == "" || hb.Addr == "" {
+		return api.HeartbeatReply{}, errs.New(errs.ErrBadRequest, "heartbeat needs id and addr")
+	}
+	if len(hb.Deleted) > 0 {
+		if err := m.meta.ClearTombstones(ctx, hb.ID, hb.Deleted); err != nil {
+			return api.HeartbeatReply{}, err
+		}
+	}
+	m.mu.Lock()
+	s := m.servers[hb.ID]
+	isNew := s == nil || !s.up || s.info.Addr != hb.Addr || s.info.MemCap != hb.MemCap || s.info.DiskCap != hb.DiskCap
+	if s == nil {
+		s = &liveServer{}
+		m.servers[hb.ID] = s
+	}
+	s.info = hb.ServerInfo
+	s.info.State = "up"
+	s.lastSeen = time.Now()
+	s.info.LastSeen = s.lastSeen
+	s.up = true
+	m.mu.Unlock()
+	if isNew {
+		if err := m.meta.PutServer(ctx, meta.Server{ID: hb.ID, Addr: hb.Addr, MemCap: hb.MemCap, DiskCap: hb.DiskCap}); err != nil {
+			return api.HeartbeatReply{}, err
+		}
+		m.log.Info("server up", "id", hb.ID, "addr", hb.Addr)
+		m.bumpEpoch(ctx)
+	}
+	del, err := m.meta.Tombstones(ctx, hb.ID, 512)
+	if err != nil {
+		return api.HeartbeatReply{}, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return api.HeartbeatReply{Epoch: m.epoch, Delete: del}, nil
+}
+
+func (m *Master) pool(ctx context.Context, name string) (meta.Pool, error) {
+	ps, err := m.meta.Pools(ctx)
+	if err != nil {
+		return meta.Pool{}, err
+	}
+	var names []string
+	for _, p := range ps {
+		if p.Name == name {
+			return p, nil
+		}
+		names = append(names, p.Name)
+	}
+	return meta.Pool{}, errs.New(errs.ErrNotFound, "no pool %q: pools are %s", name, strings.Join(names, ", "))
+}
+
+// place picks replicas distinct servers for chunk idx of file fileID with
+// weighted rendezvous hashing: each server's score is -ln(u)/free, u a hash
+// of (file, chunk, server). A file's chunks spread over all servers, the
+// emptier ones take proportionally more, and the choice is stable.
+func (m *Master) place(fileID, idx int64, replicas int, need int64) ([]string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	type cand struct {
+		id    string
+		score float64
+	}
+	var cs []cand
+	up := 0
+	for id, s := range m.servers {
+		if !s.up {
+			continue
+		}
+		up++
+		free := s.info.Free()
+		if free < need {
+			continue
+		}
+		var h maphash.Hash
+		h.SetSeed(m.seed)
+		fmt.Fprintf(&h, "%d/%d/%s", fileID, idx, id)
+		u := (float64(h.Sum64()>>11) + 0.5) / (1 << 53)
+		cs = append(cs, cand{id, -math.Log(u) / float64(free)})
+	}
+	if len(cs) < replicas {
+		return nil, errs.New(errs.ErrUnavailable, "placement needs %d servers with %d bytes free, %d of %d up servers have it: start more servers, free space, or use a pool with fewer replicas", replicas, need, len(cs), up)
+	}
+	sort.Slice(cs, func(i, j int) bool { return cs[i].score < cs[j].score })
+	out := make([]string, replicas)
+	for i := range out {
+		out[i] = cs[i].id
+	}
+	return out, nil
+}
+
+// chunksOut turns meta chunks into API chunks with addresses and liveness.
+func (m *Master) chunksOut(cs []meta.Chunk) []api.Chunk {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]api.Chunk, len(cs))
+	for i, c := range cs {
+		ac := api.Chunk{Index: c.Index, ID: c.ID, Length: c.Length}
+		for _, id := range c.Replicas {
+			r := api.Replica{Server: id}
+			if s := m.servers[id]; s != nil {
+				r.Addr, r.Up = s.info.Addr, s.up
+			}
+			ac.Replicas = append(ac.Replicas, r)
+		}
+		out[i] = ac
+	}
+	return out
+}
+
+func fileOut(f meta.File) api.File {
+	return api.File{Path: f.Path, Pool: f.Pool, ChunkSize: f.ChunkSize, Size: f.Size, Sealed: f.Sealed, Modified: f.Modified}
+}
+
+func (m *Master) status(ctx context.Context) (api.Status, error) {
+	ps, err := m.meta.Pools(ctx)
+	if err != nil {
+		return api.Status{}, err
+	}
+	n, b, err := m.meta.Totals(ctx)
+	if err != nil {
+		return api.Status{}, err
+	}
+	st := api.Status{Cluster: m.cfg.Cluster, Files: n, Bytes: b}
+	for _, p := range ps {
+		st.Pools = append(st.Pools, api.Pool{Name: p.Name, Replicas: p.Replicas})
+	}
+	m.mu.Lock()
+	st.Epoch = m.epoch
+	for _, s := range m.servers {
+		st.Servers = append(st.Servers, s.info)
+	}
+	m.mu.Unlock()
+	sort.Slice(st.Servers, func(i, j int) bool { return st.Servers[i].ID < st.Servers[j].ID })
+	return st, nil
+}
+
+// repair restores the replica count of HA chunks held by servers that have
+// been down longer than RepairAfter: a surviving replica is copied to a live
+// server that holds none, then the replica list is updated.
+func (m *Master) repair(ctx context.Context) {
+	m.mu.Lock()
+	var dead []string
+	for id, s := range m.servers {
+		if !s.up && time.Since(s.downAt) > m.cfg.RepairAfter {
+			dead = append(dead, id)
+		}
+	}
+	m.mu.Unlock()
+	for _, id := range dead {
+		cs, err := m.meta.ChunksOn(ctx, id)
+		if err != nil {
+			return
+		}
+		for _, c := range cs {
+			p, err := m.pool(ctx, c.Pool)
+			if err != nil || p.Replicas < 2 {
+				continue // perf data is recomputable: it is not repaired
+			}
+			if err := m.repairChunk(ctx, c, id); err != nil {
+				m.log.Warn("repair chunk", "chunk", c.ID, "dead", id, "err", err)
+				m.metrics.repairs.WithLabelValues("failed").Inc()
+				return // try again next round
+			}
+			m.metrics.repairs.WithLabelValues("ok").Inc()
+		}
+	}
+}
+
+func (m *Master) repairChunk(ctx context.Context, c meta.Placed, dead string) error {
+	m.mu.Lock()
+	var src string
+	holds := map[string]bool{}
+	for _, r := range c.Replicas {
+		holds[r] = true
+		if s := m.servers[r]; s != nil && s.up && src == "" {
+			src = s.info.Addr
+		}
+	}
+	var target *liveServer
+	for id, s := range m.servers {
+		if s.up && !holds[id] && s.info.Free() >= c.Length && (target == nil || s.info.Free() > target.info.Free()) {
+			target = s
+		}
+	}
+	m.mu.Unlock()
+	if src == "" {
+		return errs.New(errs.ErrUnavailable, "chunk %d: no live replica left to copy from", c.ID)
+	}
+	if target == nil {
+		return errs.New(errs.ErrUnavailable, "chunk %d: no live server without a replica", c.ID)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	if err := m.peers.CopyChunk(cctx, target.info.Addr, c.ID, src); err != nil {
+		return err
+	}
+	return m.meta.ReplaceReplica(ctx, c.ID, dead, target.info.ID)
+}
+
+// ---- HTTP ----
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	json.NewEncoder(w).Encode(v)
+}
+
+func writeErr(w http.ResponseWriter, err error) {
+	writeJSON(w, api.HTTPStatus(err), api.Error{Error: err.Error(), Code: errs.Code(err)})
+}
+
+func readJSON(r *http.Request, v any) error {
+	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, 4<<20))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return errs.New(errs.ErrBadRequest, "bad JSON body: %v", err)
+	}
+	return nil
+}
+
+func pathArg(r *http.Request) (string, error) {
+	return meta.CleanPath("/" + r.PathValue("path"))
+}
+
+// Handler is the master's HTTP API.
+func (m *Master) Handler() http.Handler {
+	mux := http.NewServeMux()
+	h := func(pattern string, fn func(r *http.Request) (any, error)) {
+		mux.Handle(pattern, m.metrics.instrument(pattern, m.auth(func(w http.ResponseWriter, r *http.Request) {
+			v, err := fn(r)
+			if err != nil {
+				writeErr(w, err)
+				return
+			}
+			writeJSON(w, http.StatusOK, v)
+		})))
+	}
+	h("POST /v1/servers/heartbeat", func(r *http.Request) (any, error) {
+		var hb api.Heartbeat
+		if err := readJSON(r, &hb); err != nil {
+			return nil, err
+		}
+		return m.heartbeat(r.Context(), hb)
+	})
+	h("GET /v1/status", func(r *http.Request) (any, error) { return m.status(r.Context()) })
+	h("GET /v1/files/{path...}", m.stat)
+	h("PUT /v1/files/{path...}", m.create)
+	h("DELETE /v1/files/{path...}", m.remove)
+	h("POST /v1/alloc/{path...}", m.alloc)
+	h("POST /v1/commit/{path...}", m.commit)
+	h("GET /v1/list/{path...}", m.list)
+	h("PUT /v1/dirs/{path...}", func(r *http.Request) (any, error) {
+		p, err := pathArg(r)
+		if err != nil {
+			return nil, err
+		}
+		return api.File{Path: p, IsDir: true}, m.meta.Mkdir(r.Context(), p, time.Now().UTC())
+	})
+	mux.Handle("GET /metrics", m.metrics.handler())
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
+	return mux
+}
+
+func (m *Master) auth(next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if m.cfg.Token != "" && r.Header.Get("Authorization") != "Bearer "+m.cfg.Token {
+			writeErr(w, errs.New(errs.ErrUnauthorized, "wrong or missing cluster token: pass it with --token or GD2FS_TOKEN"))
+			return
+		}
+		next(w, r)
+	}
+}
+
+func (m *Master) stat(r *http.Request) (any, error) {
+	p, err := pathArg(r)
+	if err != nil {
+		return nil, err
+	}
+	f, err := m.meta.File(r.Context(), p)
+	if errors.Is(err, errs.ErrIsDir) {
+		return api.File{Path: p, IsDir: true}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	cs, err := m.meta.Chunks(r.Context(), f.ID)
+	if err != nil {
+		return nil, err
+	}
+	out := fileOut(f)
+	out.Chunks = m.chunksOut(cs)
+	return out, nil
+}
+
+func (m *Master) create(r *http.Request) (any, error) {
+	p, err := pathArg(r)
+	if err != nil {
+		return nil, err
+	}
+	var req api.CreateRequest
+	if err := readJSON(r, &req); err != nil {
+		return nil, err
+	}
+	if req.Pool == "" {
+		req.Pool = "ha"
+	}
+	if _, err := m.pool(r.Context(), req.Pool); err != nil {
+		return nil, err
+	}
+	if req.ChunkSize == 0 {
+		req.ChunkSize = DefaultChunkSize
+	}
+	if req.ChunkSize < store.BlockSize || req.ChunkSize > store.MaxChunk || req.ChunkSize%store.BlockSize != 0 {
+		return nil, errs.New(errs.ErrBadRequest, "chunk size %d: must be a multiple of %d between %d and %d", req.ChunkSize, store.BlockSize, store.BlockSize, store.MaxChunk)
+	}
+	f, err := m.meta.CreateFile(r.Context(), meta.File{Path: p, Pool: req.Pool, ChunkSize: req.ChunkSize, Modified: time.Now().UTC()})
+	if err != nil {
+		return nil, err
+	}
+	return fileOut(f), nil
+}
+
+func (m *Master) remove(r *http.Request) (any, error) {
+	p, err := pathArg(r)
+	if err != nil {
+		return nil, err
+	}
+	if dir, err := m.meta.IsDir(r.Context(), p); err != nil {
+		return nil, err
+	} else if dir {
+		return struct{}{}, m.meta.RemoveDir(r.Context(), p)
+	}
+	// Chunks are deleted by their servers when they next heartbeat.
+	return struct{}{}, m.meta.RemoveFile(r.Context(), p)
+}
+
+func (m *Master) alloc(r *http.Request) (any, error) {
+	p, err := pathArg(r)
+	if err != nil {
+		return nil, err
+	}
+	var req api.AllocRequest
+	if err := readJSON(r, &req); err != nil {
+		return nil, err
+	}
+	if len(req.Indexes) > 65536 {
+		return nil, errs.New(errs.ErrTooLarge, "at most 65536 chunks per allocation")
+	}
+	f, err := m.meta.File(r.Context(), p)
+	if err != nil {
+		return nil, err
+	}
+	if f.Sealed {
+		return nil, errs.New(errs.ErrSealed, "%s is sealed: it was closed and is immutable", p)
+	}
+	pool, err := m.pool(r.Context(), f.Pool)
+	if err != nil {
+		return nil, err
+	}
+	want := make([]meta.Chunk, 0, len(req.Indexes))
+	existing, err := m.meta.Chunks(r.Context(), f.ID)
+	if err != nil {
+		return nil, err
+	}
+	have := map[int64]bool{}
+	for _, c := range existing {
+		have[c.Index] = true
+	}
+	for _, idx := range req.Indexes {
+		if idx < 0 || idx > math.MaxInt64/f.ChunkSize-1 {
+			return nil, errs.New(errs.ErrOutOfRange, "chunk index %d out of range", idx)
+		}
+		c := meta.Chunk{Index: idx}
+		if !have[idx] {
+			if c.Replicas, err = m.place(f.ID, idx, pool.Replicas, f.ChunkSize); err != nil {
+				return nil, err
+			}
+		}
+		want = append(want, c)
+	}
+	cs, err := m.meta.AddChunks(r.Context(), f.ID, want)
+	if err != nil {
+		return nil, err
+	}
+	return api.Chunks{Chunks: m.chunksOut(cs)}, nil
+}
+
+func (m *Master) commit(r *http.Request) (any, error) {
+	p, err := pathArg(r)
+	if err != nil {
+		return nil, err
+	}
+	var req api.CommitRequest
+	if err := readJSON(r, &req); err != nil {
+		return nil, err
+	}
+	f, err := m.meta.File(r.Context(), p)
+	if err != nil {
+		return nil, err
+	}
+	if req.Size < 0 {
+		return nil, errs.New(errs.ErrBadRequest, "negative size")
+	}
+	f, err = m.meta.Commit(r.Context(), f.ID, req.Size, req.Lengths, req.Seal, time.Now().UTC())
+	if err != nil {
+		return nil, err
+	}
+	return fileOut(f), nil
+}
+
+func (m *Master) list(r *http.Request) (any, error) {
+	p, err := pathArg(r)
+	if err != nil {
+		return nil, err
+	}
+	es, err := m.meta.List(r.Context(), p)
+	if err != nil {
+		return nil, err
+	}
+	out := api.Listing{Entries: make([]api.File, 0, len(es))}
+	for _, e := range es {
+		if e.IsDir {
+			out.Entries = append(out.Entries, api.File{Path: e.Path, IsDir: true})
+		} else {
+			out.Entries = append(out.Entries, fileOut(e.File))
+		}
+	}
+	return out, nil
+}

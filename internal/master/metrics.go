@@ -1,0 +1,68 @@
+package master
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+type metrics struct {
+	reg      *prometheus.Registry
+	requests *prometheus.CounterVec
+	latency  *prometheus.HistogramVec
+	repairs  *prometheus.CounterVec
+}
+
+func newMetrics(m *Master) *metrics {
+	x := &metrics{
+		reg: prometheus.NewRegistry(),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gd2fs_master_requests_total",
+			Help: "API requests by route and HTTP status."}, []string{"route", "code"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "gd2fs_master_request_seconds",
+			Help: "API request latency.", Buckets: prometheus.ExponentialBuckets(50e-6, 2, 16)}, []string{"route"}),
+		repairs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gd2fs_master_repairs_total",
+			Help: "HA chunk re-replications by outcome."}, []string{"outcome"}),
+	}
+	up := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gd2fs_master_servers_up", Help: "Servers heartbeating."}, func() float64 {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		n := 0
+		for _, s := range m.servers {
+			if s.up {
+				n++
+			}
+		}
+		return float64(n)
+	})
+	epoch := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gd2fs_master_epoch", Help: "Membership epoch."}, func() float64 {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return float64(m.epoch)
+	})
+	x.reg.MustRegister(x.requests, x.latency, x.repairs, up, epoch, collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return x
+}
+
+func (x *metrics) handler() http.Handler { return promhttp.HandlerFor(x.reg, promhttp.HandlerOpts{}) }
+
+type statusWriter struct {
+	http.ResponseWriter
+	code int
+}
+
+func (w *statusWriter) WriteHeader(c int) { w.code = c; w.ResponseWriter.WriteHeader(c) }
+
+func (x *metrics) instrument(route string, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w, code: 200}
+		next.ServeHTTP(sw, r)
+		x.requests.WithLabelValues(route, strconv.Itoa(sw.code)).Inc()
+		x.latency.WithLabelValues(route).Observe(time.Since(start).Seconds())
+	})
+}
