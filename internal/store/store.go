@@ -13,8 +13,8 @@ package store
 
 import (
 	"container/list"
-	"errors"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"log/slog"

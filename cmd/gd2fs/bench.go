@@ -1,0 +1,136 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"text/tabwriter"
+	"time"
+
+	"github.com/gd2fs/gd2fs/client"
+	"github.com/gd2fs/gd2fs/internal/bench"
+	"github.com/gd2fs/gd2fs/internal/cluster"
+	"github.com/spf13/cobra"
+)
+
+func newBench(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Benchmarks that measure gd2fs beside a reference in the same run",
+	}
+	cmd.AddCommand(newBenchFiles(g))
+	return cmd
+}
+
+func newBenchFiles(g *globals) *cobra.Command {
+	var size, chunk, mem, dir string
+	var streams, parallel, runs int
+	cmd := &cobra.Command{
+		Use:   "files",
+		Short: "Sequential write and read of a large file through a local 3-server cluster, beside raw loopback TCP",
+		Example: `  gd2fs bench files                       # 1 GiB, perf and ha pools, 3 runs, medians
+  gd2fs bench files --size 256MiB --runs 5 --streams 2`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			sz, err := parseSize(size)
+			if err != nil {
+				return err
+			}
+			cs, err := parseSize(chunk)
+			if err != nil {
+				return err
+			}
+			memB, err := parseSize(mem)
+			if err != nil {
+				return err
+			}
+			if dir == "" {
+				if dir, err = os.MkdirTemp("", "gd2fs-bench-"); err != nil {
+					return err
+				}
+				defer os.RemoveAll(dir)
+			}
+			ctx := context.Background()
+			const servers = 3
+			c, err := cluster.Start(ctx, cluster.Config{Dir: filepath.Join(dir, "cluster"), Servers: servers,
+				MemBytes: memB, DiskBytes: 4 * sz})
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			cl, err := client.New(client.Config{Master: c.Master.URL(), Streams: streams, Parallel: parallel})
+			if err != nil {
+				return err
+			}
+			defer cl.Close()
+			data := make([]byte, sz)
+			for i := range data {
+				data[i] = byte(i*7 + i>>13)
+			}
+			dst := make([]byte, sz)
+			tcpStreams := streams * servers
+			fmt.Printf("bench files: %s file, chunk %s, %d servers x %d streams = %d TCP streams, %d requests in flight, %d runs (medians)\n",
+				human(sz), human(cs), servers, streams, tcpStreams, parallel, runs)
+
+			results := map[string][]float64{}
+			for r := 0; r < runs; r++ {
+				raw, err := bench.Loopback(sz, tcpStreams)
+				if err != nil {
+					return err
+				}
+				results["raw"] = append(results["raw"], raw)
+				for _, pool := range []string{"perf", "ha"} {
+					p := fmt.Sprintf("/bench/%s-%d", pool, r)
+					start := time.Now()
+					f, err := cl.Create(ctx, p, client.CreateOptions{Pool: pool, ChunkSize: cs})
+					if err != nil {
+						return err
+					}
+					if _, err := f.WriteAt(data, 0); err != nil {
+						return err
+					}
+					if err := f.Close(); err != nil {
+						return err
+					}
+					results[pool+" write"] = append(results[pool+" write"], float64(sz)/time.Since(start).Seconds())
+					rf, err := cl.Open(ctx, p)
+					if err != nil {
+						return err
+					}
+					start = time.Now()
+					if _, err := rf.ReadAt(dst, 0); err != nil {
+						return err
+					}
+					results[pool+" read"] = append(results[pool+" read"], float64(sz)/time.Since(start).Seconds())
+					if dst[sz/2] != data[sz/2] || dst[sz-1] != data[sz-1] {
+						return fmt.Errorf("bench: read back wrong bytes")
+					}
+					if err := cl.Remove(ctx, p); err != nil {
+						return err
+					}
+				}
+				fmt.Fprintf(os.Stderr, "  run %d/%d done\n", r+1, runs)
+			}
+			raw := bench.Median(results["raw"])
+			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
+			fmt.Fprintln(tw, "case\tMiB/s (median)\tvs raw loopback\ttarget\t")
+			fmt.Fprintf(tw, "raw loopback TCP, %d streams\t%.0f\t1.00x\t\t\n", tcpStreams, raw/(1<<20))
+			targets := map[string]string{"perf read": ">= 0.70x", "perf write": ">= 0.60x", "ha write": ">= 0.25x", "ha read": ""}
+			for _, k := range []string{"perf write", "perf read", "ha write", "ha read"} {
+				v := bench.Median(results[k])
+				fmt.Fprintf(tw, "%s\t%.0f\t%.2fx\t%s\t\n", k, v/(1<<20), v/raw, targets[k])
+			}
+			return tw.Flush()
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&size, "size", "1GiB", "file size")
+	f.StringVar(&chunk, "chunk-size", "16MiB", "chunk size")
+	f.StringVar(&mem, "mem", "2GiB", "DRAM tier per server")
+	f.StringVar(&dir, "dir", "", "where the servers keep their disk tiers (default: a temp dir)")
+	f.IntVar(&streams, "streams", 4, "TCP streams per server")
+	f.IntVar(&parallel, "parallel", 16, "requests in flight")
+	f.IntVar(&runs, "runs", 3, "repetitions; medians are reported")
+	return cmd
+}

@@ -1,0 +1,185 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"strings"
+
+	"github.com/gd2fs/gd2fs/client"
+	"github.com/mattn/go-isatty"
+	"github.com/spf13/cobra"
+	"github.com/vbauerster/mpb/v8"
+	"github.com/vbauerster/mpb/v8/decor"
+)
+
+func newCp(g *globals) *cobra.Command {
+	var pool, chunk string
+	var force, progress, quiet bool
+	cmd := &cobra.Command{
+		Use:   "cp SRC DST",
+		Short: "Copy a file into, out of, or within gd2fs",
+		Example: `  gd2fs cp ./model.safetensors gd2fs://local/models/m/model.safetensors
+  gd2fs cp --pool perf ./kv.bin gd2fs://local/kv/kv.bin
+  gd2fs cp gd2fs://local/models/m/model.safetensors ./copy.safetensors`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			src, dst := args[0], args[1]
+			cs, err := parseSize(chunk)
+			if err != nil {
+				return err
+			}
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			ctx := cmd.Context()
+			show := progress || (!quiet && isatty.IsTerminal(os.Stderr.Fd()))
+			// Reader side.
+			var r io.Reader
+			var size int64
+			var rf *client.File
+			if isRemote(src) {
+				p, err := remotePath(src)
+				if err != nil {
+					return err
+				}
+				if rf, err = c.Open(ctx, p); err != nil {
+					return err
+				}
+				size = rf.Size()
+			} else {
+				f, err := os.Open(src)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				st, err := f.Stat()
+				if err != nil {
+					return err
+				}
+				if st.IsDir() {
+					return fmt.Errorf("%s is a directory: cp copies one file", src)
+				}
+				r, size = f, st.Size()
+			}
+			// Writer side.
+			if isRemote(dst) {
+				p, err := remotePath(dst)
+				if err != nil {
+					return err
+				}
+				if strings.HasSuffix(dst, "/") {
+					p = path.Join(p, path.Base(src))
+				}
+				wf, err := c.Create(ctx, p, client.CreateOptions{Pool: pool, ChunkSize: cs, Overwrite: force})
+				if err != nil {
+					return err
+				}
+				bar := newBar(show, size, "upload "+path.Base(p))
+				if rf != nil {
+					_, err = rf.CopyTo(ctx, &appender{f: wf, ctx: ctx}, bar.set)
+				} else {
+					_, err = copyBuffered(ctx, wf, r, bar.set)
+				}
+				bar.done()
+				if err != nil {
+					return fmt.Errorf("copy to %s: %w (the partial file stays unsealed; remove it with 'gd2fs rm')", dst, err)
+				}
+				return wf.Close()
+			}
+			if rf == nil {
+				return fmt.Errorf("one of SRC and DST must be a gd2fs:// URI")
+			}
+			out := dst
+			if st, err := os.Stat(dst); err == nil && st.IsDir() {
+				out = path.Join(dst, path.Base(rf.Name()))
+			}
+			tmp := out + ".gd2fs-partial"
+			f, err := os.Create(tmp)
+			if err != nil {
+				return err
+			}
+			bar := newBar(show, size, "download "+path.Base(out))
+			_, err = rf.CopyTo(ctx, f, bar.set)
+			bar.done()
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				os.Remove(tmp)
+				return err
+			}
+			return os.Rename(tmp, out) // no reader ever sees a partial file
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&pool, "pool", "ha", "pool of a new file: ha (3 replicas) or perf (1 replica)")
+	f.StringVar(&chunk, "chunk-size", "16MiB", "chunk size of a new file")
+	f.BoolVarP(&force, "force", "f", false, "replace an existing destination file")
+	f.BoolVar(&progress, "progress", false, "show a progress bar even when stderr is not a terminal")
+	f.BoolVarP(&quiet, "quiet", "q", false, "no progress bar")
+	return cmd
+}
+
+type appender struct {
+	f   *client.File
+	ctx context.Context
+}
+
+func (a *appender) Write(p []byte) (int, error) { return a.f.Append(a.ctx, p) }
+
+// copyBuffered reads big blocks from r and appends them; each block is
+// written in parallel pieces by the client.
+func copyBuffered(ctx context.Context, f *client.File, r io.Reader, progress func(int64)) (int64, error) {
+	buf := make([]byte, 64<<20)
+	var done int64
+	for {
+		n, err := io.ReadFull(r, buf)
+		if n > 0 {
+			if _, werr := f.Append(ctx, buf[:n]); werr != nil {
+				return done, werr
+			}
+			done += int64(n)
+			progress(done)
+		}
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			return done, nil
+		}
+		if err != nil {
+			return done, err
+		}
+	}
+}
+
+type bar struct {
+	p *mpb.Progress
+	b *mpb.Bar
+}
+
+func newBar(show bool, total int64, name string) *bar {
+	if !show {
+		return &bar{}
+	}
+	p := mpb.New(mpb.WithOutput(os.Stderr), mpb.WithWidth(40))
+	b := p.AddBar(total,
+		mpb.PrependDecorators(decor.Name(name+" "), decor.CountersKibiByte("% .1f / % .1f")),
+		mpb.AppendDecorators(decor.AverageSpeed(decor.SizeB1024(0), " % .1f"), decor.Name(" "), decor.Percentage()))
+	return &bar{p: p, b: b}
+}
+
+func (b *bar) set(n int64) {
+	if b.b != nil {
+		b.b.SetCurrent(n)
+	}
+}
+
+func (b *bar) done() {
+	if b.p != nil {
+		b.b.SetTotal(-1, true)
+		b.p.Wait()
+	}
+}

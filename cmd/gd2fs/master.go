@@ -1,0 +1,49 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/gd2fs/gd2fs/internal/master"
+	"github.com/gd2fs/gd2fs/internal/meta"
+	"github.com/spf13/cobra"
+)
+
+func newMaster(g *globals) *cobra.Command {
+	var listen, metaDSN, clusterN string
+	var downAfter, repairAfter time.Duration
+	cmd := &cobra.Command{
+		Use:   "master",
+		Short: "Run the master: namespace, placement, membership (metadata in SQLite or PostgreSQL)",
+		Example: `  gd2fs master --listen :7070 --meta sqlite:///var/lib/gd2fs/meta.db
+  gd2fs master --listen :7070 --meta postgres://gd2fs@db:5432/gd2fs --token "$TOKEN"`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			ms, err := meta.Open(ctx, metaDSN)
+			if err != nil {
+				return err
+			}
+			defer ms.Close()
+			m, err := master.New(ctx, master.Config{Listen: listen, Meta: ms, Cluster: clusterN, Token: g.token,
+				DownAfter: downAfter, RepairAfter: repairAfter, Log: g.logger()})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(os.Stderr, "gd2fs master on %s (cluster %q, metadata %s)\n", m.URL(), clusterN, metaDSN)
+			return m.Run(ctx)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&listen, "listen", ":7070", "HTTP address")
+	f.StringVar(&metaDSN, "meta", "sqlite://./gd2fs-meta.db", "metadata store: sqlite:///path/meta.db or postgres://...")
+	f.StringVar(&clusterN, "cluster", "local", "cluster name used in gd2fs://<cluster>/ URIs")
+	f.DurationVar(&downAfter, "down-after", 5*time.Second, "mark a server down after this long without a heartbeat")
+	f.DurationVar(&repairAfter, "repair-after", 30*time.Second, "re-replicate HA chunks of a server down this long (negative: never)")
+	return cmd
+}

@@ -1,0 +1,108 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/gd2fs/gd2fs/client"
+	"github.com/spf13/cobra"
+)
+
+type globals struct {
+	master string
+	token  string
+	debug  bool
+}
+
+func newRoot() *cobra.Command {
+	g := &globals{}
+	root := &cobra.Command{
+		Use:   "gd2fs",
+		Short: "gd2fs: distributed storage for LLM inference (model weights and KV cache)",
+		Example: `  gd2fs up                                   # a whole cluster on this machine
+  gd2fs cp ./model.safetensors gd2fs://local/models/m/model.safetensors
+  gd2fs ls -l gd2fs://local/models/m
+  gd2fs status`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.PersistentFlags().StringVar(&g.master, "master", envOr("GD2FS_MASTER", client.DefaultMaster), "master URL (env GD2FS_MASTER)")
+	root.PersistentFlags().StringVar(&g.token, "token", os.Getenv("GD2FS_TOKEN"), "cluster token (env GD2FS_TOKEN)")
+	root.PersistentFlags().BoolVar(&g.debug, "debug", false, "debug logging")
+	root.AddCommand(newUp(g), newMaster(g), newServer(g), newCp(g), newLs(g), newStat(g), newCat(g),
+		newRm(g), newMkdir(g), newStatus(g), newBench(g))
+	return root
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func (g *globals) logger() *slog.Logger {
+	lvl := slog.LevelInfo
+	if g.debug {
+		lvl = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+}
+
+func (g *globals) client() (*client.Client, error) {
+	return client.New(client.Config{Master: g.master, Token: g.token})
+}
+
+// isRemote tells a gd2fs URI (or absolute namespace path after "gd2fs:") from a local path.
+func isRemote(s string) bool { return strings.HasPrefix(s, "gd2fs://") }
+
+// remotePath turns gd2fs://<cluster>/<path> into /<path>.
+func remotePath(s string) (string, error) {
+	if !isRemote(s) {
+		return "", fmt.Errorf("%q is not a gd2fs URI: write gd2fs://<cluster>/<path>, e.g. gd2fs://local/models/m", s)
+	}
+	rest := strings.TrimPrefix(s, "gd2fs://")
+	i := strings.IndexByte(rest, '/')
+	if i < 0 {
+		return "/", nil
+	}
+	return rest[i:], nil
+}
+
+// parseSize reads 123, 64KiB, 16MiB, 8GiB, 2TiB (and KB/MB/GB/TB as powers of 10).
+func parseSize(s string) (int64, error) {
+	units := []struct {
+		suf  string
+		mult int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40},
+		{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}, {"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"T", 1 << 40}, {"B", 1}}
+	t := strings.TrimSpace(s)
+	mult := int64(1)
+	for _, u := range units {
+		if strings.HasSuffix(strings.ToUpper(t), strings.ToUpper(u.suf)) {
+			t, mult = strings.TrimSpace(t[:len(t)-len(u.suf)]), u.mult
+			break
+		}
+	}
+	f, err := strconv.ParseFloat(t, 64)
+	if err != nil || f < 0 {
+		return 0, fmt.Errorf("size %q: write a number with an optional unit, e.g. 512MiB or 2TiB", s)
+	}
+	return int64(f * float64(mult)), nil
+}
+
+func human(n int64) string {
+	const u = "KMGTPE"
+	if n < 1024 {
+		return strconv.FormatInt(n, 10) + " B"
+	}
+	f, i := float64(n), -1
+	for f >= 1024 && i < len(u)-1 {
+		f /= 1024
+		i++
+	}
+	return strconv.FormatFloat(f, 'f', 1, 64) + " " + string(u[i]) + "iB"
+}
