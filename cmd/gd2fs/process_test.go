@@ -1,0 +1,287 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gd2fs/gd2fs/client"
+	"github.com/gd2fs/gd2fs/errs"
+)
+
+// buildBinary builds gd2fs once for the process tests.
+func buildBinary(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "gd2fs")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+func freeAddr(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func spawn(t *testing.T, bin string, args ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	var logb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &logb, &logb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		if t.Failed() {
+			t.Logf("%s %s:\n%s", filepath.Base(bin), strings.Join(args, " "), logb.String())
+		}
+	})
+	return cmd
+}
+
+// TestSIGKILLServer runs the master and three servers as separate processes,
+// kills one server with SIGKILL, and checks that every HA file reads back
+// byte-identical while a perf file on the dead server fails with a clear
+// "unavailable" error — never wrong bytes. The server then restarts from its
+// disk tier and the perf file is readable again.
+func TestSIGKILLServer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs processes")
+	}
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	maddr := freeAddr(t)
+	murl := "http://" + maddr
+	const token = "tok"
+	spawn(t, bin, "master", "--listen", maddr, "--meta", "sqlite://"+filepath.Join(dir, "meta.db"),
+		"--token", token, "--down-after", "1s", "--repair-after", "-1s")
+	servers := make([]*exec.Cmd, 3)
+	saddrs := make([]string, 3)
+	startServer := func(i int) {
+		servers[i] = spawn(t, bin, "server", "--master", murl, "--token", token, "--listen", saddrs[i],
+			"--mem", "16MiB", "--disk", filepath.Join(dir, fmt.Sprintf("s%d", i))+":1GiB", "--id", fmt.Sprintf("s%d", i),
+			"--heartbeat", "200ms")
+	}
+	for i := range servers {
+		saddrs[i] = freeAddr(t)
+		startServer(i)
+	}
+	cl, err := client.New(client.Config{Master: murl, Token: token, Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx := context.Background()
+	waitUp(t, cl, 3)
+
+	r := rand.New(rand.NewPCG(5, 5))
+	files := map[string][]byte{}
+	for i, pool := range []string{"ha", "ha", "perf", "perf", "perf"} {
+		data := make([]byte, 3<<20+r.IntN(1<<20))
+		for k := range data {
+			data[k] = byte(r.Uint32())
+		}
+		p := fmt.Sprintf("/f/%s-%d", pool, i)
+		f, err := cl.Create(ctx, p, client.CreateOptions{Pool: pool, ChunkSize: 1 << 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.Write(data); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+		files[p] = data
+	}
+
+	victim := 1
+	if err := servers[victim].Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	servers[victim].Wait()
+	victimID := fmt.Sprintf("s%d", victim)
+
+	lost := 0
+	for p, data := range files {
+		st, err := cl.Stat(ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		onVictim := false
+		for _, ch := range st.Chunks {
+			for _, rp := range ch.Replicas {
+				onVictim = onVictim || rp.Server == victimID
+			}
+		}
+		got, err := readAll(cl, p)
+		switch {
+		case st.Pool == "ha":
+			if err != nil || !bytes.Equal(got, data) {
+				t.Fatalf("HA file %s after SIGKILL: %v (equal=%v)", p, err, bytes.Equal(got, data))
+			}
+		case onVictim:
+			lost++
+			if !errors.Is(err, errs.ErrUnavailable) {
+				t.Fatalf("perf file %s on the killed server: got %v, want unavailable", p, err)
+			}
+			if !strings.Contains(err.Error(), "unavailable") {
+				t.Fatalf("error does not say unavailable: %v", err)
+			}
+		default:
+			if err != nil || !bytes.Equal(got, data) {
+				t.Fatalf("perf file %s not on the killed server: %v", p, err)
+			}
+		}
+	}
+	if lost == 0 {
+		t.Fatalf("no perf file had a chunk on %s: placement did not spread", victimID)
+	}
+
+	// Restart: the server comes back from its disk tier with checksums intact.
+	startServer(victim)
+	waitUp(t, cl, 3)
+	for p, data := range files {
+		got, err := readAll(cl, p)
+		if err != nil || sha256.Sum256(got) != sha256.Sum256(data) {
+			t.Fatalf("%s after restart: %v", p, err)
+		}
+	}
+}
+
+func readAll(cl *client.Client, p string) ([]byte, error) {
+	f, err := cl.Open(context.Background(), p)
+	if err != nil {
+		return nil, err
+	}
+	var b bytes.Buffer
+	_, err = f.WriteTo(&b)
+	return b.Bytes(), err
+}
+
+func waitUp(t *testing.T, cl *client.Client, n int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		st, err := cl.Status(context.Background())
+		if err == nil {
+			up := 0
+			for _, s := range st.Servers {
+				if s.State == "up" {
+					up++
+				}
+			}
+			if up == n {
+				return
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("%d servers not up within 30s", n)
+}
+
+func TestCLI(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs processes")
+	}
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	maddr := freeAddr(t)
+	port := freeAddr(t)
+	_, p, _ := net.SplitHostPort(port)
+	up := spawn(t, bin, "up", "--dir", filepath.Join(dir, "data"), "--listen", maddr, "--port", p, "--servers", "3",
+		"--mem", "32MiB", "--disk", "1GiB")
+	_ = up
+	env := append(os.Environ(), "GD2FS_MASTER=http://"+maddr)
+	run := func(args ...string) (string, error) {
+		cmd := exec.Command(bin, args...)
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, err := run("status")
+		if err == nil && strings.Count(out, " up ") == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status: %v\n%s", err, out)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	src := filepath.Join(dir, "model.bin")
+	data := make([]byte, 20<<20+17)
+	for i := range data {
+		data[i] = byte(i * 31)
+	}
+	os.WriteFile(src, data, 0o644)
+	steps := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"cp", src, "gd2fs://local/models/m/model.bin"}, ""},
+		{[]string{"ls", "-l", "gd2fs://local/models/m"}, "model.bin"},
+		{[]string{"stat", "gd2fs://local/models/m/model.bin"}, "sealed:     true"},
+		{[]string{"cp", "gd2fs://local/models/m/model.bin", filepath.Join(dir, "back.bin")}, ""},
+	}
+	for _, s := range steps {
+		out, err := run(s.args...)
+		if err != nil || !strings.Contains(out, s.want) {
+			t.Fatalf("gd2fs %v: %v\n%s", s.args, err, out)
+		}
+	}
+	back, _ := os.ReadFile(filepath.Join(dir, "back.bin"))
+	if !bytes.Equal(back, data) {
+		t.Fatal("cp round trip differs")
+	}
+	cmd := exec.Command(bin, "cat", "gd2fs://local/models/m/model.bin")
+	cmd.Env = env
+	out, err := cmd.Output()
+	if err != nil || !bytes.Equal(out, data) {
+		t.Fatalf("cat: %v", err)
+	}
+	// Errors are readable and say what is wrong.
+	for _, s := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"cat", "gd2fs://local/nope"}, "no such file"},
+		{[]string{"cp", src, "gd2fs://local/models/m/model.bin"}, "already exists"},
+		{[]string{"ls", "/not-a-uri"}, "not a gd2fs URI"},
+		{[]string{"rm", "gd2fs://local/models"}, "not empty"},
+	} {
+		out, err := run(s.args...)
+		if err == nil || !strings.Contains(out, s.want) {
+			t.Fatalf("gd2fs %v: want error containing %q, got %v\n%s", s.args, s.want, err, out)
+		}
+	}
+	if out, err := run("rm", "gd2fs://local/models/m/model.bin"); err != nil {
+		t.Fatalf("rm: %v %s", err, out)
+	}
+	for _, sub := range []string{"up", "master", "server", "cp", "ls", "stat", "cat", "rm", "mkdir", "status", "bench"} {
+		out, err := run(sub, "--help")
+		if err != nil || (!strings.Contains(out, "Example") && sub != "bench") {
+			t.Fatalf("%s --help lacks an example: %v\n%s", sub, err, out)
+		}
+	}
+}
