@@ -351,3 +351,60 @@ func TestReadFailoverAndPerfLoss(t *testing.T) {
 		t.Fatalf("perf read with its server down: %v", err)
 	}
 }
+
+func TestRestartLosesNothing(t *testing.T) {
+	dir := t.TempDir()
+	c := start(t, cluster.Config{Dir: dir})
+	cl := c.Client()
+	data := rnd(3<<20, 31)
+	writeFile(t, cl, "/keep/ha", "ha", data)
+	writeFile(t, cl, "/keep/perf", "perf", data)
+	cl.Close()
+	c.Close()
+	// A new master on the same SQLite file and servers on the same disk tiers.
+	c2 := start(t, cluster.Config{Dir: dir})
+	cl2 := c2.Client()
+	defer cl2.Close()
+	for _, p := range []string{"/keep/ha", "/keep/perf"} {
+		if got, err := readFile(t, cl2, p); err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("%s after full restart: %v", p, err)
+		}
+	}
+}
+
+func TestRepairRestoresReplicas(t *testing.T) {
+	c := start(t, cluster.Config{Servers: 4, DownAfter: 300 * time.Millisecond, RepairAfter: 300 * time.Millisecond})
+	cl := c.Client()
+	defer cl.Close()
+	ctx := context.Background()
+	data := rnd(3<<20, 41)
+	writeFile(t, cl, "/r", "ha", data)
+	st, _ := cl.Stat(ctx, "/r")
+	victim := st.Chunks[0].Replicas[0].Server
+	for _, s := range c.Servers {
+		if s.ID() == victim {
+			s.Close()
+		}
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		st, err := cl.Stat(ctx, "/r")
+		healthy := err == nil
+		for _, ch := range st.Chunks {
+			for _, r := range ch.Replicas {
+				healthy = healthy && r.Up && r.Server != victim
+			}
+			healthy = healthy && len(ch.Replicas) == 3
+		}
+		if healthy {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("replicas not restored: %+v", st.Chunks)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if got, err := readFile(t, cl, "/r"); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("read after repair: %v", err)
+	}
+}
