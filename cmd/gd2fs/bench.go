@@ -24,7 +24,7 @@ func newBench(g *globals) *cobra.Command {
 }
 
 func newBenchFiles(g *globals) *cobra.Command {
-	var size, chunk, mem, dir string
+	var size, chunk, mem, disk, dir string
 	var streams, parallel, runs int
 	cmd := &cobra.Command{
 		Use:   "files",
@@ -45,6 +45,12 @@ func newBenchFiles(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			diskB := 4 * sz
+			if disk != "auto" {
+				if diskB, err = parseSize(disk); err != nil {
+					return err
+				}
+			}
 			if dir == "" {
 				if dir, err = os.MkdirTemp("", "gd2fs-bench-"); err != nil {
 					return err
@@ -54,7 +60,7 @@ func newBenchFiles(g *globals) *cobra.Command {
 			ctx := context.Background()
 			const servers = 3
 			c, err := cluster.Start(ctx, cluster.Config{Dir: filepath.Join(dir, "cluster"), Servers: servers,
-				MemBytes: memB, DiskBytes: 4 * sz})
+				MemBytes: memB, DiskBytes: diskB})
 			if err != nil {
 				return err
 			}
@@ -70,8 +76,8 @@ func newBenchFiles(g *globals) *cobra.Command {
 			}
 			dst := make([]byte, sz)
 			tcpStreams := streams * servers
-			fmt.Printf("bench files: %s file, chunk %s, %d servers x %d streams = %d TCP streams, %d requests in flight, %d runs (medians)\n",
-				human(sz), human(cs), servers, streams, tcpStreams, parallel, runs)
+			fmt.Printf("bench files: %s file, chunk %s, %d servers (%s DRAM, %s disk each) x %d streams = %d TCP streams, %d requests in flight, %d runs (medians)\n",
+				human(sz), human(cs), servers, human(memB), human(diskB), streams, tcpStreams, parallel, runs)
 
 			results := map[string][]float64{}
 			for r := 0; r < runs; r++ {
@@ -128,6 +134,7 @@ func newBenchFiles(g *globals) *cobra.Command {
 	f.StringVar(&size, "size", "1GiB", "file size")
 	f.StringVar(&chunk, "chunk-size", "16MiB", "chunk size")
 	f.StringVar(&mem, "mem", "2GiB", "DRAM tier per server")
+	f.StringVar(&disk, "disk", "auto", "disk tier per server (auto: 4x the file size; 0: DRAM only)")
 	f.StringVar(&dir, "dir", "", "where the servers keep their disk tiers (default: a temp dir)")
 	f.IntVar(&streams, "streams", 4, "TCP streams per server")
 	f.IntVar(&parallel, "parallel", 16, "requests in flight")
