@@ -370,6 +370,10 @@ func (m *Master) repairChunk(ctx context.Context, c meta.Placed, dead string) er
 			target = s
 		}
 	}
+	var targetID, targetAddr string
+	if target != nil {
+		targetID, targetAddr = target.info.ID, target.info.Addr
+	}
 	m.mu.Unlock()
 	if src == "" {
 		return errs.New(errs.ErrUnavailable, "chunk %d: no live replica left to copy from", c.ID)
@@ -379,10 +383,10 @@ func (m *Master) repairChunk(ctx context.Context, c meta.Placed, dead string) er
 	}
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
-	if err := m.peers.CopyChunk(cctx, target.info.Addr, c.ID, src); err != nil {
+	if err := m.peers.CopyChunk(cctx, targetAddr, c.ID, src); err != nil {
 		return err
 	}
-	return m.meta.ReplaceReplica(ctx, c.ID, dead, target.info.ID)
+	return m.meta.ReplaceReplica(ctx, c.ID, dead, targetID)
 }
 
 // ---- HTTP ----
