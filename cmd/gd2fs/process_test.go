@@ -119,6 +119,7 @@ func TestSIGKILLServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	servers[victim].Wait()
+	waitUp(t, cl, 2) // the master notices the silence and marks it down
 	victimID := fmt.Sprintf("s%d", victim)
 
 	lost := 0
