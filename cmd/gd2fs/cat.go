@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"os"
 
+	"github.com/gd2fs/gd2fs/client"
 	"github.com/spf13/cobra"
 )
 
@@ -14,24 +15,17 @@ func newCat(g *globals) *cobra.Command {
 		Example: "  gd2fs cat gd2fs://local/models/m/model.safetensors | sha256sum",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			p, err := remotePath(args[0])
-			if err != nil {
-				return err
-			}
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			f, err := c.Open(cmd.Context(), p)
-			if err != nil {
-				return err
-			}
-			w := bufio.NewWriterSize(os.Stdout, 1<<20)
-			if _, err := f.CopyTo(cmd.Context(), w, nil); err != nil {
-				return err
-			}
-			return w.Flush()
+			return g.withRemote(args[0], func(c *client.Client, p string) error {
+				f, err := c.Open(cmd.Context(), p)
+				if err != nil {
+					return err
+				}
+				w := bufio.NewWriterSize(os.Stdout, 1<<20)
+				if _, err := f.CopyTo(cmd.Context(), w, nil); err != nil {
+					return err
+				}
+				return w.Flush()
+			})
 		},
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"path"
 	"text/tabwriter"
 
+	"github.com/gd2fs/gd2fs/client"
 	"github.com/spf13/cobra"
 )
 
@@ -17,40 +18,33 @@ func newLs(g *globals) *cobra.Command {
 		Example: "  gd2fs ls gd2fs://local/\n  gd2fs ls -l gd2fs://local/models/m",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			p, err := remotePath(args[0])
-			if err != nil {
-				return err
-			}
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			es, err := c.List(cmd.Context(), p)
-			if err != nil {
-				return err
-			}
-			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			for _, e := range es {
-				name := path.Base(e.Path)
-				if e.IsDir {
-					name += "/"
+			return g.withRemote(args[0], func(c *client.Client, p string) error {
+				es, err := c.List(cmd.Context(), p)
+				if err != nil {
+					return err
 				}
-				if !long {
-					fmt.Fprintln(tw, name)
-					continue
+				tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+				for _, e := range es {
+					name := path.Base(e.Path)
+					if e.IsDir {
+						name += "/"
+					}
+					if !long {
+						fmt.Fprintln(tw, name)
+						continue
+					}
+					if e.IsDir {
+						fmt.Fprintf(tw, "d\t-\t-\t-\t%s\n", name)
+						continue
+					}
+					state := "open"
+					if e.Sealed {
+						state = "sealed"
+					}
+					fmt.Fprintf(tw, "-\t%s\t%d\t%s\t%s\t%s\t%s\n", e.Pool, e.Size, human(e.Size), state, e.Modified.Format("2006-01-02 15:04:05"), name)
 				}
-				if e.IsDir {
-					fmt.Fprintf(tw, "d\t-\t-\t-\t%s\n", name)
-					continue
-				}
-				state := "open"
-				if e.Sealed {
-					state = "sealed"
-				}
-				fmt.Fprintf(tw, "-\t%s\t%d\t%s\t%s\t%s\t%s\n", e.Pool, e.Size, human(e.Size), state, e.Modified.Format("2006-01-02 15:04:05"), name)
-			}
-			return tw.Flush()
+				return tw.Flush()
+			})
 		},
 	}
 	cmd.Flags().BoolVarP(&long, "long", "l", false, "long format: pool, size, state, time")

@@ -1,6 +1,9 @@
 package main
 
-import "github.com/spf13/cobra"
+import (
+	"github.com/gd2fs/gd2fs/client"
+	"github.com/spf13/cobra"
+)
 
 func newMkdir(g *globals) *cobra.Command {
 	return &cobra.Command{
@@ -9,21 +12,7 @@ func newMkdir(g *globals) *cobra.Command {
 		Example: "  gd2fs mkdir gd2fs://local/models/llama",
 		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			for _, a := range args {
-				p, err := remotePath(a)
-				if err != nil {
-					return err
-				}
-				if err := c.Mkdir(cmd.Context(), p); err != nil {
-					return err
-				}
-			}
-			return nil
+			return g.eachRemote(args, func(c *client.Client, p string) error { return c.Mkdir(cmd.Context(), p) })
 		},
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/gd2fs/gd2fs/client"
 	"github.com/spf13/cobra"
 )
 
@@ -11,21 +12,7 @@ func newRm(g *globals) *cobra.Command {
 		Example: "  gd2fs rm gd2fs://local/models/m/model.safetensors\n  gd2fs rm gd2fs://local/models/m",
 		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			for _, a := range args {
-				p, err := remotePath(a)
-				if err != nil {
-					return err
-				}
-				if err := c.Remove(cmd.Context(), p); err != nil {
-					return err
-				}
-			}
-			return nil
+			return g.eachRemote(args, func(c *client.Client, p string) error { return c.Remove(cmd.Context(), p) })
 		},
 	}
 }

@@ -56,6 +56,44 @@ func (g *globals) client() (*client.Client, error) {
 	return client.New(client.Config{Master: g.master, Token: g.token})
 }
 
+// withRemote parses a gd2fs URI, opens a client and calls fn with both.
+func (g *globals) withRemote(uri string, fn func(c *client.Client, path string) error) error {
+	p, err := remotePath(uri)
+	if err != nil {
+		return err
+	}
+	c, err := g.client()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return fn(c, p)
+}
+
+// eachRemote calls fn for every URI in uris with one client, stopping at the
+// first error. All URIs are checked before anything is done.
+func (g *globals) eachRemote(uris []string, fn func(c *client.Client, path string) error) error {
+	paths := make([]string, len(uris))
+	for i, u := range uris {
+		p, err := remotePath(u)
+		if err != nil {
+			return err
+		}
+		paths[i] = p
+	}
+	c, err := g.client()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	for _, p := range paths {
+		if err := fn(c, p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // isRemote tells a gd2fs URI (or absolute namespace path after "gd2fs:") from a local path.
 func isRemote(s string) bool { return strings.HasPrefix(s, "gd2fs://") }
 

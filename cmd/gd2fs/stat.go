@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/gd2fs/gd2fs/client"
 	"github.com/spf13/cobra"
 )
 
@@ -17,42 +18,35 @@ func newStat(g *globals) *cobra.Command {
 		Example: "  gd2fs stat gd2fs://local/models/m/model.safetensors\n  gd2fs stat --json gd2fs://local/models/m/model.safetensors",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			p, err := remotePath(args[0])
-			if err != nil {
-				return err
-			}
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			fi, err := c.Stat(cmd.Context(), p)
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				enc := json.NewEncoder(os.Stdout)
-				enc.SetIndent("", "  ")
-				return enc.Encode(fi)
-			}
-			if fi.IsDir {
-				fmt.Printf("%s: directory\n", fi.Path)
-				return nil
-			}
-			fmt.Printf("path:       %s\npool:       %s\nsize:       %d (%s)\nchunk size: %s\nsealed:     %v\nmodified:   %s\nchunks:     %d\n",
-				fi.Path, fi.Pool, fi.Size, human(fi.Size), human(fi.ChunkSize), fi.Sealed, fi.Modified.Format("2006-01-02 15:04:05 MST"), len(fi.Chunks))
-			for _, ch := range fi.Chunks {
-				var rs []string
-				for _, r := range ch.Replicas {
-					st := ""
-					if !r.Up {
-						st = "(down)"
-					}
-					rs = append(rs, r.Server+"@"+r.Addr+st)
+			return g.withRemote(args[0], func(c *client.Client, p string) error {
+				fi, err := c.Stat(cmd.Context(), p)
+				if err != nil {
+					return err
 				}
-				fmt.Printf("  #%-4d id %-8d %10s  %s\n", ch.Index, ch.ID, human(ch.Length), strings.Join(rs, " "))
-			}
-			return nil
+				if asJSON {
+					enc := json.NewEncoder(os.Stdout)
+					enc.SetIndent("", "  ")
+					return enc.Encode(fi)
+				}
+				if fi.IsDir {
+					fmt.Printf("%s: directory\n", fi.Path)
+					return nil
+				}
+				fmt.Printf("path:       %s\npool:       %s\nsize:       %d (%s)\nchunk size: %s\nsealed:     %v\nmodified:   %s\nchunks:     %d\n",
+					fi.Path, fi.Pool, fi.Size, human(fi.Size), human(fi.ChunkSize), fi.Sealed, fi.Modified.Format("2006-01-02 15:04:05 MST"), len(fi.Chunks))
+				for _, ch := range fi.Chunks {
+					var rs []string
+					for _, r := range ch.Replicas {
+						st := ""
+						if !r.Up {
+							st = "(down)"
+						}
+						rs = append(rs, r.Server+"@"+r.Addr+st)
+					}
+					fmt.Printf("  #%-4d id %-8d %10s  %s\n", ch.Index, ch.ID, human(ch.Length), strings.Join(rs, " "))
+				}
+				return nil
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")

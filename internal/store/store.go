@@ -168,17 +168,12 @@ func (s *Store) List() []Info {
 }
 
 // Stat describes chunk id.
-func (s *Store) Stat(id uint64) (Info, error) {
-	c, err := s.get(id)
-	if err != nil {
-		return Info{}, err
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.deleted {
-		return Info{}, notFound(id)
-	}
-	return Info{ID: id, Length: c.length, Sealed: c.sealed}, nil
+func (s *Store) Stat(id uint64) (info Info, err error) {
+	err = s.withChunk(id, func(c *chunk) error {
+		info = Info{ID: id, Length: c.length, Sealed: c.sealed}
+		return nil
+	})
+	return info, err
 }
 
 func notFound(id uint64) error {
@@ -237,7 +232,7 @@ func (s *Store) Write(id uint64, off int64, p []byte) error {
 	}
 	s.mu.Lock()
 	if c.pages != nil {
-		s.copyIn(c, off, p, newLen)
+		s.copyIn(c, off, p)
 		s.touch(c)
 	}
 	s.mu.Unlock()
@@ -337,7 +332,7 @@ func (s *Store) touch(c *chunk) {
 
 // copyIn copies p into c's pages at off, zeroing any hole between the old
 // length and off. Called with s.mu held.
-func (s *Store) copyIn(c *chunk, off int64, p []byte, newLen int64) {
+func (s *Store) copyIn(c *chunk, off int64, p []byte) {
 	if off > c.length {
 		s.zeroRange(c, c.length, off)
 	}
@@ -347,7 +342,6 @@ func (s *Store) copyIn(c *chunk, off int64, p []byte, newLen int64) {
 		p = p[n:]
 		off += int64(n)
 	}
-	_ = newLen
 }
 
 func (s *Store) zeroRange(c *chunk, from, to int64) {
@@ -460,8 +454,8 @@ func (s *Store) promote(c *chunk) error {
 	return nil
 }
 
-// Seal makes chunk id immutable.
-func (s *Store) Seal(id uint64) error {
+// withChunk runs fn on chunk id with its lock held, or fails with not found.
+func (s *Store) withChunk(id uint64, fn func(c *chunk) error) error {
 	c, err := s.get(id)
 	if err != nil {
 		return err
@@ -471,45 +465,45 @@ func (s *Store) Seal(id uint64) error {
 	if c.deleted {
 		return notFound(id)
 	}
-	if c.sealed {
-		return nil
-	}
-	if s.cfg.Dir != "" {
-		if err := s.writeHeader(c, true); err != nil {
-			return err
+	return fn(c)
+}
+
+// Seal makes chunk id immutable.
+func (s *Store) Seal(id uint64) error {
+	return s.withChunk(id, func(c *chunk) error {
+		if c.sealed {
+			return nil
 		}
-	}
-	c.sealed = true
-	return nil
+		if s.cfg.Dir != "" {
+			if err := s.writeHeader(c, true); err != nil {
+				return err
+			}
+		}
+		c.sealed = true
+		return nil
+	})
 }
 
 // Delete removes chunk id from every tier.
 func (s *Store) Delete(id uint64) error {
-	c, err := s.get(id)
-	if err != nil {
-		return err
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.deleted {
-		return notFound(id)
-	}
-	if s.cfg.Dir != "" {
-		if err := os.Remove(s.path(id)); err != nil && !os.IsNotExist(err) {
-			return fmt.Errorf("store: delete chunk %d: %w", id, err)
+	return s.withChunk(id, func(c *chunk) error {
+		if s.cfg.Dir != "" {
+			if err := os.Remove(s.path(id)); err != nil && !os.IsNotExist(err) {
+				return fmt.Errorf("store: delete chunk %d: %w", id, err)
+			}
 		}
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	c.deleted = true
-	delete(s.chunks, id)
-	if s.cfg.Dir != "" {
-		s.diskUsed -= c.length
-	}
-	if c.pages != nil && c.pins == 0 {
-		s.uncache(c)
-	}
-	return nil
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		c.deleted = true
+		delete(s.chunks, id)
+		if s.cfg.Dir != "" {
+			s.diskUsed -= c.length
+		}
+		if c.pages != nil && c.pins == 0 {
+			s.uncache(c)
+		}
+		return nil
+	})
 }
 
 func blocks(n int64) int { return int((n + BlockSize - 1) / BlockSize) }
