@@ -75,6 +75,33 @@ func (f *File) split(p []byte, off int64) []piece {
 		p = p[n:]
 		off += n
 	}
+	return interleave(out)
+}
+
+// interleave orders pieces round-robin over chunks (first piece of every
+// chunk, then the second, ...). Requests in flight then land on different
+// chunks, hence on different servers, and a server rarely sees two pieces of
+// one chunk at once (they would serialise on the chunk's lock) or a piece
+// ahead of its predecessor (which would zero-fill the gap first).
+func interleave(ps []piece) []piece {
+	if len(ps) < 2 || ps[0].idx == ps[len(ps)-1].idx {
+		return ps
+	}
+	var groups [][]piece
+	for i, p := range ps {
+		if i == 0 || p.idx != ps[i-1].idx {
+			groups = append(groups, nil)
+		}
+		groups[len(groups)-1] = append(groups[len(groups)-1], p)
+	}
+	out := make([]piece, 0, len(ps))
+	for k := 0; len(out) < len(ps); k++ {
+		for _, g := range groups {
+			if k < len(g) {
+				out = append(out, g[k])
+			}
+		}
+	}
 	return out
 }
 

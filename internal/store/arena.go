@@ -51,11 +51,13 @@ func (a *arena) alloc(n int) ([]int32, bool) {
 	return got, true
 }
 
-// release returns pages and tells the kernel it may drop their memory, so RSS
-// follows what is stored rather than the high-water mark.
+// release returns pages. They are marked MADV_FREE: the kernel may take the
+// memory back under pressure, but a page reused before that costs no fault
+// (MADV_DONTNEED made every reuse fault and zero 16 small pages, which showed
+// up as a third of the write path's CPU).
 func (a *arena) release(ps []int32) {
 	for _, p := range ps {
-		_ = unix.Madvise(a.page(p), unix.MADV_DONTNEED)
+		_ = unix.Madvise(a.page(p), unix.MADV_FREE)
 	}
 	a.free = append(a.free, ps...)
 }
