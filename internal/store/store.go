@@ -26,6 +26,7 @@ import (
 	"sync/atomic"
 
 	"github.com/gd2fs/gd2fs/errs"
+	"github.com/gd2fs/gd2fs/internal/arena"
 	"github.com/gd2fs/gd2fs/internal/bufpool"
 	"github.com/gd2fs/gd2fs/internal/wire"
 )
@@ -67,7 +68,7 @@ type Info struct {
 type Store struct {
 	cfg   Config
 	log   *slog.Logger
-	arena *arena // nil without a DRAM tier
+	arena *arena.Arena // nil without a DRAM tier
 
 	mu       sync.Mutex // guards chunks, lru, diskUsed and the arena
 	chunks   map[uint64]*chunk
@@ -104,7 +105,7 @@ func Open(cfg Config) (*Store, error) {
 		return nil, errs.New(errs.ErrBadRequest, "store: no tier configured: give a DRAM size (--mem) or a disk directory (--disk)")
 	}
 	if cfg.MemBytes > 0 {
-		a, err := newArena(cfg.MemBytes)
+		a, err := arena.New(cfg.MemBytes, BlockSize)
 		if err != nil {
 			return nil, err
 		}
@@ -122,7 +123,7 @@ func Open(cfg Config) (*Store, error) {
 // Close releases the DRAM tier. Chunk files stay on disk.
 func (s *Store) Close() error {
 	if s.arena != nil {
-		return s.arena.close()
+		return s.arena.Close()
 	}
 	return nil
 }
@@ -133,8 +134,8 @@ func (s *Store) Usage() Usage {
 	defer s.mu.Unlock()
 	u := Usage{DiskCap: s.cfg.DiskBytes, DiskUsed: s.diskUsed, Chunks: len(s.chunks)}
 	if s.arena != nil {
-		u.MemCap = int64(s.arena.pages()) * BlockSize
-		u.MemUsed = int64(s.arena.pages()-s.arena.freePages()) * BlockSize
+		u.MemCap = int64(s.arena.Pages()) * BlockSize
+		u.MemUsed = int64(s.arena.Pages()-s.arena.FreePages()) * BlockSize
 	}
 	if s.cfg.Dir == "" {
 		u.DiskCap = 0
@@ -289,10 +290,10 @@ func (s *Store) dropIfEmpty(c *chunk) {
 // allocPages takes n pages, evicting unpinned disk-backed chunks other than
 // self if needed. Called with s.mu held.
 func (s *Store) allocPages(n int, self *chunk) ([]int32, bool) {
-	if n > s.arena.pages() {
+	if n > s.arena.Pages() {
 		return nil, false
 	}
-	for s.arena.freePages() < n && s.cfg.Dir != "" {
+	for s.arena.FreePages() < n && s.cfg.Dir != "" {
 		victim := s.lruVictim(self)
 		if victim == nil {
 			break
@@ -300,7 +301,7 @@ func (s *Store) allocPages(n int, self *chunk) ([]int32, bool) {
 		s.uncache(victim)
 		s.evictions.Add(1)
 	}
-	return s.arena.alloc(n)
+	return s.arena.Alloc(n)
 }
 
 func (s *Store) lruVictim(self *chunk) *chunk {
@@ -318,7 +319,7 @@ func (s *Store) uncache(c *chunk) {
 		s.lru.Remove(c.elem)
 		c.elem = nil
 	}
-	s.arena.release(c.pages)
+	s.arena.Release(c.pages)
 	c.pages = nil
 }
 
@@ -334,38 +335,9 @@ func (s *Store) touch(c *chunk) {
 // length and off. Called with s.mu held.
 func (s *Store) copyIn(c *chunk, off int64, p []byte) {
 	if off > c.length {
-		s.zeroRange(c, c.length, off)
+		s.arena.Zero(c.pages, c.length, off)
 	}
-	for len(p) > 0 {
-		pg := s.arena.page(c.pages[off/BlockSize])
-		n := copy(pg[off%BlockSize:], p)
-		p = p[n:]
-		off += int64(n)
-	}
-}
-
-func (s *Store) zeroRange(c *chunk, from, to int64) {
-	for from < to {
-		pg := s.arena.page(c.pages[from/BlockSize])
-		o := from % BlockSize
-		n := min(int64(BlockSize)-o, to-from)
-		clear(pg[o : o+n])
-		from += n
-	}
-}
-
-// views returns slices of c's pages covering [off, off+n). s.mu held.
-func (s *Store) views(c *chunk, off, n int64) [][]byte {
-	out := make([][]byte, 0, n/BlockSize+2)
-	for n > 0 {
-		pg := s.arena.page(c.pages[off/BlockSize])
-		o := off % BlockSize
-		k := min(int64(BlockSize)-o, n)
-		out = append(out, pg[o:o+k])
-		off += k
-		n -= k
-	}
-	return out
+	s.arena.CopyIn(c.pages, off, p)
 }
 
 // Read calls fn with views of bytes [off, off+n) of chunk id. The views are
@@ -400,7 +372,7 @@ func (s *Store) Read(id uint64, off, n int64, fn func([][]byte) error) error {
 	if c.pages != nil {
 		c.pins++
 		s.touch(c)
-		v := s.views(c, off, n)
+		v := s.arena.Views(c.pages, off, n)
 		s.mu.Unlock()
 		c.mu.Unlock()
 		s.memReads.Add(1)
@@ -434,19 +406,15 @@ func (s *Store) promote(c *chunk) error {
 	err := s.readDisk(c, 0, c.length, func(bufs [][]byte) error {
 		var off int64
 		for _, b := range bufs {
-			for len(b) > 0 {
-				pg := s.arena.page(ps[off/BlockSize])
-				n := copy(pg[off%BlockSize:], b)
-				b = b[n:]
-				off += int64(n)
-			}
+			s.arena.CopyIn(ps, off, b)
+			off += int64(len(b))
 		}
 		return nil
 	})
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err != nil {
-		s.arena.release(ps)
+		s.arena.Release(ps)
 		return err
 	}
 	c.pages = ps
