@@ -1,0 +1,783 @@
+// Package kvstore is a data server's hash-mode KV cache: write-once blocks
+// (key → bytes) in a DRAM tier (off-heap arena) and a disk tier (append-only
+// segment files).
+//
+// Placement between tiers follows S3-FIFO (Yang et al., SOSP'23): a new block
+// enters a small FIFO queue (10% of DRAM); blocks leaving it that were read
+// again move to the main FIFO queue, the rest are demoted to disk and their
+// keys remembered in a ghost queue; a block read from disk whose key is a
+// ghost is promoted straight to main. Main reinserts blocks read since their
+// last pass and demotes the others. A one-time scan therefore passes through
+// the small queue without pushing the working set out of DRAM.
+//
+// The disk tier is a FIFO of segments: past its capacity the oldest segment
+// goes, after blocks read since they were written there are appended again at
+// the head (bounded to half a segment per eviction). Exists never counts as a
+// read and never pins. Everything on disk is CRC32C-checked: a damaged record
+// is a miss, never data. Blocks only in DRAM are lost on restart: KV cache is
+// recomputable, and write-behind keeps puts at memory speed.
+package kvstore
+
+import (
+	"container/list"
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/gd2fs/gd2fs/errs"
+	"github.com/gd2fs/gd2fs/internal/arena"
+	"github.com/gd2fs/gd2fs/internal/bufpool"
+	"github.com/gd2fs/gd2fs/internal/wire"
+)
+
+// PageSize is the DRAM tier's page: small enough that 64 KiB blocks waste
+// little, large enough that a 4 MiB block is 256 iovecs.
+const PageSize = 16 << 10
+
+// MaxKey is the longest key accepted.
+const MaxKey = 1024
+
+// Tier says where a block is.
+type Tier uint8
+
+// Tiers.
+const (
+	TierNone Tier = iota
+	TierDRAM
+	TierDisk
+)
+
+func (t Tier) String() string { return [...]string{"none", "dram", "disk"}[t] }
+
+// Config sizes the store.
+type Config struct {
+	MemBytes    int64  // DRAM tier; 0 = none
+	Dir         string // disk tier directory; "" = none
+	DiskBytes   int64
+	MaxValue    int64 // default 64 MiB
+	SegmentSize int64 // default max(64 MiB, 2*MaxValue)
+	Log         *slog.Logger
+}
+
+// Stats are cumulative counters and current sizes.
+type Stats struct {
+	Keys                                     int
+	MemCap, MemUsed, DiskCap, DiskUsed       int64
+	MemHits, DiskHits, Misses                uint64
+	Puts, Existed                            uint64
+	Demotions, Promotions, Evictions, Corrupt uint64
+}
+
+type entry struct {
+	key  string
+	size int64
+	crc  uint32
+
+	// DRAM copy.
+	pages []int32
+	q     *list.List // small or main; nil when not in DRAM
+	elem  *list.Element
+	freq  uint8
+	pins  int
+
+	// Disk copy.
+	seg      *segment
+	off      int64 // record start
+	diskRead bool  // read since written to this segment
+
+	dead bool // deleted or replaced; pages freed when unpinned
+}
+
+// Store is safe for concurrent use.
+type Store struct {
+	cfg   Config
+	log   *slog.Logger
+	arena *arena.Arena
+
+	mu          sync.Mutex
+	index       map[string]*entry
+	small, main list.List
+	smallBytes  int64
+	ghost       map[string]struct{}
+	ghostFIFO   []string
+	ghostCap    int
+
+	segs     []*segment // oldest first; last is active
+	nextSeg  uint64
+	diskUsed int64
+
+	memHits, diskHits, misses, puts, existed      atomic.Uint64
+	demotions, promotions, evictions, corruptRecs atomic.Uint64
+}
+
+// Open opens a store; with a disk tier it loads the segments, keeping every
+// record whose header checks out (values are checked when read).
+func Open(cfg Config) (*Store, error) {
+	if cfg.MaxValue <= 0 {
+		cfg.MaxValue = 64 << 20
+	}
+	if cfg.SegmentSize <= 0 {
+		cfg.SegmentSize = max(64<<20, 2*cfg.MaxValue)
+	}
+	if cfg.SegmentSize < cfg.MaxValue+recHeader+MaxKey {
+		return nil, errs.New(errs.ErrBadRequest, "kvstore: segment size %d cannot hold a %d-byte value", cfg.SegmentSize, cfg.MaxValue)
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.MemBytes <= 0 && cfg.Dir == "" {
+		return nil, errs.New(errs.ErrBadRequest, "kvstore: no tier: give a DRAM size or a disk directory")
+	}
+	s := &Store{cfg: cfg, log: cfg.Log, index: map[string]*entry{}, ghost: map[string]struct{}{}}
+	if cfg.MemBytes > 0 {
+		a, err := arena.New(cfg.MemBytes, PageSize)
+		if err != nil {
+			return nil, err
+		}
+		s.arena = a
+		s.ghostCap = max(1024, a.Pages()/4)
+	}
+	if cfg.Dir != "" {
+		if err := s.load(); err != nil {
+			s.Close()
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// Close releases the DRAM tier and closes segment files.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, g := range s.segs {
+		g.f.Close()
+	}
+	s.segs = nil
+	if s.arena != nil {
+		err := s.arena.Close()
+		s.arena = nil
+		return err
+	}
+	return nil
+}
+
+// Stats returns counters and sizes.
+func (s *Store) Stats() Stats {
+	s.mu.Lock()
+	st := Stats{Keys: len(s.index), DiskCap: s.cfg.DiskBytes, DiskUsed: s.diskUsed}
+	if s.arena != nil {
+		st.MemCap = int64(s.arena.Pages()) * PageSize
+		st.MemUsed = int64(s.arena.Pages()-s.arena.FreePages()) * PageSize
+	}
+	s.mu.Unlock()
+	st.MemHits, st.DiskHits, st.Misses = s.memHits.Load(), s.diskHits.Load(), s.misses.Load()
+	st.Puts, st.Existed = s.puts.Load(), s.existed.Load()
+	st.Demotions, st.Promotions, st.Evictions, st.Corrupt = s.demotions.Load(), s.promotions.Load(), s.evictions.Load(), s.corruptRecs.Load()
+	return st
+}
+
+// CheckKey validates a key.
+func CheckKey(key []byte) error {
+	if len(key) == 0 {
+		return errs.New(errs.ErrBadRequest, "empty key")
+	}
+	if len(key) > MaxKey {
+		return errs.New(errs.ErrTooLarge, "key of %d bytes: the limit is %d", len(key), MaxKey)
+	}
+	return nil
+}
+
+func pagesFor(n int64) int { return int((n + PageSize - 1) / PageSize) }
+
+// Put stores value under key. Without overwrite an existing key is left as
+// it is and Put reports existed=true.
+func (s *Store) Put(key []byte, value []byte, overwrite bool) (existed bool, err error) {
+	if err := CheckKey(key); err != nil {
+		return false, err
+	}
+	if int64(len(value)) > s.cfg.MaxValue {
+		return false, errs.New(errs.ErrTooLarge, "value of %d bytes: the limit is %d (server --kv-max-value)", len(value), s.cfg.MaxValue)
+	}
+	s.mu.Lock()
+	if old := s.index[string(key)]; old != nil && !overwrite {
+		s.mu.Unlock()
+		s.existed.Add(1)
+		return true, nil
+	}
+	e := &entry{key: string(key), size: int64(len(value)), crc: crc32.Checksum(value, wire.Castagnoli)}
+	var ok bool
+	if s.arena != nil {
+		ok, err = s.allocLocked(e)
+		if err != nil {
+			s.mu.Unlock()
+			return false, err
+		}
+	}
+	s.mu.Unlock()
+	if ok {
+		// Copy outside the lock: the entry is not visible yet.
+		s.arena.CopyIn(e.pages, 0, value)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if old := s.index[string(key)]; old != nil {
+		if !overwrite { // another put won the race
+			s.freeLocked(e)
+			s.existed.Add(1)
+			return true, nil
+		}
+		// deleteLocked writes a tombstone if the old value is on disk, so a
+		// restart can never bring the old bytes back.
+		if err := s.deleteLocked(old); err != nil {
+			s.freeLocked(e)
+			return false, err
+		}
+	}
+	if !ok {
+		// No room in DRAM (or no DRAM tier): straight to disk.
+		if s.cfg.Dir == "" {
+			return false, errs.New(errs.ErrNoSpace, "KV DRAM tier full (%d bytes) and every block is in use, no disk tier: retry, or give the server more --mem or a --disk", s.cfg.MemBytes)
+		}
+		if err := s.appendLocked(e, [][]byte{value}); err != nil {
+			return false, err
+		}
+	} else {
+		s.enqueueLocked(e, &s.small)
+		if _, g := s.ghost[e.key]; g {
+			// Seen recently and demoted: it belongs in main.
+			s.dequeueLocked(e)
+			s.enqueueLocked(e, &s.main)
+		}
+	}
+	s.index[e.key] = e
+	s.puts.Add(1)
+	return false, nil
+}
+
+// allocLocked gives e DRAM pages, demoting per S3-FIFO to make room.
+// It returns false (no error) when e cannot be placed in DRAM.
+func (s *Store) allocLocked(e *entry) (bool, error) {
+	n := pagesFor(e.size)
+	if n > s.arena.Pages()/2 {
+		return false, nil // a block bigger than half of DRAM goes to disk
+	}
+	for s.arena.FreePages() < n {
+		if !s.evictOneLocked() {
+			return false, nil
+		}
+	}
+	ps, ok := s.arena.Alloc(n)
+	e.pages = ps
+	return ok, nil
+}
+
+func (s *Store) enqueueLocked(e *entry, q *list.List) {
+	e.q = q
+	e.elem = q.PushFront(e)
+	if q == &s.small {
+		s.smallBytes += e.size
+	}
+}
+
+func (s *Store) dequeueLocked(e *entry) {
+	if e.q == nil {
+		return
+	}
+	if e.q == &s.small {
+		s.smallBytes -= e.size
+	}
+	e.q.Remove(e.elem)
+	e.q, e.elem = nil, nil
+}
+
+// evictOneLocked frees DRAM by one S3-FIFO step. It returns false when
+// nothing can go (everything pinned).
+func (s *Store) evictOneLocked() bool {
+	memCap := int64(s.arena.Pages()) * PageSize
+	for tries := s.small.Len() + 2*s.main.Len() + 1; tries > 0; tries-- {
+		fromSmall := s.small.Len() > 0 && (s.smallBytes >= memCap/10 || s.main.Len() == 0)
+		q := &s.main
+		if fromSmall {
+			q = &s.small
+		}
+		el := q.Back()
+		if el == nil {
+			return false
+		}
+		e := el.Value.(*entry)
+		s.dequeueLocked(e)
+		switch {
+		case e.pins > 0:
+			s.enqueueLocked(e, q) // in use: look at the next one
+		case fromSmall && e.freq > 0:
+			e.freq = 0
+			s.enqueueLocked(e, &s.main)
+		case !fromSmall && e.freq > 0:
+			e.freq--
+			s.enqueueLocked(e, &s.main)
+		default:
+			s.demoteLocked(e, fromSmall)
+			return true
+		}
+	}
+	return false
+}
+
+// demoteLocked moves e's bytes to disk (if it has none there yet) and frees
+// its pages. Without a disk tier the block is dropped.
+func (s *Store) demoteLocked(e *entry, fromSmall bool) {
+	if fromSmall {
+		s.ghost[e.key] = struct{}{}
+		s.ghostFIFO = append(s.ghostFIFO, e.key)
+		if len(s.ghostFIFO) > s.ghostCap {
+			delete(s.ghost, s.ghostFIFO[0])
+			s.ghostFIFO = s.ghostFIFO[1:]
+		}
+	}
+	if e.seg == nil && s.cfg.Dir != "" {
+		if err := s.appendLocked(e, s.arena.Views(e.pages, 0, e.size)); err != nil {
+			s.log.Warn("kv demotion to disk failed; dropping block", "err", err)
+		} else {
+			s.demotions.Add(1)
+		}
+	}
+	s.arena.Release(e.pages)
+	e.pages = nil
+	if e.seg == nil {
+		delete(s.index, e.key)
+		s.evictions.Add(1)
+	}
+}
+
+// freeLocked releases e's storage (e is not, or no longer, indexed).
+func (s *Store) freeLocked(e *entry) {
+	e.dead = true
+	s.dequeueLocked(e)
+	if e.pages != nil && e.pins == 0 {
+		s.arena.Release(e.pages)
+		e.pages = nil
+	}
+}
+
+func (s *Store) removeLocked(e *entry) {
+	delete(s.index, e.key)
+	s.freeLocked(e)
+	if e.seg != nil {
+		e.seg.live -= e.size
+		e.seg = nil
+	}
+}
+
+// Get calls fn with views of key's bytes (valid only during fn). It returns
+// errs.ErrNotFound on a miss, and the tier that served it.
+func (s *Store) Get(key []byte, fn func(bufs [][]byte) error) (Tier, error) {
+	s.mu.Lock()
+	e := s.index[string(key)]
+	if e == nil {
+		s.mu.Unlock()
+		s.misses.Add(1)
+		return TierNone, errs.New(errs.ErrNotFound, "no block %q", trimKey(key))
+	}
+	if e.pages != nil {
+		e.pins++
+		if e.freq < 3 {
+			e.freq++
+		}
+		v := s.arena.Views(e.pages, 0, e.size)
+		s.mu.Unlock()
+		s.memHits.Add(1)
+		err := fn(v)
+		s.unpin(e)
+		return TierDRAM, err
+	}
+	seg, off := e.seg, e.off
+	seg.refs++
+	e.diskRead = true
+	_, promote := s.ghost[e.key]
+	s.mu.Unlock()
+	defer s.unref(seg)
+
+	bp := bufpool.Get(int(e.size))
+	defer bufpool.Put(bp)
+	val := *bp
+	if err := seg.readValue(off, key, val, e.crc); err != nil {
+		s.corruptRecs.Add(1)
+		s.misses.Add(1)
+		s.log.Warn("dropping damaged KV record", "segment", seg.path, "offset", off, "err", err)
+		s.mu.Lock()
+		if s.index[e.key] == e {
+			s.removeLocked(e)
+		}
+		s.mu.Unlock()
+		return TierNone, errs.New(errs.ErrNotFound, "block %q failed its checksum on disk and was dropped", trimKey(key))
+	}
+	s.diskHits.Add(1)
+	if promote && s.arena != nil {
+		s.promote(e, val)
+	}
+	return TierDisk, fn([][]byte{val})
+}
+
+// promote copies a disk block back into DRAM's main queue (a ghost hit).
+func (s *Store) promote(e *entry, val []byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.index[e.key] != e || e.pages != nil {
+		return
+	}
+	if ok, _ := s.allocLocked(e); !ok {
+		return
+	}
+	s.arena.CopyIn(e.pages, 0, val)
+	delete(s.ghost, e.key)
+	s.enqueueLocked(e, &s.main)
+	s.promotions.Add(1)
+}
+
+func (s *Store) unpin(e *entry) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e.pins--
+	if e.pins == 0 && e.dead && e.pages != nil {
+		s.arena.Release(e.pages)
+		e.pages = nil
+	}
+}
+
+func trimKey(k []byte) string {
+	if len(k) > 64 {
+		return string(k[:64]) + "…"
+	}
+	return string(k)
+}
+
+// Exists reports the tier and size of key without counting a read or pinning.
+func (s *Store) Exists(key []byte) (Tier, int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.index[string(key)]
+	switch {
+	case e == nil:
+		return TierNone, 0
+	case e.pages != nil:
+		return TierDRAM, e.size
+	default:
+		return TierDisk, e.size
+	}
+}
+
+// Delete removes key; a tombstone on disk keeps it deleted across restarts.
+func (s *Store) Delete(key []byte) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.index[string(key)]
+	if e == nil {
+		return false, nil
+	}
+	return true, s.deleteLocked(e)
+}
+
+func (s *Store) deleteLocked(e *entry) error {
+	onDisk := e.seg != nil
+	s.removeLocked(e)
+	if onDisk {
+		return s.appendLocked(&entry{key: e.key}, nil)
+	}
+	return nil
+}
+
+// DeleteByPrefix removes every key starting with prefix and returns how many.
+func (s *Store) DeleteByPrefix(prefix []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for k, e := range s.index {
+		if strings.HasPrefix(k, string(prefix)) {
+			if err := s.deleteLocked(e); err != nil {
+				return n, err
+			}
+			n++
+		}
+	}
+	return n, nil
+}
+
+// ---- disk tier ----
+//
+// A segment file is a sequence of records:
+//
+//	0  u32 magic "GDKV"   4 u8 flags (1 = tombstone)   5 u8 version
+//	6  u16 key length      8 u32 value length           12 u32 value CRC32C
+//	16 u32 CRC32C of bytes 0..15 and the key            20 u32 reserved
+//	24 key, then value
+//
+// Records are appended; a later record for a key replaces an earlier one.
+
+const (
+	recHeader  = 24
+	recMagic   = 0x564b4447 // "GDKV"
+	recVersion = 1
+	flagTomb   = 1
+)
+
+type segment struct {
+	id   uint64
+	path string
+	f    *os.File
+	size int64 // bytes appended
+	live int64 // value bytes of live entries
+	keys []string
+	refs int
+	gone bool
+}
+
+func encodeHeader(h []byte, key string, vlen int64, vcrc uint32, tomb bool) {
+	le := binary.LittleEndian
+	le.PutUint32(h[0:], recMagic)
+	h[4] = 0
+	if tomb {
+		h[4] = flagTomb
+	}
+	h[5] = recVersion
+	le.PutUint16(h[6:], uint16(len(key)))
+	le.PutUint32(h[8:], uint32(vlen))
+	le.PutUint32(h[12:], vcrc)
+	c := crc32.Update(crc32.Checksum(h[:16], wire.Castagnoli), wire.Castagnoli, []byte(key))
+	le.PutUint32(h[16:], c)
+	le.PutUint32(h[20:], 0)
+}
+
+// appendLocked writes e (value in bufs; a tombstone when bufs is nil) at the
+// head of the disk tier, evicting old segments past capacity.
+func (s *Store) appendLocked(e *entry, bufs [][]byte) error {
+	tomb := bufs == nil
+	need := int64(recHeader + len(e.key))
+	if !tomb {
+		need += e.size
+	}
+	if need > s.cfg.DiskBytes {
+		return errs.New(errs.ErrNoSpace, "KV disk tier of %d bytes cannot hold a %d-byte block", s.cfg.DiskBytes, need)
+	}
+	for s.diskUsed+need > s.cfg.DiskBytes {
+		if !s.evictSegmentLocked() {
+			return errs.New(errs.ErrNoSpace, "KV disk tier full and nothing can be evicted (blocks in use): retry, or give the server a larger --disk")
+		}
+	}
+	g := s.activeLocked(need)
+	if g == nil {
+		return errs.New(errs.ErrInternal, "kvstore: cannot open a segment in %s", s.cfg.Dir)
+	}
+	var h [recHeader]byte
+	encodeHeader(h[:], e.key, e.size, e.crc, tomb)
+	off := g.size
+	parts := append([][]byte{h[:], []byte(e.key)}, bufs...)
+	pos := off
+	for _, p := range parts {
+		if _, err := g.f.WriteAt(p, pos); err != nil {
+			return fmt.Errorf("kvstore: write segment %s: %w", g.path, err)
+		}
+		pos += int64(len(p))
+	}
+	g.size = pos
+	s.diskUsed += need
+	if !tomb {
+		e.seg, e.off, e.diskRead = g, off, false
+		g.live += e.size
+		g.keys = append(g.keys, e.key)
+	}
+	return nil
+}
+
+// activeLocked returns the segment to append need bytes to, starting a new one when full.
+func (s *Store) activeLocked(need int64) *segment {
+	if n := len(s.segs); n > 0 && s.segs[n-1].size+need <= s.cfg.SegmentSize {
+		return s.segs[n-1]
+	}
+	g, err := s.openSegment(s.nextSeg, true)
+	if err != nil {
+		s.log.Error("open KV segment", "err", err)
+		return nil
+	}
+	s.nextSeg++
+	s.segs = append(s.segs, g)
+	return g
+}
+
+func (s *Store) openSegment(id uint64, create bool) (*segment, error) {
+	p := filepath.Join(s.cfg.Dir, fmt.Sprintf("seg-%016x.kv", id))
+	flag := os.O_RDWR
+	if create {
+		flag |= os.O_CREATE | os.O_EXCL
+	}
+	f, err := os.OpenFile(p, flag, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	return &segment{id: id, path: p, f: f}, nil
+}
+
+// evictSegmentLocked drops the oldest segment, first re-appending blocks read
+// since they were written there (up to half a segment). It returns false
+// when only the active segment is left.
+func (s *Store) evictSegmentLocked() bool {
+	if len(s.segs) < 2 {
+		return false
+	}
+	old := s.segs[0]
+	s.segs = s.segs[1:]
+	s.diskUsed -= old.size
+	budget := s.cfg.SegmentSize / 2
+	for _, k := range old.keys {
+		e := s.index[k]
+		if e == nil || e.seg != old {
+			continue
+		}
+		keep := e.diskRead && e.size <= budget
+		if keep {
+			bp := bufpool.Get(int(e.size))
+			if err := old.readValue(e.off, []byte(k), *bp, e.crc); err == nil {
+				e.seg = nil
+				budget -= e.size
+				if s.appendLocked(e, [][]byte{*bp}) != nil {
+					keep = false
+				}
+			} else {
+				keep = false
+			}
+			bufpool.Put(bp)
+		}
+		if !keep {
+			e.seg = nil
+			if e.pages == nil {
+				delete(s.index, k)
+				s.evictions.Add(1)
+			}
+		}
+	}
+	old.gone = true
+	if old.refs == 0 {
+		old.close()
+	}
+	return true
+}
+
+func (g *segment) close() {
+	g.f.Close()
+	os.Remove(g.path)
+}
+
+func (s *Store) unref(g *segment) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	g.refs--
+	if g.refs == 0 && g.gone {
+		g.close()
+	}
+}
+
+// readValue reads the value of the record at off into val and checks the
+// header, the key and the value CRC.
+func (g *segment) readValue(off int64, key, val []byte, want uint32) error {
+	var h [recHeader]byte
+	if _, err := g.f.ReadAt(h[:], off); err != nil {
+		return err
+	}
+	kb := make([]byte, len(key))
+	if _, err := g.f.ReadAt(kb, off+recHeader); err != nil {
+		return err
+	}
+	le := binary.LittleEndian
+	if le.Uint32(h[0:]) != recMagic || le.Uint32(h[16:]) != crc32.Update(crc32.Checksum(h[:16], wire.Castagnoli), wire.Castagnoli, kb) ||
+		string(kb) != string(key) || int(le.Uint32(h[8:])) != len(val) {
+		return fmt.Errorf("record header damaged")
+	}
+	if _, err := g.f.ReadAt(val, off+recHeader+int64(len(key))); err != nil {
+		return err
+	}
+	if crc32.Checksum(val, wire.Castagnoli) != want || le.Uint32(h[12:]) != want {
+		return fmt.Errorf("value checksum mismatch")
+	}
+	return nil
+}
+
+// load scans segments oldest first; a record whose header fails ends the
+// scan of that segment (a torn tail after a crash).
+func (s *Store) load() error {
+	if err := os.MkdirAll(s.cfg.Dir, 0o755); err != nil {
+		return fmt.Errorf("kvstore: create %s: %w", s.cfg.Dir, err)
+	}
+	names, err := filepath.Glob(filepath.Join(s.cfg.Dir, "seg-*.kv"))
+	if err != nil {
+		return err
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		var id uint64
+		if _, err := fmt.Sscanf(filepath.Base(n), "seg-%016x.kv", &id); err != nil {
+			continue
+		}
+		g, err := s.openSegment(id, false)
+		if err != nil {
+			return fmt.Errorf("kvstore: open %s: %w", n, err)
+		}
+		st, err := g.f.Stat()
+		if err != nil {
+			return err
+		}
+		s.scan(g, st.Size())
+		s.segs = append(s.segs, g)
+		s.diskUsed += g.size
+		s.nextSeg = id + 1
+	}
+	return nil
+}
+
+func (s *Store) scan(g *segment, fileSize int64) {
+	le := binary.LittleEndian
+	var h [recHeader]byte
+	kb := make([]byte, MaxKey)
+	off := int64(0)
+	for off+recHeader <= fileSize {
+		if _, err := g.f.ReadAt(h[:], off); err != nil {
+			break
+		}
+		klen, vlen := int64(le.Uint16(h[6:])), int64(le.Uint32(h[8:]))
+		if le.Uint32(h[0:]) != recMagic || klen == 0 || klen > MaxKey || off+recHeader+klen+vlen > fileSize {
+			break
+		}
+		if _, err := g.f.ReadAt(kb[:klen], off+recHeader); err != nil {
+			break
+		}
+		if le.Uint32(h[16:]) != crc32.Update(crc32.Checksum(h[:16], wire.Castagnoli), wire.Castagnoli, kb[:klen]) {
+			s.corruptRecs.Add(1)
+			break
+		}
+		key := string(kb[:klen])
+		if old := s.index[key]; old != nil {
+			old.seg.live -= old.size
+			delete(s.index, key)
+		}
+		if h[4]&flagTomb == 0 {
+			e := &entry{key: key, size: vlen, crc: le.Uint32(h[12:]), seg: g, off: off}
+			s.index[key] = e
+			g.live += vlen
+			g.keys = append(g.keys, key)
+		} else {
+			vlen = 0
+		}
+		off += recHeader + klen + vlen
+	}
+	if off < fileSize {
+		s.log.Warn("KV segment ends in a damaged or torn record; the rest is ignored", "segment", g.path, "offset", off, "size", fileSize)
+		g.f.Truncate(off)
+	}
+	g.size = off
+}
