@@ -54,6 +54,7 @@ type Client struct {
 	cfg Config
 	api *api.Client
 	tr  Transport
+	ms  membership // cached KV membership map
 }
 
 // DefaultMaster is where `gd2fs up` listens.

@@ -9,13 +9,14 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gd2fs/gd2fs/internal/kvstore"
 	"github.com/gd2fs/gd2fs/internal/server"
 	"github.com/gd2fs/gd2fs/internal/store"
 	"github.com/spf13/cobra"
 )
 
 func newServer(g *globals) *cobra.Command {
-	var listen, advertise, mem, disk, id string
+	var listen, advertise, mem, disk, id, kvMem, kvDisk, kvMax string
 	var heartbeat time.Duration
 	cmd := &cobra.Command{
 		Use:   "server",
@@ -32,19 +33,18 @@ func newServer(g *globals) *cobra.Command {
 				}
 			}
 			if disk != "" {
-				i := strings.LastIndexByte(disk, ':')
-				if i <= 0 {
-					return fmt.Errorf("--disk %q: write DIR:SIZE, e.g. /nvme/gd2fs:2TiB", disk)
-				}
-				sc.Dir = disk[:i]
-				if sc.DiskBytes, err = parseSize(disk[i+1:]); err != nil {
+				if sc.Dir, sc.DiskBytes, err = dirSize("disk", disk); err != nil {
 					return err
 				}
+			}
+			kc, err := kvConfig(kvMem, kvDisk, kvMax)
+			if err != nil {
+				return err
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			s, err := server.New(server.Config{ID: id, Listen: listen, Advertise: advertise, Master: g.master,
-				Token: g.token, Store: sc, Heartbeat: heartbeat, Log: g.logger()})
+				Token: g.token, Store: sc, KV: kc, Heartbeat: heartbeat, Log: g.logger()})
 			if err != nil {
 				return err
 			}
@@ -57,7 +57,37 @@ func newServer(g *globals) *cobra.Command {
 	f.StringVar(&advertise, "advertise", "", "address clients dial (default: the listen address)")
 	f.StringVar(&mem, "mem", "1GiB", "DRAM tier capacity (0 for none)")
 	f.StringVar(&disk, "disk", "", "disk tier as DIR:SIZE, e.g. /nvme/gd2fs:2TiB")
+	f.StringVar(&kvMem, "kv-mem", "1GiB", "KV cache DRAM tier (0 for none)")
+	f.StringVar(&kvDisk, "kv-disk", "", "KV cache disk tier as DIR:SIZE, e.g. /nvme/gd2fs-kv:1TiB")
+	f.StringVar(&kvMax, "kv-max-value", "64MiB", "largest KV value accepted")
 	f.StringVar(&id, "id", "", "server id (default: kept in the disk tier, else random)")
 	f.DurationVar(&heartbeat, "heartbeat", time.Second, "heartbeat interval")
 	return cmd
+}
+
+// dirSize parses DIR:SIZE.
+func dirSize(flag, v string) (string, int64, error) {
+	i := strings.LastIndexByte(v, ':')
+	if i <= 0 {
+		return "", 0, fmt.Errorf("--%s %q: write DIR:SIZE, e.g. /nvme/gd2fs:2TiB", flag, v)
+	}
+	n, err := parseSize(v[i+1:])
+	return v[:i], n, err
+}
+
+func kvConfig(mem, disk, maxValue string) (kvstore.Config, error) {
+	var kc kvstore.Config
+	var err error
+	if kc.MemBytes, err = parseSize(mem); err != nil {
+		return kc, err
+	}
+	if kc.MaxValue, err = parseSize(maxValue); err != nil {
+		return kc, err
+	}
+	if disk != "" {
+		if kc.Dir, kc.DiskBytes, err = dirSize("kv-disk", disk); err != nil {
+			return kc, err
+		}
+	}
+	return kc, nil
 }

@@ -14,7 +14,7 @@ import (
 )
 
 func newUp(g *globals) *cobra.Command {
-	var dir, listen, mem, disk, cluster_, metaDSN string
+	var dir, listen, mem, disk, kvMem, kvDisk, cluster_, metaDSN string
 	var servers, firstPort int
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -31,6 +31,14 @@ func newUp(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			kvMemB, err := parseSize(kvMem)
+			if err != nil {
+				return err
+			}
+			kvDiskB, err := parseSize(kvDisk)
+			if err != nil {
+				return err
+			}
 			var addrs []string
 			for i := 0; i < servers; i++ {
 				addrs = append(addrs, "127.0.0.1:"+strconv.Itoa(firstPort+i))
@@ -39,13 +47,13 @@ func newUp(g *globals) *cobra.Command {
 			defer stop()
 			abs, _ := filepath.Abs(dir)
 			c, err := cluster.Start(ctx, cluster.Config{Dir: abs, MasterAddr: listen, ServerAddrs: addrs, Servers: servers,
-				MemBytes: memB, DiskBytes: diskB, Token: g.token, Cluster: cluster_, Meta: metaDSN, Log: g.logger()})
+				MemBytes: memB, DiskBytes: diskB, KVMemBytes: kvMemB, KVDiskBytes: kvDiskB, Token: g.token, Cluster: cluster_, Meta: metaDSN, Log: g.logger()})
 			if err != nil {
 				return fmt.Errorf("%w (is another gd2fs up running? stop it or pick other ports with --listen/--port)", err)
 			}
 			defer c.Close()
-			fmt.Printf("gd2fs is up: master %s, %d servers (%s DRAM + %s disk each), data in %s\n",
-				c.Master.URL(), servers, human(memB), human(diskB), abs)
+			fmt.Printf("gd2fs is up: master %s, %d servers (files: %s DRAM + %s disk; KV: %s DRAM + %s disk each), data in %s\n",
+				c.Master.URL(), servers, human(memB), human(diskB), human(kvMemB), human(kvDiskB), abs)
 			for _, s := range c.Servers {
 				fmt.Printf("  server %s at %s (metrics: http://%s/metrics)\n", s.ID(), s.Addr(), s.Addr())
 			}
@@ -63,6 +71,8 @@ func newUp(g *globals) *cobra.Command {
 	f.IntVar(&servers, "servers", 3, "number of data servers")
 	f.StringVar(&mem, "mem", "256MiB", "DRAM tier per server")
 	f.StringVar(&disk, "disk", "8GiB", "disk tier per server")
+	f.StringVar(&kvMem, "kv-mem", "256MiB", "KV cache DRAM tier per server")
+	f.StringVar(&kvDisk, "kv-disk", "4GiB", "KV cache disk tier per server")
 	f.StringVar(&cluster_, "cluster", "local", "cluster name used in gd2fs://<cluster>/ URIs")
 	f.StringVar(&metaDSN, "meta", "", "metadata store (default sqlite://<dir>/meta.db)")
 	return cmd

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gd2fs/gd2fs/errs"
+	"github.com/gd2fs/gd2fs/internal/placement"
 )
 
 // ServerInfo is a data server as the master sees it.
@@ -45,10 +46,28 @@ type Heartbeat struct {
 	Deleted []uint64 `json:"deleted,omitempty"`
 }
 
-// HeartbeatReply carries the membership epoch and chunks the server must delete.
+// HeartbeatReply carries the membership map and chunks the server must delete.
 type HeartbeatReply struct {
-	Epoch  int64    `json:"epoch"`
+	Membership
 	Delete []uint64 `json:"delete,omitempty"`
+}
+
+// Membership is the map clients and servers compute KV owners from: the up
+// servers and the pools, as of an epoch.
+type Membership struct {
+	Epoch   int64              `json:"epoch"`
+	Members []placement.Member `json:"members"`
+	Pools   []Pool             `json:"pools"`
+}
+
+// Replicas is pool's replica count, or 0 when there is no such pool.
+func (m Membership) Replicas(pool string) int {
+	for _, p := range m.Pools {
+		if p.Name == pool {
+			return p.Replicas
+		}
+	}
+	return 0
 }
 
 // Pool is a replication policy.

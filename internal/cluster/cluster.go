@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gd2fs/gd2fs/client"
+	"github.com/gd2fs/gd2fs/internal/kvstore"
 	"github.com/gd2fs/gd2fs/internal/master"
 	"github.com/gd2fs/gd2fs/internal/meta"
 	"github.com/gd2fs/gd2fs/internal/server"
@@ -29,6 +30,8 @@ type Config struct {
 	Servers     int   // default 3
 	MemBytes    int64 // DRAM tier per server
 	DiskBytes   int64 // disk tier per server; 0 = DRAM only
+	KVMemBytes  int64 // KV DRAM tier per server; 0 = none
+	KVDiskBytes int64 // KV disk tier per server (under <Dir>/server-<i>/kv); 0 = none
 	Meta        string
 	Token       string
 	Cluster     string
@@ -102,7 +105,12 @@ func (c *Cluster) AddServer(i int) (*server.Server, error) {
 		sc.Dir = filepath.Join(c.cfg.Dir, "server-"+strconv.Itoa(i))
 		sc.DiskBytes = c.cfg.DiskBytes
 	}
-	s, err := server.New(server.Config{Listen: addr, Master: c.Master.URL(), Token: c.cfg.Token, Store: sc,
+	kc := kvstore.Config{MemBytes: c.cfg.KVMemBytes}
+	if c.cfg.KVDiskBytes > 0 {
+		kc.Dir = filepath.Join(c.cfg.Dir, "server-"+strconv.Itoa(i), "kv")
+		kc.DiskBytes = c.cfg.KVDiskBytes
+	}
+	s, err := server.New(server.Config{Listen: addr, Master: c.Master.URL(), Token: c.cfg.Token, Store: sc, KV: kc,
 		Heartbeat: c.heartbeat(), Log: c.cfg.Log, ID: "server-" + strconv.Itoa(i)})
 	if err != nil {
 		return nil, err

@@ -68,10 +68,10 @@ type Config struct {
 
 // Stats are cumulative counters and current sizes.
 type Stats struct {
-	Keys                                     int
-	MemCap, MemUsed, DiskCap, DiskUsed       int64
-	MemHits, DiskHits, Misses                uint64
-	Puts, Existed                            uint64
+	Keys                                      int
+	MemCap, MemUsed, DiskCap, DiskUsed        int64
+	MemHits, DiskHits, Misses                 uint64
+	Puts, Existed                             uint64
 	Demotions, Promotions, Evictions, Corrupt uint64
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/gd2fs/gd2fs/errs"
 	"github.com/gd2fs/gd2fs/internal/api"
 	"github.com/gd2fs/gd2fs/internal/meta"
+	"github.com/gd2fs/gd2fs/internal/placement"
 	"github.com/gd2fs/gd2fs/internal/rpc"
 	"github.com/gd2fs/gd2fs/internal/store"
 )
@@ -217,9 +218,30 @@ func (m *Master) heartbeat(ctx context.Context, hb api.Heartbeat) (api.Heartbeat
 	if err != nil {
 		return api.HeartbeatReply{}, err
 	}
+	ms, err := m.membership(ctx)
+	return api.HeartbeatReply{Membership: ms, Delete: del}, err
+}
+
+// membership is the epoch, the up servers (sorted by id) and the pools.
+func (m *Master) membership(ctx context.Context) (api.Membership, error) {
+	ps, err := m.meta.Pools(ctx)
+	if err != nil {
+		return api.Membership{}, err
+	}
+	var out api.Membership
+	for _, p := range ps {
+		out.Pools = append(out.Pools, api.Pool{Name: p.Name, Replicas: p.Replicas})
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return api.HeartbeatReply{Epoch: m.epoch, Delete: del}, nil
+	out.Epoch = m.epoch
+	for _, s := range m.servers {
+		if s.up {
+			out.Members = append(out.Members, placement.Member{ID: s.info.ID, Addr: s.info.Addr})
+		}
+	}
+	sort.Slice(out.Members, func(i, j int) bool { return out.Members[i].ID < out.Members[j].ID })
+	return out, nil
 }
 
 func (m *Master) pool(ctx context.Context, name string) (meta.Pool, error) {
@@ -435,6 +457,7 @@ func (m *Master) Handler() http.Handler {
 		return m.heartbeat(r.Context(), hb)
 	})
 	h("GET /v1/status", func(r *http.Request) (any, error) { return m.status(r.Context()) })
+	h("GET /v1/members", func(r *http.Request) (any, error) { return m.membership(r.Context()) })
 	h("GET /v1/files/{path...}", m.stat)
 	h("PUT /v1/files/{path...}", m.create)
 	h("DELETE /v1/files/{path...}", m.remove)

@@ -53,6 +53,9 @@ type Request struct {
 	Count   uint64
 	Payload [][]byte
 	Dst     []byte
+	// Alloc: without Dst, take a success payload of any size (within the
+	// frame limit) into a new slice, for values whose size is not known.
+	Alloc bool
 }
 
 // Response is a completed request's header and, without Dst, its small payload.
@@ -63,10 +66,11 @@ type Response struct {
 }
 
 type call struct {
-	dst  []byte
-	done chan struct{}
-	resp Response
-	err  error
+	dst   []byte
+	alloc bool
+	done  chan struct{}
+	resp  Response
+	err   error
 }
 
 // Conn is a pipelined connection to one server.
@@ -136,7 +140,7 @@ func (c *Conn) fail(err error) {
 // error wrapping the matching errs sentinel.
 func (c *Conn) Do(ctx context.Context, req *Request) (Response, error) {
 	id := c.nextID.Add(1)
-	cl := &call{dst: req.Dst, done: make(chan struct{})}
+	cl := &call{dst: req.Dst, alloc: req.Alloc, done: make(chan struct{})}
 	c.mu.Lock()
 	if c.err != nil {
 		err := c.err
@@ -218,7 +222,7 @@ func (c *Conn) readLoop(r *wire.Reader) {
 			perr = r.Discard()
 			cl.err = errs.New(errs.ErrBadRequest, "server %s sent a %d-byte error message", c.addr, h.PayloadLen)
 		case h.Status != wire.StatusOK || cl.dst == nil:
-			if h.PayloadLen > maxMsg {
+			if h.PayloadLen > maxMsg && !(cl.alloc && h.Status == wire.StatusOK) {
 				perr = r.Discard()
 				cl.err = errs.New(errs.ErrBadRequest, "server %s sent %d bytes where none were expected", c.addr, h.PayloadLen)
 				break

@@ -148,3 +148,49 @@ func (p *Pool) CopyChunk(ctx context.Context, addr string, id uint64, src string
 	_, err := p.Do(ctx, addr, &Request{Op: wire.OpCopy, Key: chunkKey(id), Payload: [][]byte{[]byte(src)}})
 	return err
 }
+
+// KVPut stores value under ref on addr (which forwards to ref.Forward). It
+// reports whether the key existed and was kept.
+func (p *Pool) KVPut(ctx context.Context, addr string, ref wire.KVRef, epoch int64, value []byte, overwrite bool) (existed bool, err error) {
+	var flags uint16
+	if overwrite {
+		flags = wire.FlagOverwrite
+	}
+	r, err := p.Do(ctx, addr, &Request{Op: wire.OpKVPut, Flags: flags, Key: wire.AppendKVRef(nil, ref), Offset: uint64(epoch), Payload: [][]byte{value}})
+	return r.Header.Flags&wire.FlagExisted != 0, err
+}
+
+// KVGet reads the value of ref from addr, into dst when it is not nil (the
+// value must fit) or into a new slice.
+func (p *Pool) KVGet(ctx context.Context, addr string, ref wire.KVRef, epoch int64, dst []byte) ([]byte, error) {
+	req := &Request{Op: wire.OpKVGet, Key: wire.AppendKVRef(nil, ref), Offset: uint64(epoch), Dst: dst, Alloc: dst == nil}
+	r, err := p.Do(ctx, addr, req)
+	if err != nil {
+		if err == wire.ErrShortPayload {
+			err = errs.New(errs.ErrTooLarge, "value of %s is larger than the %d-byte buffer", ref.Key, len(dst))
+		}
+		return nil, err
+	}
+	if dst != nil {
+		return dst[:r.N], nil
+	}
+	return r.Body, nil
+}
+
+// KVExists returns the size and tier (1 DRAM, 2 disk) of ref on addr;
+// errs.ErrNotFound on a miss.
+func (p *Pool) KVExists(ctx context.Context, addr string, ref wire.KVRef, epoch int64) (size int64, tier int, err error) {
+	r, err := p.Do(ctx, addr, &Request{Op: wire.OpKVExists, Key: wire.AppendKVRef(nil, ref), Offset: uint64(epoch)})
+	return int64(r.Header.Offset), int(r.Header.Count), err
+}
+
+// KVDelete deletes ref (or, with prefix, every key starting with ref.Key) on
+// addr and returns how many keys went.
+func (p *Pool) KVDelete(ctx context.Context, addr string, ref wire.KVRef, epoch int64, prefix bool) (int64, error) {
+	var flags uint16
+	if prefix {
+		flags = wire.FlagPrefix
+	}
+	r, err := p.Do(ctx, addr, &Request{Op: wire.OpKVDelete, Flags: flags, Key: wire.AppendKVRef(nil, ref), Offset: uint64(epoch)})
+	return int64(r.Header.Offset), err
+}

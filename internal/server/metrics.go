@@ -38,7 +38,7 @@ func newMetrics(s *Server) *metrics {
 			Help: "Open data-plane connections."}),
 	}
 	m.reg.MustRegister(m.ops, m.errors, m.latency, m.bytesIn, m.bytesOut, m.conns,
-		&storeCollector{s: s}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		&storeCollector{s: s}, &kvCollector{s: s}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 
@@ -86,4 +86,45 @@ func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descEvict, k, float64(st.Evictions))
 	ch <- prometheus.MustNewConstMetric(descBad, k, float64(st.Corrupt))
 	ch <- prometheus.MustNewConstMetric(descChk, g, float64(u.Chunks))
+}
+
+// kvCollector reads the KV store's figures at scrape time.
+type kvCollector struct{ s *Server }
+
+var (
+	descKVBytes = prometheus.NewDesc("gd2fs_kv_tier_bytes", "KV tier capacity and use in bytes.", []string{"tier", "kind"}, nil)
+	descKVHits  = prometheus.NewDesc("gd2fs_kv_hits_total", "KV gets served, per tier.", []string{"tier"}, nil)
+	descKVMiss  = prometheus.NewDesc("gd2fs_kv_misses_total", "KV gets that found nothing.", nil, nil)
+	descKVMoves = prometheus.NewDesc("gd2fs_kv_moves_total", "KV blocks demoted DRAM to disk, promoted back, or evicted from the last tier.", []string{"kind"}, nil)
+	descKVKeys  = prometheus.NewDesc("gd2fs_kv_keys", "KV blocks held.", nil, nil)
+	descKVBad   = prometheus.NewDesc("gd2fs_kv_corrupt_total", "KV records that failed their checksum.", nil, nil)
+	descKVPuts  = prometheus.NewDesc("gd2fs_kv_puts_total", "KV puts by outcome.", []string{"outcome"}, nil)
+)
+
+func (c *kvCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descKVBytes, descKVHits, descKVMiss, descKVMoves, descKVKeys, descKVBad, descKVPuts} {
+		ch <- d
+	}
+}
+
+func (c *kvCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.s.kv == nil {
+		return
+	}
+	st := c.s.kv.Stats()
+	g, k := prometheus.GaugeValue, prometheus.CounterValue
+	ch <- prometheus.MustNewConstMetric(descKVBytes, g, float64(st.MemCap), "dram", "capacity")
+	ch <- prometheus.MustNewConstMetric(descKVBytes, g, float64(st.MemUsed), "dram", "used")
+	ch <- prometheus.MustNewConstMetric(descKVBytes, g, float64(st.DiskCap), "disk", "capacity")
+	ch <- prometheus.MustNewConstMetric(descKVBytes, g, float64(st.DiskUsed), "disk", "used")
+	ch <- prometheus.MustNewConstMetric(descKVHits, k, float64(st.MemHits), "dram")
+	ch <- prometheus.MustNewConstMetric(descKVHits, k, float64(st.DiskHits), "disk")
+	ch <- prometheus.MustNewConstMetric(descKVMiss, k, float64(st.Misses))
+	ch <- prometheus.MustNewConstMetric(descKVMoves, k, float64(st.Demotions), "demotion")
+	ch <- prometheus.MustNewConstMetric(descKVMoves, k, float64(st.Promotions), "promotion")
+	ch <- prometheus.MustNewConstMetric(descKVMoves, k, float64(st.Evictions), "eviction")
+	ch <- prometheus.MustNewConstMetric(descKVKeys, g, float64(st.Keys))
+	ch <- prometheus.MustNewConstMetric(descKVBad, k, float64(st.Corrupt))
+	ch <- prometheus.MustNewConstMetric(descKVPuts, k, float64(st.Puts), "stored")
+	ch <- prometheus.MustNewConstMetric(descKVPuts, k, float64(st.Existed), "existed")
 }

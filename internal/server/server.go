@@ -29,6 +29,7 @@ import (
 	"github.com/gd2fs/gd2fs/errs"
 	"github.com/gd2fs/gd2fs/internal/api"
 	"github.com/gd2fs/gd2fs/internal/bufpool"
+	"github.com/gd2fs/gd2fs/internal/kvstore"
 	"github.com/gd2fs/gd2fs/internal/rpc"
 	"github.com/gd2fs/gd2fs/internal/store"
 	"github.com/gd2fs/gd2fs/internal/wire"
@@ -42,7 +43,8 @@ type Config struct {
 	Master    string // master URL, e.g. http://127.0.0.1:7070; "" runs standalone
 	Token     string // cluster token; "" accepts any client
 	Store     store.Config
-	Heartbeat time.Duration // default 1s
+	KV        kvstore.Config // hash-mode KV tiers; no KV service when both are zero
+	Heartbeat time.Duration  // default 1s
 	Log       *slog.Logger
 }
 
@@ -51,6 +53,7 @@ type Server struct {
 	cfg     Config
 	log     *slog.Logger
 	store   *store.Store
+	kv      *kvstore.Store // nil without KV tiers
 	peers   *rpc.Pool
 	ln      net.Listener
 	httpLn  *chanListener
@@ -58,12 +61,13 @@ type Server struct {
 	metrics *metrics
 	master  *api.Client
 
-	epoch   atomic.Int64
-	mu      sync.Mutex
-	conns   map[net.Conn]struct{}
-	closed  bool
-	deleted []uint64 // chunk deletions to acknowledge in the next heartbeat
-	wg      sync.WaitGroup
+	ms        atomic.Pointer[api.Membership]
+	refreshMu sync.Mutex
+	mu        sync.Mutex
+	conns     map[net.Conn]struct{}
+	closed    bool
+	deleted   []uint64 // chunk deletions to acknowledge in the next heartbeat
+	wg        sync.WaitGroup
 }
 
 // New opens the store and starts listening; Run serves.
@@ -85,16 +89,27 @@ func New(cfg Config) (*Server, error) {
 			return nil, err
 		}
 	}
+	var kv *kvstore.Store
+	if cfg.KV.MemBytes > 0 || cfg.KV.Dir != "" {
+		cfg.KV.Log = cfg.Log
+		if kv, err = kvstore.Open(cfg.KV); err != nil {
+			st.Close()
+			return nil, err
+		}
+	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		st.Close()
+		if kv != nil {
+			kv.Close()
+		}
 		return nil, fmt.Errorf("server: listen on %s: %w (is another server using the port?)", cfg.Listen, err)
 	}
 	if cfg.Advertise == "" {
 		cfg.Advertise = advertise(ln.Addr().String())
 	}
 	s := &Server{
-		cfg: cfg, log: cfg.Log.With("server", cfg.ID), store: st, ln: ln,
+		cfg: cfg, log: cfg.Log.With("server", cfg.ID), store: st, kv: kv, ln: ln,
 		peers:  rpc.NewPool(rpc.Options{Token: cfg.Token, Name: "server-" + cfg.ID, Streams: 2}),
 		httpLn: newChanListener(ln.Addr()),
 		conns:  make(map[net.Conn]struct{}),
@@ -186,6 +201,9 @@ func (s *Server) Close() error {
 	s.httpSrv.Close()
 	s.peers.Close()
 	s.wg.Wait()
+	if s.kv != nil {
+		s.kv.Close()
+	}
 	return s.store.Close()
 }
 
@@ -271,7 +289,7 @@ func (s *Server) heartbeat(ctx context.Context) error {
 		s.mu.Unlock()
 		return err
 	}
-	s.epoch.Store(reply.Epoch)
+	s.ms.Store(&reply.Membership)
 	var done []uint64
 	for _, id := range reply.Delete {
 		if err := s.store.Delete(id); err == nil || errors.Is(err, errs.ErrNotFound) {
@@ -377,6 +395,52 @@ func (s *Server) serveData(nc net.Conn, br *bufio.Reader) {
 			go func() {
 				defer func() { <-sem; wg.Done() }()
 				s.read(dc, h, ref.ID, start)
+			}()
+		case wire.OpKVPut:
+			ref, err := wire.ParseKVRef(key)
+			if err != nil {
+				r.Discard()
+				dc.done(h, start, err)
+				continue
+			}
+			ref.Key = append([]byte(nil), ref.Key...) // the reader reuses its key buffer
+			bp := bufpool.Get(int(h.PayloadLen))
+			if _, err := r.ReadPayload(*bp, h.PayloadCRC); err != nil {
+				bufpool.Put(bp)
+				if errors.Is(err, errs.ErrChecksum) {
+					dc.done(h, start, err)
+					continue
+				}
+				return
+			}
+			s.metrics.bytesIn.Add(float64(h.PayloadLen))
+			sem <- struct{}{}
+			wg.Add(1)
+			go func() {
+				defer func() { bufpool.Put(bp); <-sem; wg.Done() }()
+				existed, err := s.kvPut(ref, int64(h.Offset), h.Flags&wire.FlagOverwrite != 0, *bp)
+				if err == nil && existed {
+					s.metrics.observe(h.Op, start, nil)
+					dc.send(h, wire.StatusOK, nil, wire.FlagExisted)
+					return
+				}
+				dc.done(h, start, err)
+			}()
+		case wire.OpKVGet, wire.OpKVExists, wire.OpKVDelete:
+			ref, err := wire.ParseKVRef(key)
+			if derr := r.Discard(); derr != nil {
+				return
+			}
+			if err != nil {
+				dc.done(h, start, err)
+				continue
+			}
+			ref.Key = append([]byte(nil), ref.Key...)
+			sem <- struct{}{}
+			wg.Add(1)
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				s.kvOp(dc, h, ref, start)
 			}()
 		case wire.OpPing, wire.OpStat, wire.OpSeal, wire.OpDelete, wire.OpCopy:
 			var body []byte
@@ -555,7 +619,7 @@ func (dc *dataConn) reply(h wire.Header, err error) {
 
 // send writes one response frame, gathering bufs with writev.
 func (dc *dataConn) send(req wire.Header, st wire.Status, bufs [][]byte, flags uint16) error {
-	h := wire.Header{Op: req.Op, ReqID: req.ReqID, Status: st, Flags: flags | wire.FlagResponse, Offset: req.Offset}
+	h := wire.Header{Op: req.Op, ReqID: req.ReqID, Status: st, Flags: flags | wire.FlagResponse, Offset: req.Offset, Count: req.Count}
 	var n int
 	for _, b := range bufs {
 		n += len(b)

@@ -13,6 +13,7 @@ func FuzzReader(f *testing.F) {
 	f.Add(frame(Header{Op: OpWrite, ReqID: 1, Offset: 4096}, key, []byte("payload")))
 	f.Add(frame(Header{Op: OpHello}, []byte("client"), []byte("token")))
 	f.Add(append(frame(Header{Op: OpRead, Count: 10}, key[:8], nil), frame(Header{Op: OpPing}, nil, nil)...))
+	f.Add(frame(Header{Op: OpKVPut, Offset: 3}, AppendKVRef(nil, KVRef{Pool: "perf", Key: []byte("m/0/abc"), Forward: []string{"a:1", "b:2"}}), []byte("kv")))
 	f.Add([]byte("GD2F"))
 	f.Add(make([]byte, HeaderSize))
 	lim := Limits{MaxKey: 1024, MaxPayload: 1 << 16}
@@ -39,6 +40,11 @@ func FuzzReader(f *testing.F) {
 				t.Fatalf("re-encode mismatch: %+v vs %+v (%v)", h, h2, err)
 			}
 			_, _ = ParseChunkRef(keyCopy)
+			if ref, err := ParseKVRef(keyCopy); err == nil {
+				if again, err := ParseKVRef(AppendKVRef(nil, ref)); err != nil || string(again.Key) != string(ref.Key) || again.Pool != ref.Pool {
+					t.Fatalf("KV ref does not round-trip: %+v", ref)
+				}
+			}
 		}
 	})
 }

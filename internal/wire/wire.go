@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"strings"
 
 	"github.com/gd2fs/gd2fs/errs"
 )
@@ -54,7 +55,7 @@ const (
 
 func (o Op) String() string {
 	names := [...]string{"?", "hello", "ping", "write", "read", "stat", "seal", "delete", "copy",
-		"kvput", "kvget", "kvexists", "kvdelete"}
+		"kv_put", "kv_get", "kv_exists", "kv_delete"}
 	if int(o) < len(names) {
 		return names[o]
 	}
@@ -65,6 +66,12 @@ func (o Op) String() string {
 const (
 	// FlagSealed in an OpStat response: the chunk is sealed.
 	FlagSealed uint16 = 1 << 0
+	// FlagOverwrite in an OpKVPut request: replace an existing block.
+	FlagOverwrite uint16 = 1 << 1
+	// FlagExisted in an OpKVPut response: the key existed and was kept.
+	FlagExisted uint16 = 1 << 2
+	// FlagPrefix in an OpKVDelete request: delete every key with this prefix.
+	FlagPrefix uint16 = 1 << 3
 	// FlagResponse marks a frame sent by a server.
 	FlagResponse uint16 = 1 << 15
 )
@@ -408,6 +415,58 @@ func ParseChunkRef(key []byte) (ChunkRef, error) {
 			}
 		}
 		rest = rest[i:]
+	}
+	return ref, nil
+}
+
+// KVRef is the key of a KV operation: a pool name, the block's key, and for a
+// put the addresses of the other replicas the receiving server forwards to.
+//
+//	u8 pool length, pool, u16 key length, key, forward addresses comma-separated
+type KVRef struct {
+	Pool    string
+	Key     []byte
+	Forward []string
+}
+
+// AppendKVRef encodes ref into b.
+func AppendKVRef(b []byte, ref KVRef) []byte {
+	b = append(b, byte(len(ref.Pool)))
+	b = append(b, ref.Pool...)
+	b = binary.LittleEndian.AppendUint16(b, uint16(len(ref.Key)))
+	b = append(b, ref.Key...)
+	for i, a := range ref.Forward {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, a...)
+	}
+	return b
+}
+
+// ParseKVRef decodes a KV key. Key aliases b.
+func ParseKVRef(b []byte) (KVRef, error) {
+	bad := func(what string) (KVRef, error) {
+		return KVRef{}, errs.New(errs.ErrBadRequest, "wire: KV key: %s", what)
+	}
+	if len(b) < 1 || len(b) < 1+int(b[0])+2 {
+		return bad("truncated pool")
+	}
+	ref := KVRef{Pool: string(b[1 : 1+b[0]])}
+	b = b[1+b[0]:]
+	kl := int(binary.LittleEndian.Uint16(b))
+	b = b[2:]
+	if len(b) < kl {
+		return bad("truncated key")
+	}
+	ref.Key, b = b[:kl], b[kl:]
+	if len(b) > 0 {
+		for _, a := range strings.Split(string(b), ",") {
+			if a == "" {
+				return bad("empty forward address")
+			}
+			ref.Forward = append(ref.Forward, a)
+		}
 	}
 	return ref, nil
 }

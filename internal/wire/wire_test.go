@@ -104,3 +104,16 @@ func TestParseChunkRefBad(t *testing.T) {
 		}
 	}
 }
+
+func TestKVRef(t *testing.T) {
+	ref := KVRef{Pool: "ha", Key: []byte("llama/rank0/\x00\xffhash"), Forward: []string{"127.0.0.1:1", "127.0.0.1:2"}}
+	got, err := ParseKVRef(AppendKVRef(nil, ref))
+	if err != nil || got.Pool != "ha" || !bytes.Equal(got.Key, ref.Key) || len(got.Forward) != 2 {
+		t.Fatalf("%+v %v", got, err)
+	}
+	for _, b := range [][]byte{nil, {5, 'a'}, {1, 'a', 9, 0, 'x'}, append(AppendKVRef(nil, KVRef{Pool: "p", Key: []byte("k")}), ",x"...)} {
+		if _, err := ParseKVRef(b); !errors.Is(err, errs.ErrBadRequest) {
+			t.Errorf("%q: %v", b, err)
+		}
+	}
+}

@@ -1,0 +1,168 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/gd2fs/gd2fs/errs"
+	"github.com/gd2fs/gd2fs/internal/api"
+	"github.com/gd2fs/gd2fs/internal/kvstore"
+	"github.com/gd2fs/gd2fs/internal/placement"
+	"github.com/gd2fs/gd2fs/internal/wire"
+)
+
+// kvKey is the store key: pools are separate key spaces.
+func kvKey(ref wire.KVRef) []byte {
+	b := make([]byte, 0, len(ref.Pool)+1+len(ref.Key))
+	b = append(b, ref.Pool...)
+	b = append(b, 0)
+	return append(b, ref.Key...)
+}
+
+// membership returns the last map the master sent (nil before the first
+// heartbeat, or without a master).
+func (s *Server) membership() *api.Membership { return s.ms.Load() }
+
+// checkOwner answers errs.ErrMoved when this server is not among the key's
+// owners in its membership map. A client with a newer epoch than ours makes
+// us fetch the map first, so a freshly added server is not refused.
+func (s *Server) checkOwner(ref wire.KVRef, clientEpoch int64) error {
+	for attempt := 0; ; attempt++ {
+		ms := s.membership()
+		if ms == nil || len(ms.Members) == 0 {
+			return nil // standalone: own everything
+		}
+		n := ms.Replicas(ref.Pool)
+		if n == 0 {
+			return errs.New(errs.ErrNotFound, "no pool %q", ref.Pool)
+		}
+		if placement.Owns(ref.Key, ms.Members, n, s.cfg.ID) {
+			return nil
+		}
+		if attempt == 0 && clientEpoch > ms.Epoch && s.master != nil {
+			s.refreshMembership()
+			continue
+		}
+		return errs.New(errs.ErrMoved, "server %s does not own this key at epoch %d: refresh the membership map", s.cfg.ID, ms.Epoch)
+	}
+}
+
+// refreshMembership heartbeats now; concurrent callers share one call.
+func (s *Server) refreshMembership() {
+	s.refreshMu.Lock()
+	defer s.refreshMu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s.heartbeat(ctx)
+}
+
+func (s *Server) kvPut(ref wire.KVRef, epoch int64, overwrite bool, value []byte) (bool, error) {
+	if s.kv == nil {
+		return false, errNoKV(s.cfg.ID)
+	}
+	if err := s.checkOwner(ref, epoch); err != nil {
+		return false, err
+	}
+	var wg sync.WaitGroup
+	errc := make(chan error, len(ref.Forward))
+	for _, addr := range ref.Forward {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			if _, err := s.peers.KVPut(ctx, addr, wire.KVRef{Pool: ref.Pool, Key: ref.Key}, epoch, value, overwrite); err != nil {
+				errc <- fmt.Errorf("replica %s: %w", addr, err)
+			}
+		}()
+	}
+	existed, err := s.kv.Put(kvKey(ref), value, overwrite)
+	wg.Wait()
+	close(errc)
+	if err == nil {
+		err = <-errc
+	}
+	return existed, err
+}
+
+func errNoKV(id string) error {
+	return errs.New(errs.ErrUnavailable, "server %s has no KV tier: start it with --kv-mem and/or --kv-disk", id)
+}
+
+// kvOp serves the KV opcodes other than put.
+func (s *Server) kvOp(dc *dataConn, h wire.Header, ref wire.KVRef, start time.Time) {
+	if s.kv == nil {
+		dc.done(h, start, errNoKV(s.cfg.ID))
+		return
+	}
+	epoch := int64(h.Offset)
+	prefixDelete := h.Op == wire.OpKVDelete && h.Flags&wire.FlagPrefix != 0
+	if !prefixDelete {
+		if err := s.checkOwner(ref, epoch); err != nil {
+			dc.done(h, start, err)
+			return
+		}
+	}
+	key := kvKey(ref)
+	switch h.Op {
+	case wire.OpKVGet:
+		sent := false
+		_, err := s.kv.Get(key, func(bufs [][]byte) error {
+			sent = true
+			var n int
+			for _, b := range bufs {
+				n += len(b)
+			}
+			s.metrics.bytesOut.Add(float64(n))
+			return dc.send(h, wire.StatusOK, bufs, 0)
+		})
+		if !sent {
+			dc.done(h, start, err)
+			return
+		}
+		s.metrics.observe(h.Op, start, err)
+	case wire.OpKVExists:
+		tier, size := s.kv.Exists(key)
+		if tier == kvstore.TierNone {
+			dc.done(h, start, errs.New(errs.ErrNotFound, ""))
+			return
+		}
+		out := h
+		out.Offset, out.Count = uint64(size), uint64(tier)
+		dc.send(out, wire.StatusOK, nil, 0)
+		s.metrics.observe(h.Op, start, nil)
+	case wire.OpKVDelete:
+		var n int
+		var err error
+		if prefixDelete {
+			n, err = s.kv.DeleteByPrefix(key)
+		} else {
+			var found bool
+			found, err = s.kv.Delete(key)
+			if found {
+				n = 1
+			}
+		}
+		if err != nil {
+			dc.done(h, start, err)
+			return
+		}
+		out := h
+		out.Offset = uint64(n)
+		dc.send(out, wire.StatusOK, nil, 0)
+		s.metrics.observe(h.Op, start, nil)
+	}
+}
+
+// KV exposes the KV store (nil without KV tiers), for tests and status.
+func (s *Server) KV() *kvstore.Store { return s.kv }
+
+// Epoch is the membership epoch this server last heard from the master.
+func (s *Server) Epoch() int64 {
+	if ms := s.membership(); ms != nil {
+		return ms.Epoch
+	}
+	return 0
+}
