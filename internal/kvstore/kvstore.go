@@ -19,6 +19,7 @@
 package kvstore
 
 import (
+	"bytes"
 	"container/list"
 	"encoding/binary"
 	"fmt"
@@ -744,21 +745,40 @@ func (s *Store) scan(g *segment, fileSize int64) {
 	le := binary.LittleEndian
 	var h [recHeader]byte
 	kb := make([]byte, MaxKey)
-	off := int64(0)
-	for off+recHeader <= fileSize {
-		if _, err := g.f.ReadAt(h[:], off); err != nil {
-			break
+	// record parses the record at off; ok=false when it is not a valid one.
+	record := func(off int64) (klen, vlen int64, ok bool) {
+		if off+recHeader > fileSize {
+			return 0, 0, false
 		}
-		klen, vlen := int64(le.Uint16(h[6:])), int64(le.Uint32(h[8:]))
+		if _, err := g.f.ReadAt(h[:], off); err != nil {
+			return 0, 0, false
+		}
+		klen, vlen = int64(le.Uint16(h[6:])), int64(le.Uint32(h[8:]))
 		if le.Uint32(h[0:]) != recMagic || klen == 0 || klen > MaxKey || off+recHeader+klen+vlen > fileSize {
-			break
+			return 0, 0, false
 		}
 		if _, err := g.f.ReadAt(kb[:klen], off+recHeader); err != nil {
-			break
+			return 0, 0, false
 		}
 		if le.Uint32(h[16:]) != crc32.Update(crc32.Checksum(h[:16], wire.Castagnoli), wire.Castagnoli, kb[:klen]) {
+			return 0, 0, false
+		}
+		return klen, vlen, true
+	}
+	off, end := int64(0), int64(0)
+	for off+recHeader <= fileSize {
+		klen, vlen, ok := record(off)
+		if !ok {
+			// A damaged header: look for the next record, so one bad byte
+			// costs one block, not the rest of the segment.
+			next := s.resync(g, off+1, fileSize, record)
+			if next < 0 {
+				break
+			}
 			s.corruptRecs.Add(1)
-			break
+			s.log.Warn("skipping a damaged KV record", "segment", g.path, "offset", off, "next", next)
+			off = next
+			continue
 		}
 		key := string(kb[:klen])
 		if old := s.index[key]; old != nil {
@@ -774,10 +794,35 @@ func (s *Store) scan(g *segment, fileSize int64) {
 			vlen = 0
 		}
 		off += recHeader + klen + vlen
+		end = off
 	}
-	if off < fileSize {
-		s.log.Warn("KV segment ends in a damaged or torn record; the rest is ignored", "segment", g.path, "offset", off, "size", fileSize)
-		g.f.Truncate(off)
+	if end < fileSize {
+		s.log.Warn("KV segment ends in a torn record; cutting it off", "segment", g.path, "offset", end, "size", fileSize)
+		g.f.Truncate(end)
 	}
-	g.size = off
+	g.size = end
+}
+
+// resync finds the first valid record at or after from, or returns -1.
+func (s *Store) resync(g *segment, from, fileSize int64, valid func(int64) (int64, int64, bool)) int64 {
+	var magic [4]byte
+	binary.LittleEndian.PutUint32(magic[:], recMagic)
+	buf := make([]byte, 1<<20)
+	for pos := from; pos < fileSize; pos += int64(len(buf)) - 3 {
+		n, _ := g.f.ReadAt(buf, pos)
+		if n < 4 {
+			return -1
+		}
+		for i := 0; i+4 <= n; {
+			j := bytes.Index(buf[i:n], magic[:])
+			if j < 0 {
+				break
+			}
+			if _, _, ok := valid(pos + int64(i+j)); ok {
+				return pos + int64(i+j)
+			}
+			i += j + 1
+		}
+	}
+	return -1
 }

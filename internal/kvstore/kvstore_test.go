@@ -276,3 +276,33 @@ func TestConcurrent(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+func TestDamagedHeaderCostsOneRecord(t *testing.T) {
+	dir := t.TempDir()
+	cfg := Config{Dir: dir, DiskBytes: 64 << 20}
+	s := open(t, cfg)
+	for i := 0; i < 10; i++ {
+		k := fmt.Sprintf("k%d", i)
+		s.Put([]byte(k), val(k, 10000), false)
+	}
+	s.Close()
+	segs, _ := filepath.Glob(filepath.Join(dir, "seg-*.kv"))
+	f, _ := os.OpenFile(segs[0], os.O_RDWR, 0)
+	rec := int64(recHeader + 2 + 10000)
+	f.WriteAt([]byte{0xff, 0xff}, 3*rec+8) // k3's header (value length field)
+	f.Close()
+	s2 := open(t, cfg)
+	for i := 0; i < 10; i++ {
+		k := fmt.Sprintf("k%d", i)
+		got, _, err := get(s2, k)
+		if i == 3 {
+			if err == nil {
+				t.Fatal("k3 has a damaged header but was served")
+			}
+			continue
+		}
+		if err != nil || !bytes.Equal(got, val(k, 10000)) {
+			t.Fatalf("%s lost because of k3's damaged header: %v", k, err)
+		}
+	}
+}

@@ -1,0 +1,132 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/gd2fs/gd2fs/client"
+	"github.com/spf13/cobra"
+)
+
+func newKV(g *globals) *cobra.Command {
+	var pool string
+	cmd := &cobra.Command{
+		Use:   "kv",
+		Short: "Hash-mode KV cache: put, get, exists, rm, stat blocks by key",
+		Example: `  gd2fs kv put llama/0/8f3a ./block.bin
+  gd2fs kv get llama/0/8f3a > block.bin
+  gd2fs kv exists llama/0/8f3a llama/0/91bc llama/0/a7de     # per key, and the cached prefix length
+  gd2fs kv --pool ha stat llama/0/8f3a`,
+	}
+	cmd.PersistentFlags().StringVar(&pool, "pool", "perf", "pool: perf (1 copy) or ha (3 copies)")
+	withKV := func(fn func(kv *client.KV, cmd *cobra.Command, args []string) error) func(*cobra.Command, []string) error {
+		return func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			return fn(c.KV(pool), cmd, args)
+		}
+	}
+	var overwrite bool
+	put := &cobra.Command{
+		Use:     "put KEY [FILE|-]",
+		Short:   "Store a block (from a file, or standard input)",
+		Example: "  gd2fs kv put llama/0/8f3a ./block.bin\n  echo hello | gd2fs kv put greeting -",
+		Args:    cobra.RangeArgs(1, 2),
+		RunE: withKV(func(kv *client.KV, cmd *cobra.Command, args []string) error {
+			var r io.Reader = os.Stdin
+			if len(args) == 2 && args[1] != "-" {
+				f, err := os.Open(args[1])
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				r = f
+			}
+			v, err := io.ReadAll(io.LimitReader(r, 64<<20+1))
+			if err != nil {
+				return err
+			}
+			existed, err := kv.PutWith(cmd.Context(), args[0], v, client.PutOptions{Overwrite: overwrite})
+			if err != nil {
+				return err
+			}
+			if existed && !overwrite {
+				fmt.Fprintln(os.Stderr, "gd2fs: key exists; kept the stored block (blocks are write-once; --overwrite replaces)")
+			}
+			return nil
+		}),
+	}
+	put.Flags().BoolVar(&overwrite, "overwrite", false, "replace an existing block")
+	get := &cobra.Command{
+		Use:     "get KEY",
+		Short:   "Write a block to standard output",
+		Example: "  gd2fs kv get llama/0/8f3a > block.bin",
+		Args:    cobra.ExactArgs(1),
+		RunE: withKV(func(kv *client.KV, cmd *cobra.Command, args []string) error {
+			v, err := kv.Get(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			_, err = os.Stdout.Write(v)
+			return err
+		}),
+	}
+	exists := &cobra.Command{
+		Use:     "exists KEY...",
+		Short:   "Say which keys are stored, and how many leading keys all are",
+		Example: "  gd2fs kv exists llama/0/8f3a llama/0/91bc",
+		Args:    cobra.MinimumNArgs(1),
+		RunE: withKV(func(kv *client.KV, cmd *cobra.Command, args []string) error {
+			hits, prefix, err := kv.BatchExists(cmd.Context(), args)
+			w := bufio.NewWriter(os.Stdout)
+			for i, k := range args {
+				fmt.Fprintf(w, "%v\t%s\n", hits[i], k)
+			}
+			fmt.Fprintf(w, "prefix\t%d of %d\n", prefix, len(args))
+			w.Flush()
+			return err
+		}),
+	}
+	rm := &cobra.Command{
+		Use:     "rm KEY... | rm --prefix PREFIX",
+		Short:   "Delete blocks, or every block whose key starts with a prefix",
+		Example: "  gd2fs kv rm llama/0/8f3a\n  gd2fs kv rm --prefix llama/",
+		Args:    cobra.MinimumNArgs(1),
+	}
+	var prefix bool
+	rm.Flags().BoolVar(&prefix, "prefix", false, "treat the argument as a key prefix")
+	rm.RunE = withKV(func(kv *client.KV, cmd *cobra.Command, args []string) error {
+		if prefix {
+			n, err := kv.DeleteByPrefix(cmd.Context(), args[0])
+			fmt.Printf("deleted %d blocks\n", n)
+			return err
+		}
+		for _, k := range args {
+			if err := kv.Delete(cmd.Context(), k); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	stat := &cobra.Command{
+		Use:     "stat KEY",
+		Short:   "Show a block's size, tier and server",
+		Example: "  gd2fs kv stat llama/0/8f3a",
+		Args:    cobra.ExactArgs(1),
+		RunE: withKV(func(kv *client.KV, cmd *cobra.Command, args []string) error {
+			info, err := kv.Stat(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			fmt.Printf("key:    %s\nsize:   %d (%s)\ntier:   %s\nserver: %s\n", info.Key, info.Size, human(info.Size), info.Tier, info.Server)
+			return nil
+		}),
+	}
+	cmd.AddCommand(put, get, exists, rm, stat)
+	return cmd
+}
