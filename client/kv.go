@@ -153,7 +153,7 @@ func (kv *KV) PutWith(ctx context.Context, key string, value []byte, o PutOption
 		rctx, cancel := kv.ctx(ctx)
 		defer cancel()
 		var perr error
-		existed, perr = tr.KVPut(rctx, owners[0].Addr, wire.KVRef{Pool: kv.pool, Key: []byte(key), Forward: fwd}, epoch, value, o.Overwrite)
+		existed, perr = tr.KVPut(rctx, owners[0].Addr, wire.KVRef{Pool: kv.pool, Key: []byte(key), Forward: fwd}, epoch, value, o.Overwrite, 0)
 		if perr != nil && !errors.Is(perr, errs.ErrMoved) {
 			perr = fmt.Errorf("kv put %q on %s: %w", trim(key), owners[0].ID, perr)
 		}

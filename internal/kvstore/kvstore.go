@@ -201,6 +201,12 @@ func pagesFor(n int64) int { return int((n + PageSize - 1) / PageSize) }
 // Put stores value under key. Without overwrite an existing key is left as
 // it is and Put reports existed=true.
 func (s *Store) Put(key []byte, value []byte, overwrite bool) (existed bool, err error) {
+	return s.PutChecked(key, value, crc32.Checksum(value, wire.Castagnoli), overwrite)
+}
+
+// PutChecked is Put for a value whose CRC32C the caller already verified
+// (the server has it from the frame), saving a pass over the bytes.
+func (s *Store) PutChecked(key []byte, value []byte, crc uint32, overwrite bool) (existed bool, err error) {
 	if err := CheckKey(key); err != nil {
 		return false, err
 	}
@@ -213,7 +219,7 @@ func (s *Store) Put(key []byte, value []byte, overwrite bool) (existed bool, err
 		s.existed.Add(1)
 		return true, nil
 	}
-	e := &entry{key: string(key), size: int64(len(value)), crc: crc32.Checksum(value, wire.Castagnoli)}
+	e := &entry{key: string(key), size: int64(len(value)), crc: crc}
 	var ok bool
 	if s.arena != nil {
 		ok, err = s.allocLocked(e)
@@ -377,9 +383,11 @@ func (s *Store) removeLocked(e *entry) {
 	}
 }
 
-// Get calls fn with views of key's bytes (valid only during fn). It returns
-// errs.ErrNotFound on a miss, and the tier that served it.
-func (s *Store) Get(key []byte, fn func(bufs [][]byte) error) (Tier, error) {
+// Get calls fn with views of key's bytes (valid only during fn) and their
+// CRC32C, recorded at put time, so the bytes can be sent without another
+// pass over them. It returns errs.ErrNotFound on a miss, and the tier that
+// served it.
+func (s *Store) Get(key []byte, fn func(bufs [][]byte, crc uint32) error) (Tier, error) {
 	s.mu.Lock()
 	e := s.index[string(key)]
 	if e == nil {
@@ -395,7 +403,7 @@ func (s *Store) Get(key []byte, fn func(bufs [][]byte) error) (Tier, error) {
 		v := s.arena.Views(e.pages, 0, e.size)
 		s.mu.Unlock()
 		s.memHits.Add(1)
-		err := fn(v)
+		err := fn(v, e.crc)
 		s.unpin(e)
 		return TierDRAM, err
 	}
@@ -424,7 +432,7 @@ func (s *Store) Get(key []byte, fn func(bufs [][]byte) error) (Tier, error) {
 	if promote && s.arena != nil {
 		s.promote(e, val)
 	}
-	return TierDisk, fn([][]byte{val})
+	return TierDisk, fn([][]byte{val}, e.crc)
 }
 
 // promote copies a disk block back into DRAM's main queue (a ghost hit).

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/gd2fs/gd2fs/errs"
+	"github.com/gd2fs/gd2fs/internal/wire"
 )
 
 func open(t *testing.T, cfg Config) *Store {
@@ -34,9 +35,12 @@ func val(key string, n int) []byte {
 
 func get(s *Store, k string) ([]byte, Tier, error) {
 	var out []byte
-	tier, err := s.Get([]byte(k), func(bs [][]byte) error {
+	tier, err := s.Get([]byte(k), func(bs [][]byte, crc uint32) error {
 		for _, b := range bs {
 			out = append(out, b...)
+		}
+		if wire.Checksum(bs...) != crc {
+			return fmt.Errorf("CRC handed out with %s does not match its bytes", k)
 		}
 		return nil
 	})

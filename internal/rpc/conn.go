@@ -53,6 +53,10 @@ type Request struct {
 	Count   uint64
 	Payload [][]byte
 	Dst     []byte
+	// PayloadCRC is used as the payload's CRC32C when HaveCRC is set
+	// (forwarding bytes already verified), instead of computing it again.
+	PayloadCRC uint32
+	HaveCRC    bool
 	// Alloc: without Dst, take a success payload of any size (within the
 	// frame limit) into a new slice, for values whose size is not known.
 	Alloc bool
@@ -156,7 +160,11 @@ func (c *Conn) Do(ctx context.Context, req *Request) (Response, error) {
 		n += len(p)
 	}
 	h.PayloadLen = uint32(n)
-	h.PayloadCRC = wire.Checksum(req.Payload...)
+	if req.HaveCRC {
+		h.PayloadCRC = req.PayloadCRC
+	} else {
+		h.PayloadCRC = wire.Checksum(req.Payload...)
+	}
 	var hb [wire.HeaderSize]byte
 	bufs := make(net.Buffers, 0, 2+len(req.Payload))
 	bufs = append(bufs, wire.Encode(hb[:], &h, req.Key), req.Key)

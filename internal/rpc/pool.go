@@ -151,12 +151,15 @@ func (p *Pool) CopyChunk(ctx context.Context, addr string, id uint64, src string
 
 // KVPut stores value under ref on addr (which forwards to ref.Forward). It
 // reports whether the key existed and was kept.
-func (p *Pool) KVPut(ctx context.Context, addr string, ref wire.KVRef, epoch int64, value []byte, overwrite bool) (existed bool, err error) {
+// crc is value's CRC32C when the caller knows it (a server forwarding a
+// verified frame), or 0 to compute it here.
+func (p *Pool) KVPut(ctx context.Context, addr string, ref wire.KVRef, epoch int64, value []byte, overwrite bool, crc uint32) (existed bool, err error) {
 	var flags uint16
 	if overwrite {
 		flags = wire.FlagOverwrite
 	}
-	r, err := p.Do(ctx, addr, &Request{Op: wire.OpKVPut, Flags: flags, Key: wire.AppendKVRef(nil, ref), Offset: uint64(epoch), Payload: [][]byte{value}})
+	r, err := p.Do(ctx, addr, &Request{Op: wire.OpKVPut, Flags: flags, Key: wire.AppendKVRef(nil, ref), Offset: uint64(epoch),
+		Payload: [][]byte{value}, PayloadCRC: crc, HaveCRC: crc != 0})
 	return r.Header.Flags&wire.FlagExisted != 0, err
 }
 

@@ -58,7 +58,7 @@ func (s *Server) refreshMembership() {
 	s.heartbeat(ctx)
 }
 
-func (s *Server) kvPut(ref wire.KVRef, epoch int64, overwrite bool, value []byte) (bool, error) {
+func (s *Server) kvPut(ref wire.KVRef, epoch int64, overwrite bool, value []byte, crc uint32) (bool, error) {
 	if s.kv == nil {
 		return false, errNoKV(s.cfg.ID)
 	}
@@ -73,12 +73,12 @@ func (s *Server) kvPut(ref wire.KVRef, epoch int64, overwrite bool, value []byte
 			defer wg.Done()
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
-			if _, err := s.peers.KVPut(ctx, addr, wire.KVRef{Pool: ref.Pool, Key: ref.Key}, epoch, value, overwrite); err != nil {
+			if _, err := s.peers.KVPut(ctx, addr, wire.KVRef{Pool: ref.Pool, Key: ref.Key}, epoch, value, overwrite, crc); err != nil {
 				errc <- fmt.Errorf("replica %s: %w", addr, err)
 			}
 		}()
 	}
-	existed, err := s.kv.Put(kvKey(ref), value, overwrite)
+	existed, err := s.kv.PutChecked(kvKey(ref), value, crc, overwrite)
 	wg.Wait()
 	close(errc)
 	if err == nil {
@@ -109,14 +109,14 @@ func (s *Server) kvOp(dc *dataConn, h wire.Header, ref wire.KVRef, start time.Ti
 	switch h.Op {
 	case wire.OpKVGet:
 		sent := false
-		_, err := s.kv.Get(key, func(bufs [][]byte) error {
+		_, err := s.kv.Get(key, func(bufs [][]byte, crc uint32) error {
 			sent = true
 			var n int
 			for _, b := range bufs {
 				n += len(b)
 			}
 			s.metrics.bytesOut.Add(float64(n))
-			return dc.send(h, wire.StatusOK, bufs, 0)
+			return dc.sendCRC(h, wire.StatusOK, bufs, 0, crc)
 		})
 		if !sent {
 			dc.done(h, start, err)

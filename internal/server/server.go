@@ -418,7 +418,7 @@ func (s *Server) serveData(nc net.Conn, br *bufio.Reader) {
 			wg.Add(1)
 			go func() {
 				defer func() { bufpool.Put(bp); <-sem; wg.Done() }()
-				existed, err := s.kvPut(ref, int64(h.Offset), h.Flags&wire.FlagOverwrite != 0, *bp)
+				existed, err := s.kvPut(ref, int64(h.Offset), h.Flags&wire.FlagOverwrite != 0, *bp, h.PayloadCRC)
 				if err == nil && existed {
 					s.metrics.observe(h.Op, start, nil)
 					dc.send(h, wire.StatusOK, nil, wire.FlagExisted)
@@ -619,13 +619,18 @@ func (dc *dataConn) reply(h wire.Header, err error) {
 
 // send writes one response frame, gathering bufs with writev.
 func (dc *dataConn) send(req wire.Header, st wire.Status, bufs [][]byte, flags uint16) error {
+	return dc.sendCRC(req, st, bufs, flags, wire.Checksum(bufs...))
+}
+
+// sendCRC is send for a payload whose CRC32C is already known.
+func (dc *dataConn) sendCRC(req wire.Header, st wire.Status, bufs [][]byte, flags uint16, crc uint32) error {
 	h := wire.Header{Op: req.Op, ReqID: req.ReqID, Status: st, Flags: flags | wire.FlagResponse, Offset: req.Offset, Count: req.Count}
 	var n int
 	for _, b := range bufs {
 		n += len(b)
 	}
 	h.PayloadLen = uint32(n)
-	h.PayloadCRC = wire.Checksum(bufs...)
+	h.PayloadCRC = crc
 	var hb [wire.HeaderSize]byte
 	out := make(net.Buffers, 0, 1+len(bufs))
 	out = append(out, wire.Encode(hb[:], &h, nil))
