@@ -18,6 +18,7 @@ import (
 func newServer(g *globals) *cobra.Command {
 	var listen, advertise, mem, disk, id, kvMem, kvDisk, kvMax string
 	var heartbeat time.Duration
+	var debug bool
 	cmd := &cobra.Command{
 		Use:   "server",
 		Short: "Run a data server: chunks in a DRAM tier and a disk tier, served over the binary protocol",
@@ -44,7 +45,7 @@ func newServer(g *globals) *cobra.Command {
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			s, err := server.New(server.Config{ID: id, Listen: listen, Advertise: advertise, Master: g.master,
-				Token: g.token, Store: sc, KV: kc, Heartbeat: heartbeat, Log: g.logger()})
+				Token: g.token, Store: sc, KV: kc, Heartbeat: heartbeat, Debug: debug, Log: g.logger()})
 			if err != nil {
 				return err
 			}
@@ -61,6 +62,7 @@ func newServer(g *globals) *cobra.Command {
 	f.StringVar(&kvDisk, "kv-disk", "", "KV cache disk tier as DIR:SIZE, e.g. /nvme/gd2fs-kv:1TiB")
 	f.StringVar(&kvMax, "kv-max-value", "64MiB", "largest KV value accepted")
 	f.StringVar(&id, "id", "", "server id (default: kept in the disk tier, else random)")
+	f.BoolVar(&debug, "debug-http", false, "serve /debug/pprof/ and /debug/gc on the server port")
 	f.DurationVar(&heartbeat, "heartbeat", time.Second, "heartbeat interval")
 	return cmd
 }

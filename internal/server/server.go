@@ -18,8 +18,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -45,6 +47,9 @@ type Config struct {
 	Store     store.Config
 	KV        kvstore.Config // hash-mode KV tiers; no KV service when both are zero
 	Heartbeat time.Duration  // default 1s
+	// Debug serves /debug/pprof/ and /debug/gc (runs a GC and reports its
+	// duration) on the HTTP side of the port. Off by default.
+	Debug bool
 	Log       *slog.Logger
 }
 
@@ -121,6 +126,19 @@ func New(cfg Config) (*Server, error) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", s.metrics.handler())
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
+	if cfg.Debug {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/gc", func(w http.ResponseWriter, r *http.Request) {
+			start := time.Now()
+			runtime.GC()
+			el := time.Since(start)
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			fmt.Fprintf(w, "{\"gc_seconds\": %g, \"heap_alloc\": %d, \"heap_objects\": %d, \"num_gc\": %d, \"last_pause_seconds\": %g}\n",
+				el.Seconds(), ms.HeapAlloc, ms.HeapObjects, ms.NumGC, float64(ms.PauseNs[(ms.NumGC+255)%256])/1e9)
+		})
+	}
 	s.httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	return s, nil
 }
