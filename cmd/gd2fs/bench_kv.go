@@ -102,7 +102,7 @@ func startRedis(dir string) (*exec.Cmd, string, error) {
 func newBenchKV(g *globals) *cobra.Command {
 	var sizes, concs, mem, dataPer, dir string
 	var servers, batch int
-	var skipDisk bool
+	var skipDisk, diskOnly bool
 	cmd := &cobra.Command{
 		Use:   "kv",
 		Short: "KV cache SET/GET/batched GET beside Redis and raw loopback TCP, plus reads from the disk tier beside fio",
@@ -140,6 +140,9 @@ func newBenchKV(g *globals) *cobra.Command {
 					return err
 				}
 				defer os.RemoveAll(dir)
+			}
+			if diskOnly {
+				return benchKVDisk(ctx, dir, memB)
 			}
 			rcmd, raddr, err := startRedis(dir)
 			if err != nil {
@@ -219,6 +222,7 @@ func newBenchKV(g *globals) *cobra.Command {
 	f.IntVar(&servers, "servers", 1, "gd2fs servers (Redis is one process)")
 	f.IntVar(&batch, "batch", 128, "keys per batched GET")
 	f.BoolVar(&skipDisk, "skip-disk", false, "skip the disk-tier read phase")
+	f.BoolVar(&diskOnly, "disk-only", false, "run only the disk-tier read phase")
 	return cmd
 }
 
@@ -238,7 +242,7 @@ func benchKVDisk(ctx context.Context, dir string, _ int64) error {
 	const memB = 256 << 20
 	const size = 1 << 20
 	kvDir := filepath.Join(dir, "disk")
-	c, err := cluster.Start(ctx, cluster.Config{Dir: kvDir, Servers: 1, MemBytes: 64 << 20, KVMemBytes: memB, KVDiskBytes: 4 * memB})
+	c, err := cluster.Start(ctx, cluster.Config{Dir: kvDir, Servers: 1, MemBytes: 64 << 20, KVMemBytes: memB, KVDiskBytes: 8 * memB})
 	if err != nil {
 		return err
 	}
@@ -250,23 +254,43 @@ func benchKVDisk(ctx context.Context, dir string, _ int64) error {
 	defer cl.Close()
 	t := gdTarget{kv: cl.KV("perf")}
 	keys := 3 * memB / size
-	if _, err := bench.RunKV(ctx, t, bench.KVCase{Op: "set", ValueSize: size, Concurrency: 4, Keys: keys}, "d"); err != nil {
-		return err
-	}
-	dropped := dropCaches()
-	r, err := bench.RunKV(ctx, t, bench.KVCase{Op: "get", ValueSize: size, Concurrency: 4, Keys: keys}, "d")
-	if err != nil && !errors.Is(err, errs.ErrNotFound) {
-		return err
+	// Alternate ours and fio three times (the disk is shared and noisy) and
+	// report medians.
+	var ours, fios []float64
+	var last bench.KVResult
+	dropped := false
+	var ferr error
+	for run := 0; run < 3; run++ {
+		// A fresh data set per run: reads of a set already read once would
+		// be promoted to DRAM (S3-FIFO ghost hits) and flatter the figure.
+		pfx := fmt.Sprint("d", run)
+		if run > 0 {
+			if _, err := t.kv.DeleteByPrefix(ctx, fmt.Sprint("d", run-1)); err != nil {
+				return err
+			}
+		}
+		if _, err := bench.RunKV(ctx, t, bench.KVCase{Op: "set", ValueSize: size, Concurrency: 4, Keys: keys}, pfx); err != nil {
+			return err
+		}
+		dropped = dropCaches()
+		r, err := bench.RunKV(ctx, t, bench.KVCase{Op: "get", ValueSize: size, Concurrency: 4, Keys: keys}, pfx)
+		if err != nil && !errors.Is(err, errs.ErrNotFound) {
+			return err
+		}
+		ours, last = append(ours, r.BytesPerSec), r
+		var bw float64
+		if bw, ferr = fioSeqRead(kvDir, 3*memB); ferr == nil {
+			fios = append(fios, bw)
+		}
 	}
 	st := c.Servers[0].KV().Stats()
-	fioBW, ferr := fioSeqRead(kvDir, 3*memB)
-	fmt.Printf("\nKV reads with a data set 3x the DRAM tier (%s DRAM, %d x 1 MiB blocks, concurrency 4, page cache dropped: %v):\n", human(memB), keys, dropped)
-	fmt.Printf("  gd2fs GET %.0f MiB/s (p50 %s, p99 %s); served from disk %d, from DRAM %d\n", r.BytesPerSec/(1<<20), dur(r.P50), dur(r.P99), st.DiskHits, st.MemHits)
-	if ferr != nil {
+	fmt.Printf("\nKV reads with a data set 3x the DRAM tier (%s DRAM, %d x 1 MiB blocks, concurrency 4, page cache dropped: %v, 3 runs alternating with fio, medians):\n", human(memB), keys, dropped)
+	fmt.Printf("  gd2fs GET %.0f MiB/s (last run p50 %s, p99 %s); served from disk %d, from DRAM %d over all runs\n", bench.Median(ours)/(1<<20), dur(last.P50), dur(last.P99), st.DiskHits, st.MemHits)
+	if ferr != nil || len(fios) == 0 {
 		fmt.Printf("  fio: %v\n", ferr)
 		return nil
 	}
-	fmt.Printf("  fio sequential read (1 MiB blocks, same directory): %.0f MiB/s\n  ratio %.2fx (target >= 0.50x)\n", fioBW/(1<<20), r.BytesPerSec/fioBW)
+	fmt.Printf("  fio sequential read (1 MiB blocks, same directory): %.0f MiB/s\n  ratio %.2fx (target >= 0.50x)\n", bench.Median(fios)/(1<<20), bench.Median(ours)/bench.Median(fios))
 	return nil
 }
 

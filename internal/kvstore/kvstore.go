@@ -414,10 +414,8 @@ func (s *Store) Get(key []byte, fn func(bufs [][]byte, crc uint32) error) (Tier,
 	s.mu.Unlock()
 	defer s.unref(seg)
 
-	bp := bufpool.Get(int(e.size))
-	defer bufpool.Put(bp)
-	val := *bp
-	if err := seg.readValue(off, key, val, e.crc); err != nil {
+	bp, val, err := seg.readRecord(off, key, e.size, e.crc)
+	if err != nil {
 		s.corruptRecs.Add(1)
 		s.misses.Add(1)
 		s.log.Warn("dropping damaged KV record", "segment", seg.path, "offset", off, "err", err)
@@ -428,6 +426,7 @@ func (s *Store) Get(key []byte, fn func(bufs [][]byte, crc uint32) error) (Tier,
 		s.mu.Unlock()
 		return TierNone, errs.New(errs.ErrNotFound, "block %q failed its checksum on disk and was dropped", trimKey(key))
 	}
+	defer bufpool.Put(bp)
 	s.diskHits.Add(1)
 	if promote && s.arena != nil {
 		s.promote(e, val)
@@ -651,17 +650,16 @@ func (s *Store) evictSegmentLocked() bool {
 		}
 		keep := e.diskRead && e.size <= budget
 		if keep {
-			bp := bufpool.Get(int(e.size))
-			if err := old.readValue(e.off, []byte(k), *bp, e.crc); err == nil {
+			if bp, v, err := old.readRecord(e.off, []byte(k), e.size, e.crc); err == nil {
 				e.seg = nil
 				budget -= e.size
-				if s.appendLocked(e, [][]byte{*bp}) != nil {
+				if s.appendLocked(e, [][]byte{v}) != nil {
 					keep = false
 				}
+				bufpool.Put(bp)
 			} else {
 				keep = false
 			}
-			bufpool.Put(bp)
 		}
 		if !keep {
 			e.seg = nil
@@ -692,29 +690,30 @@ func (s *Store) unref(g *segment) {
 	}
 }
 
-// readValue reads the value of the record at off into val and checks the
-// header, the key and the value CRC.
-func (g *segment) readValue(off int64, key, val []byte, want uint32) error {
-	var h [recHeader]byte
-	if _, err := g.f.ReadAt(h[:], off); err != nil {
-		return err
+// readRecord reads the whole record at off with one pread into a pooled
+// buffer (the caller returns it with bufpool.Put) and checks the header, the
+// key and the value CRC. val is the value within the buffer.
+func (g *segment) readRecord(off int64, key []byte, size int64, want uint32) (buf *[]byte, val []byte, err error) {
+	kl := int64(len(key))
+	buf = bufpool.Get(int(recHeader + kl + size))
+	b := *buf
+	if _, err := g.f.ReadAt(b, off); err != nil {
+		bufpool.Put(buf)
+		return nil, nil, err
 	}
-	kb := make([]byte, len(key))
-	if _, err := g.f.ReadAt(kb, off+recHeader); err != nil {
-		return err
-	}
+	h, kb := b[:recHeader], b[recHeader:recHeader+kl]
+	val = b[recHeader+kl:]
 	le := binary.LittleEndian
 	if le.Uint32(h[0:]) != recMagic || le.Uint32(h[16:]) != crc32.Update(crc32.Checksum(h[:16], wire.Castagnoli), wire.Castagnoli, kb) ||
-		string(kb) != string(key) || int(le.Uint32(h[8:])) != len(val) {
-		return fmt.Errorf("record header damaged")
-	}
-	if _, err := g.f.ReadAt(val, off+recHeader+int64(len(key))); err != nil {
-		return err
+		string(kb) != string(key) || int64(le.Uint32(h[8:])) != size {
+		bufpool.Put(buf)
+		return nil, nil, fmt.Errorf("record header damaged")
 	}
 	if crc32.Checksum(val, wire.Castagnoli) != want || le.Uint32(h[12:]) != want {
-		return fmt.Errorf("value checksum mismatch")
+		bufpool.Put(buf)
+		return nil, nil, fmt.Errorf("value checksum mismatch")
 	}
-	return nil
+	return buf, val, nil
 }
 
 // load scans segments oldest first; a record whose header fails ends the

@@ -50,7 +50,7 @@ type Config struct {
 	// Debug serves /debug/pprof/ and /debug/gc (runs a GC and reports its
 	// duration) on the HTTP side of the port. Off by default.
 	Debug bool
-	Log       *slog.Logger
+	Log   *slog.Logger
 }
 
 // Server is a running data server.
