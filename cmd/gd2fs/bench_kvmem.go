@@ -94,7 +94,7 @@ func newBenchKVMemory(g *globals) *cobra.Command {
 				value[i] = byte(i)
 			}
 			fmt.Printf("bench kv-memory: one server process, KV DRAM tier %s (off-heap), %s values\n", human(memB), human(vs))
-			fmt.Printf("%10s %12s %14s %12s %14s %16s %10s\n", "stored", "RSS", "RSS - stored", "Go heap", "heap objects", "forced GC time", "GCs so far")
+			fmt.Printf("%10s %12s %14s %12s %14s %16s %12s %10s\n", "stored", "RSS", "RSS - stored", "Go heap", "heap objects", "forced GC wall", "STW pause", "GCs so far")
 			var stored int64
 			next := int64(0)
 			for i := 0; ; i++ {
@@ -104,8 +104,9 @@ func newBenchKVMemory(g *globals) *cobra.Command {
 						return err
 					}
 					rss := procRSS(srv.Process.Pid)
-					fmt.Printf("%10s %12s %14s %12s %14d %16s %10d\n", human(stored), human(rss), human(rss-stored),
-						human(gc.HeapAlloc), gc.HeapObjects, time.Duration(gc.GC*1e9).Round(time.Microsecond), gc.NumGC)
+					fmt.Printf("%10s %12s %14s %12s %14d %16s %12s %10d\n", human(stored), human(rss), human(rss-stored),
+						human(gc.HeapAlloc), gc.HeapObjects, time.Duration(gc.GC*1e9).Round(time.Microsecond),
+						time.Duration(gc.Pause*1e9).Round(time.Microsecond), gc.NumGC)
 					if next == 0 {
 						next = 1 << 30
 					} else {
@@ -135,6 +136,7 @@ type gcReport struct {
 	HeapAlloc   int64   `json:"heap_alloc"`
 	HeapObjects int64   `json:"heap_objects"`
 	NumGC       int64   `json:"num_gc"`
+	Pause       float64 `json:"last_pause_seconds"`
 }
 
 func debugGC(addr string) (gcReport, error) {
