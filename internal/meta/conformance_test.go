@@ -76,6 +76,8 @@ func TestConformance(t *testing.T) {
 				{"chunks", testChunks},
 				{"servers", testServersPools},
 				{"model", testRandomModel},
+				{"sessions", testSessions},
+				{"session-quota", testSessionQuota},
 			} {
 				t.Run(tc.name, func(t *testing.T) { tc.fn(t, open(t)) })
 			}
@@ -282,5 +284,185 @@ func testRandomModel(t *testing.T, s Store) {
 	n, _, _ := s.Totals(ctx)
 	if n != int64(len(model)) {
 		t.Fatalf("store has %d files, model %d", n, len(model))
+	}
+}
+
+var llama = Layout{Model: "llama", Layers: 2, KVHeads: 2, HeadDim: 4, DType: "bf16", PageTokens: 16, Order: "layer_first"}
+
+func planIn(id string, prompt int64) PlanInput {
+	return PlanInput{Session: id, Model: "llama", PromptTokens: prompt, Dir: "/kv-sessions", Pool: "perf",
+		ChunkSize: 1 << 20, PlanTTL: time.Hour, Now: now}
+}
+
+// written pretends the engine wrote a plan's fresh range.
+func written(t *testing.T, s Store, p Plan) {
+	t.Helper()
+	ctx := context.Background()
+	for _, r := range p.Fresh {
+		f, err := s.File(ctx, r.Path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Commit(ctx, f.ID, r.KVStart+r.KVLength, nil, false, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func testSessions(t *testing.T, s Store) {
+	ctx := context.Background()
+	bad := llama
+	bad.DType = "fp64"
+	mustIs(t, s.PutLayout(ctx, bad), errs.ErrBadRequest)
+	_, err := s.PlanSession(ctx, planIn("s1", 10))
+	mustIs(t, err, errs.ErrNotFound) // no layout yet
+	if err := s.PutLayout(ctx, llama); err != nil {
+		t.Fatal(err)
+	}
+	if tb := llama.TokenBytes(); tb != 2*2*2*4*2 || llama.RangeBytes(17) != 2*16*tb {
+		t.Fatalf("token bytes %d", tb)
+	}
+	// A shared prefix of 32 tokens.
+	pf, _ := s.CreateFile(ctx, File{Path: "/prefixes/sys", Pool: "ha", ChunkSize: 1 << 20, Modified: now})
+	mustIs(t, s.PutPrefix(ctx, Prefix{Path: "/prefixes/sys", Model: "llama", Tokens: 32}), errs.ErrBadRequest) // not written
+	s.Commit(ctx, pf.ID, llama.RangeBytes(32), nil, true, now)
+	if err := s.PutPrefix(ctx, Prefix{Path: "/prefixes/sys", Model: "llama", Tokens: 32}); err != nil {
+		t.Fatal(err)
+	}
+	in := planIn("s1", 100)
+	in.Prefixes = []string{"/prefixes/sys"}
+	p1, err := s.PlanSession(ctx, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p1.Cached != 32 || p1.Prefill != 68 || len(p1.Stored) != 1 || p1.Stored[0].Path != "/prefixes/sys" || p1.Load != llama.RangeBytes(32) ||
+		len(p1.Fresh) != 1 || p1.Fresh[0].TokenStart != 32 || p1.Fresh[0].KVLength != llama.RangeBytes(68) || p1.Fresh[0].KVStart != 0 {
+		t.Fatalf("first plan %+v", p1)
+	}
+	_, err = s.CommitSession(ctx, "s1", p1.ID, now)
+	mustIs(t, err, errs.ErrBadRequest) // not written yet
+	written(t, s, p1)
+	sess, err := s.CommitSession(ctx, "s1", p1.ID, now)
+	if err != nil || sess.Tokens != 100 || len(sess.Ranges) != 2 {
+		t.Fatalf("commit: %v %+v", err, sess)
+	}
+	_, err = s.CommitSession(ctx, "s1", p1.ID, now)
+	mustIs(t, err, errs.ErrNotFound) // a plan commits once
+	mustIs(t, s.RemoveFile(ctx, "/prefixes/sys"), errs.ErrExists)
+	mustIs(t, s.RemoveFile(ctx, p1.Fresh[0].Path), errs.ErrExists)
+
+	// Two plans at once get disjoint fresh ranges; only the first commits.
+	a, _ := s.PlanSession(ctx, planIn("s1", 150))
+	b, _ := s.PlanSession(ctx, planIn("s1", 150))
+	if a.Cached != 100 || a.Fresh[0].Path != b.Fresh[0].Path || a.Fresh[0].KVStart+a.Fresh[0].KVLength > b.Fresh[0].KVStart {
+		t.Fatalf("overlapping fresh ranges: %+v %+v", a.Fresh, b.Fresh)
+	}
+	written(t, s, b)
+	if _, err := s.CommitSession(ctx, "s1", a.ID, now); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.CommitSession(ctx, "s1", b.ID, now)
+	mustIs(t, err, errs.ErrExists)
+
+	// Wrong model, bad token counts, bad ids.
+	wrong := planIn("s1", 10)
+	wrong.Model = "other"
+	s.PutLayout(ctx, Layout{Model: "other", Layers: 1, KVHeads: 1, HeadDim: 1, DType: "fp16", PageTokens: 1, Order: "page_first"})
+	_, err = s.PlanSession(ctx, wrong)
+	mustIs(t, err, errs.ErrBadRequest)
+	_, err = s.PlanSession(ctx, planIn("s1", 0))
+	mustIs(t, err, errs.ErrBadRequest)
+	_, err = s.PlanSession(ctx, planIn("a/b", 10))
+	mustIs(t, err, errs.ErrBadRequest)
+
+	// Fork shares ranges; the fork's new KV goes to its own file.
+	if err := s.ForkSession(ctx, "s1", "s2", now); err != nil {
+		t.Fatal(err)
+	}
+	mustIs(t, s.ForkSession(ctx, "s1", "s2", now), errs.ErrExists)
+	f2, _ := s.PlanSession(ctx, planIn("s2", 170))
+	if f2.Cached != 150 || len(f2.Stored) != 3 || f2.Fresh[0].Path == a.Fresh[0].Path {
+		t.Fatalf("fork plan %+v", f2)
+	}
+	// A shorter prompt rewinds: stored ranges stop at the last whole range.
+	r, _ := s.PlanSession(ctx, planIn("s1", 120))
+	if r.Cached != 100 || r.Fresh[0].TokenStart != 100 || r.Fresh[0].TokenLength != 20 {
+		t.Fatalf("rewind plan %+v", r)
+	}
+	// Deleting s1 keeps files s2 still uses; deleting s2 removes them.
+	shared := p1.Fresh[0].Path
+	if err := s.DeleteSession(ctx, "s1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.File(ctx, shared); err != nil {
+		t.Fatalf("file shared with a fork was removed: %v", err)
+	}
+	if err := s.DeleteSession(ctx, "s2"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.File(ctx, shared)
+	mustIs(t, err, errs.ErrNotFound)
+	mustIs(t, s.DeleteSession(ctx, "s2"), errs.ErrNotFound)
+	if _, err := s.File(ctx, "/prefixes/sys"); err != nil {
+		t.Fatalf("prefix removed with its last session: %v", err)
+	}
+
+	// page_first: a prompt ending inside a range uses its whole pages.
+	pfl := llama
+	pfl.Model, pfl.Order = "pf", "page_first"
+	s.PutLayout(ctx, pfl)
+	in = planIn("p1", 64)
+	in.Model = "pf"
+	x, _ := s.PlanSession(ctx, in)
+	written(t, s, x)
+	s.CommitSession(ctx, "p1", x.ID, now)
+	in.PromptTokens = 40
+	y, _ := s.PlanSession(ctx, in)
+	if y.Cached != 32 || y.Stored[0].TokenLength != 32 || y.Stored[0].KVLength != 2*pfl.PageBytes() || y.Fresh[0].TokenLength != 8 {
+		t.Fatalf("page_first clip %+v", y)
+	}
+	list, err := s.Sessions(ctx, "", 10)
+	if err != nil || len(list) != 1 || list[0].ID != "p1" || list[0].Tokens != 64 {
+		t.Fatalf("sessions %+v %v", list, err)
+	}
+}
+
+func testSessionQuota(t *testing.T, s Store) {
+	ctx := context.Background()
+	s.PutLayout(ctx, llama)
+	page := llama.PageBytes()
+	quota := 5 * page
+	t0 := now
+	mk := func(id string, tokens int64, at time.Time) Plan {
+		in := planIn(id, tokens)
+		in.Quota, in.Now = quota, at
+		p, err := s.PlanSession(ctx, in)
+		if err != nil {
+			t.Fatalf("plan %s: %v", id, err)
+		}
+		written(t, s, p)
+		if _, err := s.CommitSession(ctx, id, p.ID, at); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	mk("old", 32, t0)                    // 2 pages
+	mk("mid", 32, t0.Add(time.Second))   // 2 pages
+	mk("new", 16, t0.Add(2*time.Second)) // 1 page: 5 pages, at quota
+	in := planIn("next", 32)
+	in.Quota, in.Now = quota, t0.Add(3*time.Second)
+	p, err := s.PlanSession(ctx, in)
+	if err != nil || len(p.Evicted) != 1 || p.Evicted[0] != "old" {
+		t.Fatalf("eviction: %v %+v", err, p.Evicted)
+	}
+	_, err = s.Session(ctx, "old")
+	mustIs(t, err, errs.ErrNotFound)
+	// "next" has a plan outstanding: it is never evicted, even as the LRU.
+	in2 := planIn("big", 64)
+	in2.Quota, in2.Now = quota, t0.Add(4*time.Second)
+	_, err = s.PlanSession(ctx, in2)
+	mustIs(t, err, errs.ErrNoSpace)
+	if _, err := s.Session(ctx, "next"); err != nil {
+		t.Fatalf("session with a plan outstanding was evicted: %v", err)
 	}
 }

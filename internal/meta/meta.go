@@ -94,4 +94,15 @@ type Store interface {
 	ClearTombstones(ctx context.Context, serverID string, ids []uint64) error
 
 	Totals(ctx context.Context) (files, bytes int64, err error)
+
+	// Explicit-mode KV sessions (sessions.go).
+	PutLayout(ctx context.Context, l Layout) error
+	Layout(ctx context.Context, model string) (Layout, error)
+	PutPrefix(ctx context.Context, p Prefix) error
+	PlanSession(ctx context.Context, in PlanInput) (Plan, error)
+	CommitSession(ctx context.Context, id string, planID int64, now time.Time) (Session, error)
+	ForkSession(ctx context.Context, src, dst string, now time.Time) error
+	DeleteSession(ctx context.Context, id string) error
+	Session(ctx context.Context, id string) (Session, error)
+	Sessions(ctx context.Context, after string, limit int) ([]Session, error)
 }

@@ -88,6 +88,7 @@ var schema = []string{
 }
 
 func (s *sqlStore) migrate(ctx context.Context) error {
+	schema := append(append([]string{}, schema...), sessionSchema...)
 	if s.postgres {
 		// Several masters may start at once: serialise schema creation.
 		tx, err := s.db.BeginTx(ctx, nil)
@@ -310,37 +311,44 @@ func (s *sqlStore) RemoveDir(ctx context.Context, p string) error {
 }
 
 func (s *sqlStore) CreateFile(ctx context.Context, f File) (File, error) {
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		var err error
+		f, err = s.createFileTx(ctx, tx, f)
+		return err
+	})
+	return f, err
+}
+
+// createFileTx creates f (and its parent directories) inside tx.
+func (s *sqlStore) createFileTx(ctx context.Context, tx *sql.Tx, f File) (File, error) {
 	if f.Path == "/" {
 		return File{}, errs.New(errs.ErrIsDir, "/ is a directory")
 	}
-	err := s.tx(ctx, func(tx *sql.Tx) error {
-		var n int
-		if err := tx.QueryRowContext(ctx, s.q(`SELECT COUNT(*) FROM dirs WHERE path = ?`), f.Path).Scan(&n); err != nil {
-			return wrapDB(err)
-		}
-		if n > 0 {
-			return errs.New(errs.ErrIsDir, "%s is a directory", f.Path)
-		}
-		if err := s.ensureDirs(ctx, tx, f.Path, false, f.Modified); err != nil {
-			return err
-		}
-		id, err := s.counter(ctx, tx, "next_id", 1)
-		if err != nil {
-			return err
-		}
-		r, err := tx.ExecContext(ctx, s.q(`INSERT INTO files (id, path, parent, pool, chunk_size, size, sealed, mtime)
-			VALUES (?, ?, ?, ?, ?, 0, 0, ?) ON CONFLICT (path) DO NOTHING`),
-			id, f.Path, parentOf(f.Path), f.Pool, f.ChunkSize, f.Modified.UnixNano())
-		if err != nil {
-			return wrapDB(err)
-		}
-		if k, _ := r.RowsAffected(); k == 0 {
-			return errs.New(errs.ErrExists, "%s already exists: remove it first or pick another name", f.Path)
-		}
-		f.ID = id
-		return nil
-	})
-	return f, err
+	var n int
+	if err := tx.QueryRowContext(ctx, s.q(`SELECT COUNT(*) FROM dirs WHERE path = ?`), f.Path).Scan(&n); err != nil {
+		return File{}, wrapDB(err)
+	}
+	if n > 0 {
+		return File{}, errs.New(errs.ErrIsDir, "%s is a directory", f.Path)
+	}
+	if err := s.ensureDirs(ctx, tx, f.Path, false, f.Modified); err != nil {
+		return File{}, err
+	}
+	id, err := s.counter(ctx, tx, "next_id", 1)
+	if err != nil {
+		return File{}, err
+	}
+	r, err := tx.ExecContext(ctx, s.q(`INSERT INTO files (id, path, parent, pool, chunk_size, size, sealed, mtime)
+		VALUES (?, ?, ?, ?, ?, 0, 0, ?) ON CONFLICT (path) DO NOTHING`),
+		id, f.Path, parentOf(f.Path), f.Pool, f.ChunkSize, f.Modified.UnixNano())
+	if err != nil {
+		return File{}, wrapDB(err)
+	}
+	if k, _ := r.RowsAffected(); k == 0 {
+		return File{}, errs.New(errs.ErrExists, "%s already exists: remove it first or pick another name", f.Path)
+	}
+	f.ID = id
+	return f, nil
 }
 
 const fileCols = `id, path, pool, chunk_size, size, sealed, mtime`
@@ -415,24 +423,38 @@ func (s *sqlStore) List(ctx context.Context, dir string) ([]Entry, error) {
 
 func (s *sqlStore) RemoveFile(ctx context.Context, p string) error {
 	return s.tx(ctx, func(tx *sql.Tx) error {
-		f, err := s.fileBy(ctx, tx, "path", p)
-		if err != nil {
+		if by, err := s.inUseTx(ctx, tx, p); err != nil {
 			return err
+		} else if by != "" {
+			return errs.New(errs.ErrExists, "%s is in use by KV session %q: delete the session first (gd2fs session rm)", p, by)
 		}
-		stmts := []string{
-			`INSERT INTO tombstones (chunk_id, server_id) SELECT r.chunk_id, r.server_id FROM replicas r
-				JOIN chunks c ON c.id = r.chunk_id WHERE c.file_id = ? ON CONFLICT DO NOTHING`,
-			`DELETE FROM replicas WHERE chunk_id IN (SELECT id FROM chunks WHERE file_id = ?)`,
-			`DELETE FROM chunks WHERE file_id = ?`,
-			`DELETE FROM files WHERE id = ?`,
-		}
-		for _, q := range stmts {
-			if _, err := tx.ExecContext(ctx, s.q(q), f.ID); err != nil {
-				return wrapDB(err)
-			}
-		}
-		return nil
+		return s.removeFileTx(ctx, tx, p)
 	})
+}
+
+// removeFileTx deletes file p and records a tombstone for every replica of
+// its chunks, inside tx.
+func (s *sqlStore) removeFileTx(ctx context.Context, tx *sql.Tx, p string) error {
+	f, err := s.fileBy(ctx, tx, "path", p)
+	if err != nil {
+		return err
+	}
+	stmts := []string{
+		`INSERT INTO tombstones (chunk_id, server_id) SELECT r.chunk_id, r.server_id FROM replicas r
+			JOIN chunks c ON c.id = r.chunk_id WHERE c.file_id = ? ON CONFLICT DO NOTHING`,
+		`DELETE FROM replicas WHERE chunk_id IN (SELECT id FROM chunks WHERE file_id = ?)`,
+		`DELETE FROM chunks WHERE file_id = ?`,
+		`DELETE FROM files WHERE id = ?`,
+	}
+	for _, q := range stmts {
+		if _, err := tx.ExecContext(ctx, s.q(q), f.ID); err != nil {
+			return wrapDB(err)
+		}
+	}
+	if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM kv_prefixes WHERE path = ?`), p); err != nil {
+		return wrapDB(err)
+	}
+	return nil
 }
 
 func (s *sqlStore) Commit(ctx context.Context, fileID int64, size int64, lengths map[int64]int64, seal bool, now time.Time) (File, error) {

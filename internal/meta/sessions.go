@@ -1,0 +1,606 @@
+package meta
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/gd2fs/gd2fs/errs"
+)
+
+// Explicit-mode KV cache (DESIGN.md §3 Session, §6): model layouts, shared
+// prefixes, sessions as ordered token ranges backed by byte ranges of files,
+// and plans that reserve where new KV goes. Every operation is one SQL
+// transaction, so two plans never overlap and a plan never names bytes that
+// an eviction removed.
+
+// Layout describes how a model's KV is laid out in bytes.
+type Layout struct {
+	Model      string `json:"model"`
+	Layers     int    `json:"layers"`
+	KVHeads    int    `json:"kv_heads"`
+	HeadDim    int    `json:"head_dim"`
+	DType      string `json:"dtype"` // fp32, fp16, bf16, fp8, int8
+	PageTokens int    `json:"page_tokens"`
+	Order      string `json:"layout"` // layer_first or page_first
+}
+
+// DTypeSize is the size in bytes of one element of dtype, or 0 if unknown.
+func DTypeSize(dtype string) int {
+	switch dtype {
+	case "fp32", "float32":
+		return 4
+	case "fp16", "float16", "bf16", "bfloat16":
+		return 2
+	case "fp8", "fp8_e4m3", "fp8_e5m2", "int8", "uint8":
+		return 1
+	}
+	return 0
+}
+
+// Validate checks a layout's fields.
+func (l Layout) Validate() error {
+	switch {
+	case l.Model == "":
+		return errs.New(errs.ErrBadRequest, "layout needs a model name")
+	case l.Layers < 1 || l.KVHeads < 1 || l.HeadDim < 1 || l.PageTokens < 1:
+		return errs.New(errs.ErrBadRequest, "layout of %s: layers, kv_heads, head_dim and page_tokens must be positive", l.Model)
+	case DTypeSize(l.DType) == 0:
+		return errs.New(errs.ErrBadRequest, "layout of %s: unknown dtype %q (fp32, fp16, bf16, fp8, int8)", l.Model, l.DType)
+	case l.Order != "layer_first" && l.Order != "page_first":
+		return errs.New(errs.ErrBadRequest, "layout of %s: layout must be layer_first or page_first, not %q", l.Model, l.Order)
+	case l.PageBytes() > 1<<30:
+		return errs.New(errs.ErrBadRequest, "layout of %s: a page of %d bytes is too large", l.Model, l.PageBytes())
+	}
+	return nil
+}
+
+// TokenBytes is the KV size of one token: K and V, every layer and head.
+func (l Layout) TokenBytes() int64 {
+	return 2 * int64(l.Layers) * int64(l.KVHeads) * int64(l.HeadDim) * int64(DTypeSize(l.DType))
+}
+
+// PageBytes is the size of one page of PageTokens tokens.
+func (l Layout) PageBytes() int64 { return int64(l.PageTokens) * l.TokenBytes() }
+
+// RangeBytes is the size of a range of tokens: whole pages, the last one
+// padded. Pages are counted from the start of the range.
+func (l Layout) RangeBytes(tokens int64) int64 {
+	pages := (tokens + int64(l.PageTokens) - 1) / int64(l.PageTokens)
+	return pages * l.PageBytes()
+}
+
+// Prefix is a registered shared prefix: a file holding the KV of Tokens tokens.
+type Prefix struct {
+	Path   string `json:"path"`
+	Model  string `json:"model"`
+	Tokens int64  `json:"tokens"`
+}
+
+// Range is a run of tokens and the bytes that hold their KV.
+type Range struct {
+	TokenStart  int64  `json:"token_start"`
+	TokenLength int64  `json:"token_length"`
+	Path        string `json:"path"`
+	KVStart     int64  `json:"kv_start"`
+	KVLength    int64  `json:"kv_length"`
+}
+
+// Session is a session's metadata and its committed ranges in token order.
+type Session struct {
+	ID       string    `json:"id"`
+	Model    string    `json:"model"`
+	Tokens   int64     `json:"tokens"`
+	Bytes    int64     `json:"bytes"` // bytes of files this session owns
+	LastUsed time.Time `json:"last_used"`
+	Created  time.Time `json:"created"`
+	Ranges   []Range   `json:"ranges,omitempty"`
+}
+
+// PlanInput asks for a plan.
+type PlanInput struct {
+	Session      string
+	Model        string
+	Prefixes     []string // applied when the session is created
+	PromptTokens int64
+	DecodeTokens int64
+	NewFile      bool   // put the fresh range in a new file of the session
+	Dir          string // where session files live, e.g. /kv-sessions
+	Pool         string // pool of session files
+	ChunkSize    int64
+	Quota        int64 // bytes of session files allowed; 0 = no limit
+	PlanTTL      time.Duration
+	Now          time.Time
+}
+
+// Plan says which token ranges are stored and where the new KV goes.
+type Plan struct {
+	ID      int64   `json:"plan_id"`
+	Stored  []Range `json:"stored_kv_cache"`
+	Fresh   []Range `json:"fresh_kv_cache"`
+	Cached  int64   `json:"cached_tokens"`
+	Prefill int64   `json:"prefill_tokens"`
+	Decode  int64   `json:"decode_tokens"`
+	Load    int64   `json:"load_bytes"`
+	Evicted []string
+}
+
+var sessionSchema = []string{
+	`CREATE TABLE IF NOT EXISTS kv_layouts (model TEXT PRIMARY KEY, layers INTEGER NOT NULL, kv_heads INTEGER NOT NULL,
+		head_dim INTEGER NOT NULL, dtype TEXT NOT NULL, page_tokens INTEGER NOT NULL, layout TEXT NOT NULL)`,
+	`CREATE TABLE IF NOT EXISTS kv_prefixes (path TEXT PRIMARY KEY, model TEXT NOT NULL, tokens BIGINT NOT NULL)`,
+	`CREATE TABLE IF NOT EXISTS kv_sessions (id TEXT PRIMARY KEY, model TEXT NOT NULL, tokens BIGINT NOT NULL,
+		last_used BIGINT NOT NULL, created BIGINT NOT NULL, file_seq BIGINT NOT NULL)`,
+	`CREATE INDEX IF NOT EXISTS kv_sessions_lru ON kv_sessions (last_used)`,
+	`CREATE TABLE IF NOT EXISTS kv_ranges (session_id TEXT NOT NULL, token_start BIGINT NOT NULL, token_length BIGINT NOT NULL,
+		path TEXT NOT NULL, kv_start BIGINT NOT NULL, kv_length BIGINT NOT NULL, PRIMARY KEY (session_id, token_start))`,
+	`CREATE INDEX IF NOT EXISTS kv_ranges_path ON kv_ranges (path)`,
+	`CREATE TABLE IF NOT EXISTS kv_files (path TEXT PRIMARY KEY, session_id TEXT NOT NULL, reserved BIGINT NOT NULL)`,
+	`CREATE INDEX IF NOT EXISTS kv_files_session ON kv_files (session_id)`,
+	`CREATE TABLE IF NOT EXISTS kv_plans (id BIGINT PRIMARY KEY, session_id TEXT NOT NULL, token_start BIGINT NOT NULL,
+		token_length BIGINT NOT NULL, path TEXT NOT NULL, kv_start BIGINT NOT NULL, kv_length BIGINT NOT NULL,
+		base_tokens BIGINT NOT NULL, created BIGINT NOT NULL)`,
+	`CREATE INDEX IF NOT EXISTS kv_plans_session ON kv_plans (session_id)`,
+}
+
+func (s *sqlStore) PutLayout(ctx context.Context, l Layout) error {
+	if err := l.Validate(); err != nil {
+		return err
+	}
+	_, err := s.db.ExecContext(ctx, s.q(`INSERT INTO kv_layouts (model, layers, kv_heads, head_dim, dtype, page_tokens, layout)
+		VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (model) DO UPDATE SET layers = excluded.layers, kv_heads = excluded.kv_heads,
+		head_dim = excluded.head_dim, dtype = excluded.dtype, page_tokens = excluded.page_tokens, layout = excluded.layout`),
+		l.Model, l.Layers, l.KVHeads, l.HeadDim, l.DType, l.PageTokens, l.Order)
+	return wrapDB(err)
+}
+
+func (s *sqlStore) layoutTx(ctx context.Context, x execer, model string) (Layout, error) {
+	l := Layout{Model: model}
+	err := x.QueryRowContext(ctx, s.q(`SELECT layers, kv_heads, head_dim, dtype, page_tokens, layout FROM kv_layouts WHERE model = ?`), model).
+		Scan(&l.Layers, &l.KVHeads, &l.HeadDim, &l.DType, &l.PageTokens, &l.Order)
+	if errors.Is(err, sql.ErrNoRows) {
+		return l, errs.New(errs.ErrNotFound, "no KV layout for model %q: register one with 'gd2fs model layout set %s ...'", model, model)
+	}
+	return l, wrapDB(err)
+}
+
+func (s *sqlStore) Layout(ctx context.Context, model string) (Layout, error) {
+	return s.layoutTx(ctx, s.db, model)
+}
+
+func (s *sqlStore) PutPrefix(ctx context.Context, p Prefix) error {
+	return s.tx(ctx, func(tx *sql.Tx) error {
+		l, err := s.layoutTx(ctx, tx, p.Model)
+		if err != nil {
+			return err
+		}
+		if p.Tokens < 1 {
+			return errs.New(errs.ErrBadRequest, "prefix %s: tokens must be positive", p.Path)
+		}
+		f, err := s.fileBy(ctx, tx, "path", p.Path)
+		if err != nil {
+			return err
+		}
+		if want := l.RangeBytes(p.Tokens); f.Size != want {
+			return errs.New(errs.ErrBadRequest, "prefix %s holds %d bytes, but %d tokens of %s take %d: write the whole KV first",
+				p.Path, f.Size, p.Tokens, p.Model, want)
+		}
+		_, err = tx.ExecContext(ctx, s.q(`INSERT INTO kv_prefixes (path, model, tokens) VALUES (?, ?, ?)
+			ON CONFLICT (path) DO UPDATE SET model = excluded.model, tokens = excluded.tokens`), p.Path, p.Model, p.Tokens)
+		return wrapDB(err)
+	})
+}
+
+func (s *sqlStore) rangesTx(ctx context.Context, x execer, id string) ([]Range, error) {
+	rows, err := x.QueryContext(ctx, s.q(`SELECT token_start, token_length, path, kv_start, kv_length FROM kv_ranges
+		WHERE session_id = ? ORDER BY token_start`), id)
+	if err != nil {
+		return nil, wrapDB(err)
+	}
+	defer rows.Close()
+	var out []Range
+	for rows.Next() {
+		var r Range
+		if err := rows.Scan(&r.TokenStart, &r.TokenLength, &r.Path, &r.KVStart, &r.KVLength); err != nil {
+			return nil, wrapDB(err)
+		}
+		out = append(out, r)
+	}
+	return out, wrapDB(rows.Err())
+}
+
+type sessionRow struct {
+	model   string
+	tokens  int64
+	fileSeq int64
+}
+
+func (s *sqlStore) sessionTx(ctx context.Context, x execer, id string) (sessionRow, bool, error) {
+	var r sessionRow
+	err := x.QueryRowContext(ctx, s.q(`SELECT model, tokens, file_seq FROM kv_sessions WHERE id = ?`), id).Scan(&r.model, &r.tokens, &r.fileSeq)
+	if errors.Is(err, sql.ErrNoRows) {
+		return r, false, nil
+	}
+	return r, err == nil, wrapDB(err)
+}
+
+func checkSessionID(id string) error {
+	if id == "" || len(id) > 256 {
+		return errs.New(errs.ErrBadRequest, "session id must be 1 to 256 bytes")
+	}
+	for _, c := range id {
+		if c == '/' || c == 0 {
+			return errs.New(errs.ErrBadRequest, "session id %q: no '/' or NUL", id)
+		}
+	}
+	return nil
+}
+
+// PlanSession computes a plan and reserves the bytes for its fresh range.
+func (s *sqlStore) PlanSession(ctx context.Context, in PlanInput) (Plan, error) {
+	if err := checkSessionID(in.Session); err != nil {
+		return Plan{}, err
+	}
+	if in.PromptTokens < 1 || in.DecodeTokens < 0 || in.PromptTokens+in.DecodeTokens > 1<<26 {
+		return Plan{}, errs.New(errs.ErrBadRequest, "prompt_tokens must be at least 1 and prompt+decode at most %d (got %d + %d)", 1<<26, in.PromptTokens, in.DecodeTokens)
+	}
+	var p Plan
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		p = Plan{}
+		now := in.Now.UnixNano()
+		if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM kv_plans WHERE created < ?`), in.Now.Add(-in.PlanTTL).UnixNano()); err != nil {
+			return wrapDB(err)
+		}
+		l, err := s.layoutTx(ctx, tx, in.Model)
+		if err != nil {
+			return err
+		}
+		sess, ok, err := s.sessionTx(ctx, tx, in.Session)
+		if err != nil {
+			return err
+		}
+		if ok && sess.model != in.Model {
+			return errs.New(errs.ErrBadRequest, "session %s holds KV of model %s, not %s", in.Session, sess.model, in.Model)
+		}
+		if !ok {
+			if sess, err = s.createSessionTx(ctx, tx, in, l); err != nil {
+				return err
+			}
+		}
+		ranges, err := s.rangesTx(ctx, tx, in.Session)
+		if err != nil {
+			return err
+		}
+		// Stored: committed ranges inside the prompt. A range the prompt ends
+		// inside is used up to its last whole page when page_first (those
+		// bytes are contiguous), not at all when layer_first.
+		n := in.PromptTokens
+		for _, r := range ranges {
+			if r.TokenStart+r.TokenLength <= n {
+				p.Stored = append(p.Stored, r)
+				p.Cached = r.TokenStart + r.TokenLength
+				continue
+			}
+			if l.Order == "page_first" {
+				if pages := (n - r.TokenStart) / int64(l.PageTokens); pages > 0 {
+					r.TokenLength = pages * int64(l.PageTokens)
+					r.KVLength = pages * l.PageBytes()
+					p.Stored = append(p.Stored, r)
+					p.Cached = r.TokenStart + r.TokenLength
+				}
+			}
+			break
+		}
+		for _, r := range p.Stored {
+			p.Load += r.KVLength
+		}
+		p.Prefill = n - p.Cached
+		p.Decode = in.DecodeTokens
+		fresh := n + in.DecodeTokens - p.Cached
+		var fr Range
+		if fresh > 0 {
+			fr = Range{TokenStart: p.Cached, TokenLength: fresh, KVLength: l.RangeBytes(fresh)}
+			if fr.Path, fr.KVStart, err = s.reserveTx(ctx, tx, in, &sess, fr.KVLength); err != nil {
+				return err
+			}
+			p.Fresh = []Range{fr}
+		}
+		if p.Evicted, err = s.enforceQuotaTx(ctx, tx, in); err != nil {
+			return err
+		}
+		if p.ID, err = s.counter(ctx, tx, "next_id", 1); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO kv_plans (id, session_id, token_start, token_length, path, kv_start, kv_length, base_tokens, created)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`), p.ID, in.Session, fr.TokenStart, fr.TokenLength, fr.Path, fr.KVStart, fr.KVLength, sess.tokens, now); err != nil {
+			return wrapDB(err)
+		}
+		_, err = tx.ExecContext(ctx, s.q(`UPDATE kv_sessions SET last_used = ? WHERE id = ?`), now, in.Session)
+		return wrapDB(err)
+	})
+	return p, err
+}
+
+// createSessionTx creates a session whose first ranges are its prefixes.
+func (s *sqlStore) createSessionTx(ctx context.Context, tx *sql.Tx, in PlanInput, l Layout) (sessionRow, error) {
+	var tokens int64
+	for _, path := range in.Prefixes {
+		var model string
+		var n int64
+		err := tx.QueryRowContext(ctx, s.q(`SELECT model, tokens FROM kv_prefixes WHERE path = ?`), path).Scan(&model, &n)
+		if errors.Is(err, sql.ErrNoRows) {
+			return sessionRow{}, errs.New(errs.ErrNotFound, "no registered prefix %s: register it with POST /v1/prefixes", path)
+		}
+		if err != nil {
+			return sessionRow{}, wrapDB(err)
+		}
+		if model != in.Model {
+			return sessionRow{}, errs.New(errs.ErrBadRequest, "prefix %s holds KV of model %s, not %s", path, model, in.Model)
+		}
+		if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO kv_ranges (session_id, token_start, token_length, path, kv_start, kv_length)
+			VALUES (?, ?, ?, ?, 0, ?)`), in.Session, tokens, n, path, l.RangeBytes(n)); err != nil {
+			return sessionRow{}, wrapDB(err)
+		}
+		tokens += n
+	}
+	now := in.Now.UnixNano()
+	if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO kv_sessions (id, model, tokens, last_used, created, file_seq) VALUES (?, ?, ?, ?, ?, 0)`),
+		in.Session, in.Model, tokens, now, now); err != nil {
+		return sessionRow{}, wrapDB(err)
+	}
+	return sessionRow{model: in.Model, tokens: tokens}, nil
+}
+
+// reserveTx picks the file for a fresh range and reserves n bytes at its end.
+func (s *sqlStore) reserveTx(ctx context.Context, tx *sql.Tx, in PlanInput, sess *sessionRow, n int64) (string, int64, error) {
+	if sess.fileSeq == 0 || in.NewFile {
+		sess.fileSeq++
+		path := sessionFile(in.Dir, in.Session, sess.fileSeq)
+		if _, err := s.createFileTx(ctx, tx, File{Path: path, Pool: in.Pool, ChunkSize: in.ChunkSize, Modified: in.Now}); err != nil {
+			return "", 0, err
+		}
+		if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO kv_files (path, session_id, reserved) VALUES (?, ?, 0)`), path, in.Session); err != nil {
+			return "", 0, wrapDB(err)
+		}
+		if _, err := tx.ExecContext(ctx, s.q(`UPDATE kv_sessions SET file_seq = ? WHERE id = ?`), sess.fileSeq, in.Session); err != nil {
+			return "", 0, wrapDB(err)
+		}
+	}
+	path := sessionFile(in.Dir, in.Session, sess.fileSeq)
+	var end int64
+	if err := tx.QueryRowContext(ctx, s.q(`UPDATE kv_files SET reserved = reserved + ? WHERE path = ? RETURNING reserved`), n, path).Scan(&end); err != nil {
+		return "", 0, wrapDB(err)
+	}
+	return path, end - n, nil
+}
+
+func sessionFile(dir, id string, seq int64) string {
+	return dir + "/" + id + "/kv-" + strconv.FormatInt(seq, 10)
+}
+
+// enforceQuotaTx evicts least recently used sessions (never the planning
+// one, never one with a plan outstanding) until session files fit the quota.
+func (s *sqlStore) enforceQuotaTx(ctx context.Context, tx *sql.Tx, in PlanInput) ([]string, error) {
+	if in.Quota <= 0 {
+		return nil, nil
+	}
+	var evicted []string
+	for {
+		var total int64
+		if err := tx.QueryRowContext(ctx, `SELECT COALESCE(SUM(reserved), 0) FROM kv_files`).Scan(&total); err != nil {
+			return nil, wrapDB(err)
+		}
+		if total <= in.Quota {
+			return evicted, nil
+		}
+		var victim string
+		err := tx.QueryRowContext(ctx, s.q(`SELECT id FROM kv_sessions WHERE id <> ? AND id NOT IN (SELECT session_id FROM kv_plans)
+			ORDER BY last_used, id LIMIT 1`), in.Session).Scan(&victim)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil, errs.New(errs.ErrNoSpace, "KV session quota of %d bytes is full (%d reserved) and no idle session can be evicted: raise --session-quota or delete sessions", in.Quota, total)
+		}
+		if err != nil {
+			return nil, wrapDB(err)
+		}
+		if err := s.deleteSessionTx(ctx, tx, victim); err != nil {
+			return nil, err
+		}
+		evicted = append(evicted, victim)
+	}
+}
+
+// deleteSessionTx removes a session; files it owns go when no other session
+// (a fork) still references them, else pass to one that does.
+func (s *sqlStore) deleteSessionTx(ctx context.Context, tx *sql.Tx, id string) error {
+	for _, q := range []string{`DELETE FROM kv_ranges WHERE session_id = ?`, `DELETE FROM kv_plans WHERE session_id = ?`} {
+		if _, err := tx.ExecContext(ctx, s.q(q), id); err != nil {
+			return wrapDB(err)
+		}
+	}
+	r, err := tx.ExecContext(ctx, s.q(`DELETE FROM kv_sessions WHERE id = ?`), id)
+	if err != nil {
+		return wrapDB(err)
+	}
+	if k, _ := r.RowsAffected(); k == 0 {
+		return errs.New(errs.ErrNotFound, "no session %s", id)
+	}
+	rows, err := tx.QueryContext(ctx, s.q(`SELECT path FROM kv_files WHERE session_id = ?`), id)
+	if err != nil {
+		return wrapDB(err)
+	}
+	var paths []string
+	for rows.Next() {
+		var p string
+		if err := rows.Scan(&p); err != nil {
+			rows.Close()
+			return wrapDB(err)
+		}
+		paths = append(paths, p)
+	}
+	rows.Close()
+	for _, p := range paths {
+		var heir string
+		err := tx.QueryRowContext(ctx, s.q(`SELECT session_id FROM kv_ranges WHERE path = ? LIMIT 1`), p).Scan(&heir)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM kv_files WHERE path = ?`), p); err != nil {
+				return wrapDB(err)
+			}
+			if err := s.removeFileTx(ctx, tx, p); err != nil && !errors.Is(err, errs.ErrNotFound) {
+				return err
+			}
+		case err != nil:
+			return wrapDB(err)
+		default:
+			if _, err := tx.ExecContext(ctx, s.q(`UPDATE kv_files SET session_id = ? WHERE path = ?`), heir, p); err != nil {
+				return wrapDB(err)
+			}
+		}
+	}
+	return nil
+}
+
+// CommitSession records a plan's fresh range as stored. The bytes must have
+// been written (the file's committed size covers them) and the session must
+// not have changed since the plan.
+func (s *sqlStore) CommitSession(ctx context.Context, id string, planID int64, now time.Time) (Session, error) {
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		var r Range
+		var base int64
+		var sid string
+		err := tx.QueryRowContext(ctx, s.q(`SELECT session_id, token_start, token_length, path, kv_start, kv_length, base_tokens FROM kv_plans WHERE id = ?`), planID).
+			Scan(&sid, &r.TokenStart, &r.TokenLength, &r.Path, &r.KVStart, &r.KVLength, &base)
+		if errors.Is(err, sql.ErrNoRows) || (err == nil && sid != id) {
+			return errs.New(errs.ErrNotFound, "no outstanding plan %d for session %s (plans expire, and commit once): plan again", planID, id)
+		}
+		if err != nil {
+			return wrapDB(err)
+		}
+		sess, ok, err := s.sessionTx(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return errs.New(errs.ErrNotFound, "no session %s (was it evicted?)", id)
+		}
+		if sess.tokens != base {
+			return errs.New(errs.ErrExists, "session %s changed since plan %d (%d tokens then, %d now): plan again", id, planID, base, sess.tokens)
+		}
+		tokens := sess.tokens
+		if r.TokenLength > 0 {
+			f, err := s.fileBy(ctx, tx, "path", r.Path)
+			if err != nil {
+				return err
+			}
+			if f.Size < r.KVStart+r.KVLength {
+				return errs.New(errs.ErrBadRequest, "fresh range of plan %d not written: %s holds %d bytes, the range ends at %d; write it and Sync before commit",
+					planID, r.Path, f.Size, r.KVStart+r.KVLength)
+			}
+			// A prompt shorter than the session rewinds it: later ranges go.
+			if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM kv_ranges WHERE session_id = ? AND token_start >= ?`), id, r.TokenStart); err != nil {
+				return wrapDB(err)
+			}
+			if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO kv_ranges (session_id, token_start, token_length, path, kv_start, kv_length)
+				VALUES (?, ?, ?, ?, ?, ?)`), id, r.TokenStart, r.TokenLength, r.Path, r.KVStart, r.KVLength); err != nil {
+				return wrapDB(err)
+			}
+			tokens = r.TokenStart + r.TokenLength
+		}
+		if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM kv_plans WHERE id = ?`), planID); err != nil {
+			return wrapDB(err)
+		}
+		_, err = tx.ExecContext(ctx, s.q(`UPDATE kv_sessions SET tokens = ?, last_used = ? WHERE id = ?`), tokens, now.UnixNano(), id)
+		return wrapDB(err)
+	})
+	if err != nil {
+		return Session{}, err
+	}
+	return s.Session(ctx, id)
+}
+
+// ForkSession makes dst share src's ranges (no bytes are copied).
+func (s *sqlStore) ForkSession(ctx context.Context, src, dst string, now time.Time) error {
+	if err := checkSessionID(dst); err != nil {
+		return err
+	}
+	return s.tx(ctx, func(tx *sql.Tx) error {
+		sess, ok, err := s.sessionTx(ctx, tx, src)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return errs.New(errs.ErrNotFound, "no session %s", src)
+		}
+		if _, exists, err := s.sessionTx(ctx, tx, dst); err != nil {
+			return err
+		} else if exists {
+			return errs.New(errs.ErrExists, "session %s already exists", dst)
+		}
+		if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO kv_sessions (id, model, tokens, last_used, created, file_seq) VALUES (?, ?, ?, ?, ?, 0)`),
+			dst, sess.model, sess.tokens, now.UnixNano(), now.UnixNano()); err != nil {
+			return wrapDB(err)
+		}
+		_, err = tx.ExecContext(ctx, s.q(`INSERT INTO kv_ranges (session_id, token_start, token_length, path, kv_start, kv_length)
+			SELECT ?, token_start, token_length, path, kv_start, kv_length FROM kv_ranges WHERE session_id = ?`), dst, src)
+		return wrapDB(err)
+	})
+}
+
+func (s *sqlStore) DeleteSession(ctx context.Context, id string) error {
+	return s.tx(ctx, func(tx *sql.Tx) error { return s.deleteSessionTx(ctx, tx, id) })
+}
+
+func (s *sqlStore) Session(ctx context.Context, id string) (Session, error) {
+	out := Session{ID: id}
+	var lu, cr int64
+	err := s.db.QueryRowContext(ctx, s.q(`SELECT model, tokens, last_used, created,
+		(SELECT COALESCE(SUM(reserved), 0) FROM kv_files WHERE session_id = kv_sessions.id) FROM kv_sessions WHERE id = ?`), id).
+		Scan(&out.Model, &out.Tokens, &lu, &cr, &out.Bytes)
+	if errors.Is(err, sql.ErrNoRows) {
+		return out, errs.New(errs.ErrNotFound, "no session %s", id)
+	}
+	if err != nil {
+		return out, wrapDB(err)
+	}
+	out.LastUsed, out.Created = time.Unix(0, lu).UTC(), time.Unix(0, cr).UTC()
+	out.Ranges, err = s.rangesTx(ctx, s.db, id)
+	return out, err
+}
+
+func (s *sqlStore) Sessions(ctx context.Context, after string, limit int) ([]Session, error) {
+	rows, err := s.db.QueryContext(ctx, s.q(`SELECT id, model, tokens, last_used, created,
+		(SELECT COALESCE(SUM(reserved), 0) FROM kv_files WHERE session_id = kv_sessions.id)
+		FROM kv_sessions WHERE id > ? ORDER BY id LIMIT ?`), after, limit)
+	if err != nil {
+		return nil, wrapDB(err)
+	}
+	defer rows.Close()
+	var out []Session
+	for rows.Next() {
+		var x Session
+		var lu, cr int64
+		if err := rows.Scan(&x.ID, &x.Model, &x.Tokens, &lu, &cr, &x.Bytes); err != nil {
+			return nil, wrapDB(err)
+		}
+		x.LastUsed, x.Created = time.Unix(0, lu).UTC(), time.Unix(0, cr).UTC()
+		out = append(out, x)
+	}
+	return out, wrapDB(rows.Err())
+}
+
+// inUseTx names the session that references path through a range or owns
+// it as a session file, or "" when none does.
+func (s *sqlStore) inUseTx(ctx context.Context, x execer, path string) (string, error) {
+	var id string
+	err := x.QueryRowContext(ctx, s.q(`SELECT session_id FROM kv_ranges WHERE path = ? UNION SELECT session_id FROM kv_files WHERE path = ? LIMIT 1`), path, path).Scan(&id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", nil
+	}
+	if err != nil {
+		return "", wrapDB(fmt.Errorf("in use check: %w", err))
+	}
+	return id, nil
+}
