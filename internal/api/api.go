@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gd2fs/gd2fs/errs"
+	"github.com/gd2fs/gd2fs/internal/meta"
 	"github.com/gd2fs/gd2fs/internal/placement"
 )
 
@@ -228,4 +229,64 @@ func (c *Client) Do(ctx context.Context, method, path string, in, out any) error
 		return fmt.Errorf("decode master answer to %s %s: %w", method, path, err)
 	}
 	return nil
+}
+
+// Layout is a model's KV layout (see meta.Layout).
+type Layout = meta.Layout
+
+// KVRange is one entry of stored_kv_cache or fresh_kv_cache (DESIGN.md §6).
+type KVRange struct {
+	TokenStart  int64  `json:"token_start"`
+	TokenLength int64  `json:"token_length"`
+	KVURI       string `json:"kv_uri"`
+	KVStart     int64  `json:"kv_start"`
+	KVLength    int64  `json:"kv_length"`
+}
+
+// PlanRequest asks the master, before a request runs, what is cached.
+type PlanRequest struct {
+	Model        string   `json:"model"`
+	Prefixes     []string `json:"prefixes,omitempty"` // shared prefix files, used when the session is created
+	PromptTokens int64    `json:"prompt_tokens"`
+	DecodeTokens int64    `json:"decode_tokens,omitempty"` // room for generated tokens in the fresh range
+	NewFile      bool     `json:"new_file,omitempty"`      // put this turn's KV in a new file
+}
+
+// Plan is the answer: exactly which ranges are stored and where new KV goes.
+type Plan struct {
+	PlanID        int64     `json:"plan_id"`
+	Stored        []KVRange `json:"stored_kv_cache"`
+	Fresh         []KVRange `json:"fresh_kv_cache"`
+	CachedTokens  int64     `json:"cached_tokens"`
+	PrefillTokens int64     `json:"prefill_tokens"`
+	DecodeTokens  int64     `json:"decode_tokens"`
+	LoadBytes     int64     `json:"load_bytes"`
+	HitRate       float64   `json:"hit_rate"`
+	Evicted       []string  `json:"evicted_sessions,omitempty"`
+}
+
+// CommitSessionRequest commits a plan's fresh range.
+type CommitSessionRequest struct {
+	PlanID int64 `json:"plan_id"`
+}
+
+// ForkRequest names the new session of a fork.
+type ForkRequest struct {
+	NewID string `json:"new_id"`
+}
+
+// Session is a session and its committed ranges.
+type Session struct {
+	ID       string    `json:"id"`
+	Model    string    `json:"model"`
+	Tokens   int64     `json:"tokens"`
+	Bytes    int64     `json:"bytes"`
+	LastUsed time.Time `json:"last_used"`
+	Created  time.Time `json:"created"`
+	Ranges   []KVRange `json:"ranges,omitempty"`
+}
+
+// SessionList is a page of sessions ordered by id.
+type SessionList struct {
+	Sessions []Session `json:"sessions"`
 }

@@ -37,7 +37,9 @@ type Config struct {
 	Cluster     string
 	DownAfter   time.Duration
 	RepairAfter time.Duration
-	Log         *slog.Logger
+	// SessionQuota bounds explicit-mode KV session files (0: no limit).
+	SessionQuota int64
+	Log          *slog.Logger
 }
 
 // Cluster is a running local cluster.
@@ -73,7 +75,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		return nil, err
 	}
 	m, err := master.New(ctx, master.Config{Listen: cfg.MasterAddr, Meta: ms, Cluster: cfg.Cluster, Token: cfg.Token,
-		DownAfter: cfg.DownAfter, RepairAfter: cfg.RepairAfter, Log: cfg.Log})
+		DownAfter: cfg.DownAfter, RepairAfter: cfg.RepairAfter, SessionQuota: cfg.SessionQuota, Log: cfg.Log})
 	if err != nil {
 		ms.Close()
 		return nil, err

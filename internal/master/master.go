@@ -37,7 +37,11 @@ type Config struct {
 	// RepairAfter: HA chunks on a server down this long are copied to
 	// another server (default 30s). Negative disables repair.
 	RepairAfter time.Duration
-	Log         *slog.Logger
+	// SessionQuota bounds the bytes of explicit-mode KV session files; past
+	// it the least recently used idle sessions are evicted. 0: no limit.
+	SessionQuota int64
+	SessionPool  string // pool of session files (default perf)
+	Log          *slog.Logger
 }
 
 // DefaultChunkSize is used when a create asks for none.
@@ -80,6 +84,9 @@ func New(ctx context.Context, cfg Config) (*Master, error) {
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.SessionPool == "" {
+		cfg.SessionPool = "perf"
 	}
 	m := &Master{cfg: cfg, log: cfg.Log.With("role", "master"), meta: cfg.Meta, servers: map[string]*liveServer{},
 		peers: rpc.NewPool(rpc.Options{Token: cfg.Token, Name: "master", Streams: 1}), seed: maphash.MakeSeed()}
@@ -471,6 +478,7 @@ func (m *Master) Handler() http.Handler {
 		}
 		return api.File{Path: p, IsDir: true}, m.meta.Mkdir(r.Context(), p, time.Now().UTC())
 	})
+	m.sessionRoutes(h)
 	mux.Handle("GET /metrics", m.metrics.handler())
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
 	return mux

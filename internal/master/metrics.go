@@ -11,10 +11,11 @@ import (
 )
 
 type metrics struct {
-	reg      *prometheus.Registry
-	requests *prometheus.CounterVec
-	latency  *prometheus.HistogramVec
-	repairs  *prometheus.CounterVec
+	reg       *prometheus.Registry
+	requests  *prometheus.CounterVec
+	latency   *prometheus.HistogramVec
+	repairs   *prometheus.CounterVec
+	evictions prometheus.Counter
 }
 
 func newMetrics(m *Master) *metrics {
@@ -26,6 +27,8 @@ func newMetrics(m *Master) *metrics {
 			Help: "API request latency.", Buckets: prometheus.ExponentialBuckets(50e-6, 2, 16)}, []string{"route"}),
 		repairs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gd2fs_master_repairs_total",
 			Help: "HA chunk re-replications by outcome."}, []string{"outcome"}),
+		evictions: prometheus.NewCounter(prometheus.CounterOpts{Name: "gd2fs_master_session_evictions_total",
+			Help: "KV sessions evicted to keep session files within the quota."}),
 	}
 	up := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gd2fs_master_servers_up", Help: "Servers heartbeating."}, func() float64 {
 		m.mu.Lock()
@@ -43,7 +46,7 @@ func newMetrics(m *Master) *metrics {
 		defer m.mu.Unlock()
 		return float64(m.epoch)
 	})
-	x.reg.MustRegister(x.requests, x.latency, x.repairs, up, epoch, collectors.NewGoCollector(),
+	x.reg.MustRegister(x.requests, x.latency, x.repairs, x.evictions, up, epoch, collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return x
 }

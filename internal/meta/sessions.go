@@ -133,7 +133,7 @@ var sessionSchema = []string{
 		head_dim INTEGER NOT NULL, dtype TEXT NOT NULL, page_tokens INTEGER NOT NULL, layout TEXT NOT NULL)`,
 	`CREATE TABLE IF NOT EXISTS kv_prefixes (path TEXT PRIMARY KEY, model TEXT NOT NULL, tokens BIGINT NOT NULL)`,
 	`CREATE TABLE IF NOT EXISTS kv_sessions (id TEXT PRIMARY KEY, model TEXT NOT NULL, tokens BIGINT NOT NULL,
-		last_used BIGINT NOT NULL, created BIGINT NOT NULL, file_seq BIGINT NOT NULL)`,
+		last_used BIGINT NOT NULL, created BIGINT NOT NULL, file_seq BIGINT NOT NULL)`, // file_seq: number of the session's current file, 0 = none yet
 	`CREATE INDEX IF NOT EXISTS kv_sessions_lru ON kv_sessions (last_used)`,
 	`CREATE TABLE IF NOT EXISTS kv_ranges (session_id TEXT NOT NULL, token_start BIGINT NOT NULL, token_length BIGINT NOT NULL,
 		path TEXT NOT NULL, kv_start BIGINT NOT NULL, kv_length BIGINT NOT NULL, PRIMARY KEY (session_id, token_start))`,
@@ -357,7 +357,13 @@ func (s *sqlStore) createSessionTx(ctx context.Context, tx *sql.Tx, in PlanInput
 // reserveTx picks the file for a fresh range and reserves n bytes at its end.
 func (s *sqlStore) reserveTx(ctx context.Context, tx *sql.Tx, in PlanInput, sess *sessionRow, n int64) (string, int64, error) {
 	if sess.fileSeq == 0 || in.NewFile {
-		sess.fileSeq++
+		// Numbers come from the global id counter, so a session deleted and
+		// created again never collides with files a fork kept alive.
+		n, err := s.counter(ctx, tx, "next_id", 1)
+		if err != nil {
+			return "", 0, err
+		}
+		sess.fileSeq = n
 		path := sessionFile(in.Dir, in.Session, sess.fileSeq)
 		if _, err := s.createFileTx(ctx, tx, File{Path: path, Pool: in.Pool, ChunkSize: in.ChunkSize, Modified: in.Now}); err != nil {
 			return "", 0, err

@@ -1,0 +1,190 @@
+package client
+
+import (
+	"context"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/gd2fs/gd2fs/errs"
+	"github.com/gd2fs/gd2fs/internal/api"
+)
+
+// Explicit-mode KV cache: a scheduler asks, before a request runs, which
+// token ranges of a session are stored and where the new KV goes
+// (docs/kv-cache.md).
+type (
+	// Layout is a model's KV layout: layers, KV heads, head dim, dtype,
+	// tokens per page, layer_first or page_first.
+	Layout = api.Layout
+	// PlanRequest is what a plan is asked for.
+	PlanRequest = api.PlanRequest
+	// Plan is the master's answer: stored_kv_cache, fresh_kv_cache and figures.
+	Plan = api.Plan
+	// KVRange is one stored or fresh range.
+	KVRange = api.KVRange
+	// Session is a session and its committed ranges.
+	Session = api.Session
+)
+
+// Sessions is the explicit-mode API.
+type Sessions struct{ c *Client }
+
+// Sessions returns the explicit-mode KV API.
+func (c *Client) Sessions() *Sessions { return &Sessions{c: c} }
+
+func esc(s string) string { return url.PathEscape(s) }
+
+// SetLayout registers (or replaces) the KV layout of model.
+func (s *Sessions) SetLayout(ctx context.Context, l Layout) error {
+	return s.c.api.Do(ctx, "PUT", "/v1/models/"+esc(l.Model)+"/layout", l, nil)
+}
+
+// Layout returns model's KV layout.
+func (s *Sessions) Layout(ctx context.Context, model string) (Layout, error) {
+	var l Layout
+	err := s.c.api.Do(ctx, "GET", "/v1/models/"+esc(model)+"/layout", nil, &l)
+	return l, err
+}
+
+// RegisterPrefix declares that file path holds the KV of the first tokens
+// tokens of a shared prefix (a system prompt, say) of model. Sessions
+// created with it start with those tokens stored.
+func (s *Sessions) RegisterPrefix(ctx context.Context, path, model string, tokens int64) error {
+	return s.c.api.Do(ctx, "POST", "/v1/prefixes", map[string]any{"path": path, "model": model, "tokens": tokens}, nil)
+}
+
+// Plan asks what session id has stored for a prompt and reserves where the
+// new KV goes. The session is created on its first plan.
+func (s *Sessions) Plan(ctx context.Context, id string, req PlanRequest) (Plan, error) {
+	var p Plan
+	err := s.c.api.Do(ctx, "POST", "/v1/sessions/"+esc(id)+"/plan", req, &p)
+	return p, err
+}
+
+// Commit records plan's fresh range as stored. Write it first (WriteFresh).
+func (s *Sessions) Commit(ctx context.Context, id string, planID int64) (Session, error) {
+	var out Session
+	err := s.c.api.Do(ctx, "POST", "/v1/sessions/"+esc(id)+"/commit", api.CommitSessionRequest{PlanID: planID}, &out)
+	return out, err
+}
+
+// Fork makes newID a session sharing id's stored ranges, without copying bytes.
+func (s *Sessions) Fork(ctx context.Context, id, newID string) (Session, error) {
+	var out Session
+	err := s.c.api.Do(ctx, "POST", "/v1/sessions/"+esc(id)+"/fork", api.ForkRequest{NewID: newID}, &out)
+	return out, err
+}
+
+// Get returns a session and its ranges.
+func (s *Sessions) Get(ctx context.Context, id string) (Session, error) {
+	var out Session
+	err := s.c.api.Do(ctx, "GET", "/v1/sessions/"+esc(id), nil, &out)
+	return out, err
+}
+
+// List returns up to limit sessions with ids after after, in id order.
+func (s *Sessions) List(ctx context.Context, after string, limit int) ([]Session, error) {
+	var out api.SessionList
+	err := s.c.api.Do(ctx, "GET", "/v1/sessions?after="+url.QueryEscape(after)+"&limit="+strconv.Itoa(limit), nil, &out)
+	return out.Sessions, err
+}
+
+// Delete removes a session; its files go when no fork still uses them.
+func (s *Sessions) Delete(ctx context.Context, id string) error {
+	return s.c.api.Do(ctx, "DELETE", "/v1/sessions/"+esc(id), nil, nil)
+}
+
+// uriPath turns gd2fs://<cluster>/path into /path.
+func uriPath(uri string) (string, error) {
+	rest, ok := strings.CutPrefix(uri, "gd2fs://")
+	if !ok {
+		return "", errs.New(errs.ErrBadRequest, "%q is not a gd2fs:// URI", uri)
+	}
+	i := strings.IndexByte(rest, '/')
+	if i < 0 {
+		return "", errs.New(errs.ErrBadRequest, "%q has no path", uri)
+	}
+	return rest[i:], nil
+}
+
+// WriteFresh writes kv (the fresh ranges' bytes back to back, exactly their
+// total kv_length) where the plan says, and syncs the files so Commit sees
+// them.
+func (s *Sessions) WriteFresh(ctx context.Context, p Plan, kv []byte) error {
+	var want int64
+	for _, r := range p.Fresh {
+		want += r.KVLength
+	}
+	if int64(len(kv)) != want {
+		return errs.New(errs.ErrBadRequest, "plan %d's fresh ranges take %d bytes, got %d", p.PlanID, want, len(kv))
+	}
+	for _, r := range p.Fresh {
+		path, err := uriPath(r.KVURI)
+		if err != nil {
+			return err
+		}
+		f, err := s.c.Open(ctx, path)
+		if err != nil {
+			return err
+		}
+		if _, err := f.WriteAtContext(ctx, kv[:r.KVLength], r.KVStart); err != nil {
+			return err
+		}
+		if err := f.Sync(ctx); err != nil {
+			return err
+		}
+		kv = kv[r.KVLength:]
+	}
+	return nil
+}
+
+// LoadStored reads the plan's stored ranges back to back into dst (at least
+// LoadBytes long), ranges in parallel, and returns the bytes read.
+func (s *Sessions) LoadStored(ctx context.Context, p Plan, dst []byte) (int64, error) {
+	if int64(len(dst)) < p.LoadBytes {
+		return 0, errs.New(errs.ErrTooLarge, "plan %d stores %d bytes; the buffer has %d", p.PlanID, p.LoadBytes, len(dst))
+	}
+	files := map[string]*File{}
+	var mu sync.Mutex
+	open := func(path string) (*File, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if f := files[path]; f != nil {
+			return f, nil
+		}
+		f, err := s.c.Open(ctx, path)
+		if err == nil {
+			files[path] = f
+		}
+		return f, err
+	}
+	var wg sync.WaitGroup
+	errc := make(chan error, len(p.Stored))
+	var off int64
+	for _, r := range p.Stored {
+		part := dst[off : off+r.KVLength]
+		off += r.KVLength
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			path, err := uriPath(r.KVURI)
+			if err == nil {
+				var f *File
+				if f, err = open(path); err == nil {
+					_, err = f.ReadAtContext(ctx, part, r.KVStart)
+				}
+			}
+			if err != nil {
+				errc <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errc)
+	if err := <-errc; err != nil {
+		return 0, err
+	}
+	return off, nil
+}

@@ -1,0 +1,166 @@
+package client_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/gd2fs/gd2fs/client"
+	"github.com/gd2fs/gd2fs/errs"
+	"github.com/gd2fs/gd2fs/internal/cluster"
+)
+
+var tiny = client.Layout{Model: "tiny", Layers: 2, KVHeads: 2, HeadDim: 8, DType: "bf16", PageTokens: 16, Order: "page_first"}
+
+// kvBytes is the KV an engine would compute: a function of the tokens only,
+// so any range can be checked wherever it is stored.
+func kvBytes(seq string, start, tokens int64) []byte {
+	b := make([]byte, tiny.RangeBytes(tokens))
+	r := rand.New(rand.NewPCG(uint64(start), uint64(len(seq))))
+	for i := range b {
+		b[i] = byte(r.Uint32()) ^ seq[i%len(seq)]
+	}
+	return b
+}
+
+// TestSessionTrace runs a multi-turn trace with shared prefixes, forks,
+// rewinds, deletions and quota evictions, and checks after every plan that
+// every stored range reads back exactly the bytes committed for it.
+func TestSessionTrace(t *testing.T) {
+	page := tiny.PageBytes()
+	c := start(t, cluster.Config{SessionQuota: 60 * page})
+	cl := c.Client()
+	defer cl.Close()
+	ctx := context.Background()
+	ss := cl.Sessions()
+	if err := ss.SetLayout(ctx, tiny); err != nil {
+		t.Fatal(err)
+	}
+	// A shared system prompt of 32 tokens, written once.
+	sys := kvBytes("sys", 0, 32)
+	pf, _ := cl.Create(ctx, "/prefixes/sys", client.CreateOptions{Pool: "ha", ChunkSize: 1 << 20})
+	pf.Write(sys)
+	pf.Close()
+	if err := ss.RegisterPrefix(ctx, "/prefixes/sys", "tiny", 32); err != nil {
+		t.Fatal(err)
+	}
+	// committed[uri@start] = bytes committed there.
+	committed := map[string][]byte{fmt.Sprint("gd2fs://local/prefixes/sys@0"): sys}
+	tokens := map[string]int64{}
+	r := rand.New(rand.NewPCG(7, 7))
+	names := []string{"a", "b", "c", "d", "e", "f"}
+	evictions, forks, rewinds, checked := 0, 0, 0, 0
+	for step := 0; step < 120; step++ {
+		id := names[r.IntN(len(names))]
+		switch op := r.IntN(10); {
+		case op == 0 && tokens[id] > 0: // fork
+			nid := fmt.Sprintf("%s%d", id, step)
+			if _, err := ss.Fork(ctx, id, nid); err != nil {
+				t.Fatal(err)
+			}
+			tokens[nid] = tokens[id]
+			names = append(names, nid)
+			forks++
+			continue
+		case op == 1 && tokens[id] > 0: // delete
+			if err := ss.Delete(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+			delete(tokens, id)
+			continue
+		}
+		prompt := tokens[id] + int64(1+r.IntN(60))
+		if tokens[id] > 48 && r.IntN(6) == 0 {
+			prompt = tokens[id] - int64(1+r.IntN(30)) // rewind
+			rewinds++
+		}
+		if _, ok := tokens[id]; !ok {
+			prompt = 32 + int64(1+r.IntN(40))
+		}
+		p, err := ss.Plan(ctx, id, client.PlanRequest{Model: "tiny", Prefixes: []string{"/prefixes/sys"}, PromptTokens: prompt, NewFile: r.IntN(4) == 0})
+		if err != nil {
+			t.Fatalf("step %d plan %s: %v", step, id, err)
+		}
+		for _, e := range p.Evicted {
+			delete(tokens, e)
+			evictions++
+		}
+		// Every stored range reads back exactly what was committed there.
+		buf := make([]byte, p.LoadBytes)
+		if _, err := ss.LoadStored(ctx, p, buf); err != nil {
+			t.Fatalf("step %d load %s: %v", step, id, err)
+		}
+		var off int64
+		for _, sr := range p.Stored {
+			want := committed[fmt.Sprintf("%s@%d", sr.KVURI, sr.KVStart)]
+			if int64(len(want)) < sr.KVLength || !bytes.Equal(buf[off:off+sr.KVLength], want[:sr.KVLength]) {
+				t.Fatalf("step %d session %s: stored range %+v does not read back the committed bytes", step, id, sr)
+			}
+			off += sr.KVLength
+			checked++
+		}
+		if p.CachedTokens+p.PrefillTokens != prompt {
+			t.Fatalf("cached %d + prefill %d != prompt %d", p.CachedTokens, p.PrefillTokens, prompt)
+		}
+		var fresh []byte
+		for _, fr := range p.Fresh {
+			kv := kvBytes(id+fmt.Sprint(step), fr.TokenStart, fr.TokenLength)
+			committed[fmt.Sprintf("%s@%d", fr.KVURI, fr.KVStart)] = kv
+			fresh = append(fresh, kv...)
+		}
+		if err := ss.WriteFresh(ctx, p, fresh); err != nil {
+			t.Fatal(err)
+		}
+		s, err := ss.Commit(ctx, id, p.PlanID)
+		if err != nil {
+			t.Fatalf("step %d commit %s: %v", step, id, err)
+		}
+		tokens[id] = s.Tokens
+	}
+	if evictions == 0 || forks == 0 || rewinds == 0 || checked < 100 {
+		t.Fatalf("trace too tame: %d evictions, %d forks, %d rewinds, %d ranges checked", evictions, forks, rewinds, checked)
+	}
+	t.Logf("%d evictions, %d forks, %d rewinds, %d stored ranges checked", evictions, forks, rewinds, checked)
+}
+
+func TestSessionErrors(t *testing.T) {
+	c := start(t, cluster.Config{})
+	cl := c.Client()
+	defer cl.Close()
+	ctx := context.Background()
+	ss := cl.Sessions()
+	_, err := ss.Plan(ctx, "s", client.PlanRequest{Model: "nope", PromptTokens: 10})
+	if !errors.Is(err, errs.ErrNotFound) {
+		t.Fatalf("unknown model: %v", err)
+	}
+	bad := tiny
+	bad.PageTokens = 0
+	if err := ss.SetLayout(ctx, bad); !errors.Is(err, errs.ErrBadRequest) {
+		t.Fatalf("bad layout: %v", err)
+	}
+	ss.SetLayout(ctx, tiny)
+	if _, err := ss.Plan(ctx, "s", client.PlanRequest{Model: "tiny", PromptTokens: -1}); !errors.Is(err, errs.ErrBadRequest) {
+		t.Fatalf("negative tokens: %v", err)
+	}
+	if _, err := ss.Commit(ctx, "s", 12345); !errors.Is(err, errs.ErrNotFound) {
+		t.Fatalf("unknown plan: %v", err)
+	}
+	p, _ := ss.Plan(ctx, "s", client.PlanRequest{Model: "tiny", PromptTokens: 40})
+	if _, err := ss.Commit(ctx, "s", p.PlanID); !errors.Is(err, errs.ErrBadRequest) {
+		t.Fatalf("commit before writing: %v", err)
+	}
+	if err := ss.WriteFresh(ctx, p, make([]byte, 3)); !errors.Is(err, errs.ErrBadRequest) {
+		t.Fatalf("wrong fresh size: %v", err)
+	}
+	if _, err := ss.Get(ctx, "ghost"); !errors.Is(err, errs.ErrNotFound) {
+		t.Fatalf("unknown session: %v", err)
+	}
+	// A session's file cannot be removed under it.
+	path := p.Fresh[0].KVURI[len("gd2fs://local"):]
+	if err := cl.Remove(ctx, path); !errors.Is(err, errs.ErrExists) {
+		t.Fatalf("remove a session file: %v", err)
+	}
+}
