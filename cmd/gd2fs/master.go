@@ -14,7 +14,7 @@ import (
 )
 
 func newMaster(g *globals) *cobra.Command {
-	var listen, metaDSN, clusterN string
+	var listen, metaDSN, clusterN, quota string
 	var downAfter, repairAfter time.Duration
 	cmd := &cobra.Command{
 		Use:   "master",
@@ -25,13 +25,17 @@ func newMaster(g *globals) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			q, err := parseSize(quota)
+			if err != nil {
+				return err
+			}
 			ms, err := meta.Open(ctx, metaDSN)
 			if err != nil {
 				return err
 			}
 			defer ms.Close()
 			m, err := master.New(ctx, master.Config{Listen: listen, Meta: ms, Cluster: clusterN, Token: g.token,
-				DownAfter: downAfter, RepairAfter: repairAfter, Log: g.logger()})
+				DownAfter: downAfter, RepairAfter: repairAfter, SessionQuota: q, Log: g.logger()})
 			if err != nil {
 				return err
 			}
@@ -43,6 +47,7 @@ func newMaster(g *globals) *cobra.Command {
 	f.StringVar(&listen, "listen", ":7070", "HTTP address")
 	f.StringVar(&metaDSN, "meta", "sqlite://./gd2fs-meta.db", "metadata store: sqlite:///path/meta.db or postgres://...")
 	f.StringVar(&clusterN, "cluster", "local", "cluster name used in gd2fs://<cluster>/ URIs")
+	f.StringVar(&quota, "session-quota", "0", "bytes of explicit-mode KV session files before LRU eviction (0: no limit)")
 	f.DurationVar(&downAfter, "down-after", 5*time.Second, "mark a server down after this long without a heartbeat")
 	f.DurationVar(&repairAfter, "repair-after", 30*time.Second, "re-replicate HA chunks of a server down this long (negative: never)")
 	return cmd

@@ -295,10 +295,32 @@ func TestCLI(t *testing.T) {
 			t.Fatalf("gd2fs %v: %v\n%s", s.args, err, out)
 		}
 	}
+	// Explicit-mode sessions from the shell.
+	for _, s := range []struct {
+		args []string
+		want string
+		fail bool
+	}{
+		{[]string{"model", "layout", "set", "llama-3-8b", "--layers", "32", "--kv-heads", "8", "--head-dim", "128", "--dtype", "bf16", "--page-tokens", "16", "--layout", "layer_first"}, `"token_bytes": 131072`, false},
+		{[]string{"model", "layout", "get", "llama-3-8b"}, `"page_tokens": 16`, false},
+		{[]string{"session", "plan", "chat-1", "--model", "llama-3-8b", "--prompt-tokens", "8192"}, `"kv_length": 1073741824`, false},
+		{[]string{"session", "commit", "chat-1", "--plan", "999999"}, "no outstanding plan", true},
+		{[]string{"session", "plan", "chat-1", "--model", "nope", "--prompt-tokens", "10"}, "no KV layout for model", true},
+		{[]string{"session", "ls"}, "chat-1", false},
+		{[]string{"session", "show", "chat-1"}, `"id": "chat-1"`, false},
+		{[]string{"session", "fork", "chat-1", "chat-2"}, "shared with chat-1", false},
+		{[]string{"session", "rm", "chat-1", "chat-2"}, "", false},
+		{[]string{"session", "show", "chat-1"}, "no session", true},
+	} {
+		out, err := run(s.args...)
+		if (err != nil) != s.fail || !strings.Contains(out, s.want) {
+			t.Fatalf("gd2fs %v: err=%v, want failure=%v and %q in\n%s", s.args, err, s.fail, s.want, out)
+		}
+	}
 	if out, err := run("kv", "get", "llama/0/a"); err == nil || !strings.Contains(out, "no block") {
 		t.Fatalf("kv get of a deleted key: %v %s", err, out)
 	}
-	for _, sub := range []string{"up", "master", "server", "cp", "ls", "stat", "cat", "rm", "mkdir", "status", "bench", "kv", "kv put", "kv get"} {
+	for _, sub := range []string{"up", "master", "server", "cp", "ls", "stat", "cat", "rm", "mkdir", "status", "bench", "kv", "kv put", "kv get", "model", "model layout set", "session", "session plan", "session commit"} {
 		out, err := run(append(strings.Fields(sub), "--help")...)
 		if err != nil || (!strings.Contains(out, "Example") && sub != "bench") {
 			t.Fatalf("%s --help lacks an example: %v\n%s", sub, err, out)

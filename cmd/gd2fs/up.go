@@ -14,7 +14,7 @@ import (
 )
 
 func newUp(g *globals) *cobra.Command {
-	var dir, listen, mem, disk, kvMem, kvDisk, cluster_, metaDSN string
+	var dir, listen, mem, disk, kvMem, kvDisk, quota, cluster_, metaDSN string
 	var servers, firstPort int
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -39,6 +39,10 @@ func newUp(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			q, err := parseSize(quota)
+			if err != nil {
+				return err
+			}
 			var addrs []string
 			for i := 0; i < servers; i++ {
 				addrs = append(addrs, "127.0.0.1:"+strconv.Itoa(firstPort+i))
@@ -47,7 +51,7 @@ func newUp(g *globals) *cobra.Command {
 			defer stop()
 			abs, _ := filepath.Abs(dir)
 			c, err := cluster.Start(ctx, cluster.Config{Dir: abs, MasterAddr: listen, ServerAddrs: addrs, Servers: servers,
-				MemBytes: memB, DiskBytes: diskB, KVMemBytes: kvMemB, KVDiskBytes: kvDiskB, Token: g.token, Cluster: cluster_, Meta: metaDSN, Log: g.logger()})
+				MemBytes: memB, DiskBytes: diskB, KVMemBytes: kvMemB, KVDiskBytes: kvDiskB, SessionQuota: q, Token: g.token, Cluster: cluster_, Meta: metaDSN, Log: g.logger()})
 			if err != nil {
 				return fmt.Errorf("%w (is another gd2fs up running? stop it or pick other ports with --listen/--port)", err)
 			}
@@ -73,6 +77,7 @@ func newUp(g *globals) *cobra.Command {
 	f.StringVar(&disk, "disk", "8GiB", "disk tier per server")
 	f.StringVar(&kvMem, "kv-mem", "256MiB", "KV cache DRAM tier per server")
 	f.StringVar(&kvDisk, "kv-disk", "4GiB", "KV cache disk tier per server")
+	f.StringVar(&quota, "session-quota", "4GiB", "bytes of explicit-mode KV session files before LRU eviction")
 	f.StringVar(&cluster_, "cluster", "local", "cluster name used in gd2fs://<cluster>/ URIs")
 	f.StringVar(&metaDSN, "meta", "", "metadata store (default sqlite://<dir>/meta.db)")
 	return cmd

@@ -1,0 +1,72 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+
+	"github.com/gd2fs/gd2fs/client"
+	"github.com/spf13/cobra"
+)
+
+func newModel(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "model",
+		Short: "Model metadata: KV layouts for explicit-mode sessions",
+		Example: `  gd2fs model layout set llama-3-8b --layers 32 --kv-heads 8 --head-dim 128 --dtype bf16 --page-tokens 16 --layout layer_first
+  gd2fs model layout get llama-3-8b`,
+	}
+	layout := &cobra.Command{Use: "layout", Short: "Set or show a model's KV layout"}
+	var l client.Layout
+	set := &cobra.Command{
+		Use:     "set MODEL",
+		Short:   "Register a model's KV layout (bytes per token and every offset follow from it)",
+		Example: "  gd2fs model layout set llama-3-8b --layers 32 --kv-heads 8 --head-dim 128 --dtype bf16 --page-tokens 16 --layout layer_first",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			l.Model = args[0]
+			if err := c.Sessions().SetLayout(cmd.Context(), l); err != nil {
+				return err
+			}
+			return printJSON(map[string]any{"model": l.Model, "token_bytes": l.TokenBytes(), "page_bytes": l.PageBytes(), "layout": l})
+		},
+	}
+	f := set.Flags()
+	f.IntVar(&l.Layers, "layers", 0, "transformer layers")
+	f.IntVar(&l.KVHeads, "kv-heads", 0, "KV heads (per tensor-parallel rank, if the KV is sharded)")
+	f.IntVar(&l.HeadDim, "head-dim", 0, "head dimension")
+	f.StringVar(&l.DType, "dtype", "bf16", "element type: fp32, fp16, bf16, fp8, int8")
+	f.IntVar(&l.PageTokens, "page-tokens", 16, "tokens per page (the engine's block size)")
+	f.StringVar(&l.Order, "layout", "layer_first", "byte layout: layer_first or page_first")
+	get := &cobra.Command{
+		Use:     "get MODEL",
+		Short:   "Show a model's KV layout",
+		Example: "  gd2fs model layout get llama-3-8b",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			l, err := c.Sessions().Layout(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			return printJSON(map[string]any{"model": l.Model, "token_bytes": l.TokenBytes(), "page_bytes": l.PageBytes(), "layout": l})
+		},
+	}
+	layout.AddCommand(set, get)
+	cmd.AddCommand(layout)
+	return cmd
+}
+
+func printJSON(v any) error {
+	enc := json.NewEncoder(os.Stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
