@@ -104,21 +104,44 @@ func (d Desc) offset(i, l, kv, n int) int {
 	return ((i*d.Layers+l)*2 + kv) * u
 }
 
+// each calls fn for every unit in the order of the contiguous side, so
+// that side is read or written sequentially: dst/src offset o, and the
+// paged unit (one layer's K or V of one page).
+func (d Desc) each(p Paged, table []int, fn func(o int, unit []byte)) {
+	u, n := d.UnitBytes(), len(table)
+	unit := func(l, kv, pg int) []byte {
+		side := p.K[l]
+		if kv == 1 {
+			side = p.V[l]
+		}
+		return side[pg*u : (pg+1)*u]
+	}
+	if d.Order == LayerFirst {
+		for l := 0; l < d.Layers; l++ {
+			for kv := 0; kv < 2; kv++ {
+				for i, pg := range table {
+					fn(d.offset(i, l, kv, n), unit(l, kv, pg))
+				}
+			}
+		}
+		return
+	}
+	for i, pg := range table {
+		for l := 0; l < d.Layers; l++ {
+			for kv := 0; kv < 2; kv++ {
+				fn(d.offset(i, l, kv, n), unit(l, kv, pg))
+			}
+		}
+	}
+}
+
 // Gather copies the pages named by table from p into dst (len(table) pages of
 // PageBytes, in d.Order).
 func Gather(d Desc, p Paged, table []int, dst []byte) error {
 	if err := d.check(p, table, len(dst)); err != nil {
 		return err
 	}
-	u, n := d.UnitBytes(), len(table)
-	for l := 0; l < d.Layers; l++ {
-		for kv, side := range [2][]byte{p.K[l], p.V[l]} {
-			for i, pg := range table {
-				o := d.offset(i, l, kv, n)
-				copy(dst[o:o+u], side[pg*u:(pg+1)*u])
-			}
-		}
-	}
+	d.each(p, table, func(o int, unit []byte) { copy(dst[o:o+len(unit)], unit) })
 	return nil
 }
 
@@ -128,14 +151,6 @@ func Scatter(d Desc, src []byte, p Paged, table []int) error {
 	if err := d.check(p, table, len(src)); err != nil {
 		return err
 	}
-	u, n := d.UnitBytes(), len(table)
-	for l := 0; l < d.Layers; l++ {
-		for kv, side := range [2][]byte{p.K[l], p.V[l]} {
-			for i, pg := range table {
-				o := d.offset(i, l, kv, n)
-				copy(side[pg*u:(pg+1)*u], src[o:o+u])
-			}
-		}
-	}
+	d.each(p, table, func(o int, unit []byte) { copy(unit, src[o:o+len(unit)]) })
 	return nil
 }

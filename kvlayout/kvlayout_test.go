@@ -90,9 +90,13 @@ func BenchmarkGather(b *testing.B) {
 				pages = 64
 			}
 			p := NewPaged(d, pages)
+			fill(p, 3)
 			r := rand.New(rand.NewPCG(1, 2))
 			table := r.Perm(pages)[:pages/8]
 			buf := make([]byte, len(table)*d.PageBytes())
+			for i := range buf {
+				buf[i] = byte(i)
+			}
 			name := map[Order]string{LayerFirst: "layer_first", PageFirst: "page_first"}[order]
 			b.Run(name+"/page"+itoa(pt)+"/gather", func(b *testing.B) {
 				b.SetBytes(int64(len(buf)))
@@ -107,7 +111,12 @@ func BenchmarkGather(b *testing.B) {
 				}
 			})
 			b.Run(name+"/page"+itoa(pt)+"/memmove", func(b *testing.B) {
+				// Written first: an untouched slice reads the kernel's shared
+				// zero page, from cache, and would flatter memmove.
 				src := make([]byte, len(buf))
+				for i := range src {
+					src[i] = byte(i)
+				}
 				b.SetBytes(int64(len(buf)))
 				for i := 0; i < b.N; i++ {
 					copy(buf, src)
