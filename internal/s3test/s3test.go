@@ -1,0 +1,107 @@
+// Package s3test runs an S3-compatible server (gofakes3, in memory) on a
+// loopback port for tests and benchmarks. It speaks real HTTP, counts the
+// object bytes it sends, checks the access key, and can fail on demand (go
+// down, or cut a response after some bytes) to test retries and resumes.
+package s3test
+
+import (
+	"bytes"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/johannesboyne/gofakes3"
+	"github.com/johannesboyne/gofakes3/backend/s3mem"
+)
+
+// Server is a running fake S3.
+type Server struct {
+	URL       string // http://127.0.0.1:port
+	AccessKey string
+	SecretKey string
+
+	backend *s3mem.Backend
+	srv     *httptest.Server
+
+	sent      atomic.Int64 // object bytes sent in GET responses
+	gets      atomic.Int64
+	failAfter atomic.Int64 // cut a response once this many more bytes went; <0 off
+	down      atomic.Bool
+}
+
+// Start runs a server that accepts only accessKey (any key when empty).
+func Start(accessKey, secretKey string) *Server {
+	s := &Server{AccessKey: accessKey, SecretKey: secretKey, backend: s3mem.New()}
+	s.failAfter.Store(-1)
+	fake := gofakes3.New(s.backend, gofakes3.WithAutoBucket(false)).Server()
+	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.down.Load() {
+			http.Error(w, "down for the test", http.StatusServiceUnavailable)
+			return
+		}
+		if s.AccessKey != "" && !strings.Contains(r.Header.Get("Authorization"), "Credential="+s.AccessKey+"/") {
+			w.Header().Set("Content-Type", "application/xml")
+			w.WriteHeader(http.StatusForbidden)
+			fmt.Fprint(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>InvalidAccessKeyId</Code><Message>The access key you provided does not exist.</Message></Error>`)
+			return
+		}
+		if r.Method == http.MethodGet && strings.Count(strings.Trim(r.URL.Path, "/"), "/") >= 1 {
+			s.gets.Add(1)
+			w = &counting{ResponseWriter: w, s: s}
+		}
+		fake.ServeHTTP(w, r)
+	}))
+	s.URL = s.srv.URL
+	return s
+}
+
+type counting struct {
+	http.ResponseWriter
+	s *Server
+}
+
+func (c *counting) Write(p []byte) (int, error) {
+	if left := c.s.failAfter.Load(); left >= 0 {
+		if int64(len(p)) > left {
+			c.s.failAfter.Store(-1)
+			c.ResponseWriter.Write(p[:left])
+			c.s.sent.Add(left)
+			panic(http.ErrAbortHandler) // drop the connection mid-body
+		}
+		c.s.failAfter.Add(-int64(len(p)))
+	}
+	n, err := c.ResponseWriter.Write(p)
+	c.s.sent.Add(int64(n))
+	return n, err
+}
+
+// Close stops the server.
+func (s *Server) Close() { s.srv.Close() }
+
+// CreateBucket makes a bucket.
+func (s *Server) CreateBucket(name string) error { return s.backend.CreateBucket(name) }
+
+// Put stores an object.
+func (s *Server) Put(bucket, key string, data []byte) error {
+	meta := map[string]string{"Last-Modified": time.Now().UTC().Format(http.TimeFormat)} // as gofakes3's own PUT records it
+	_, err := s.backend.PutObject(bucket, key, meta, bytes.NewReader(data), int64(len(data)), nil)
+	return err
+}
+
+// BytesSent is the object bytes sent in GET responses so far.
+func (s *Server) BytesSent() int64 { return s.sent.Load() }
+
+// GETs is the number of object GETs served so far.
+func (s *Server) GETs() int64 { return s.gets.Load() }
+
+// ResetCounters zeroes the byte and GET counters.
+func (s *Server) ResetCounters() { s.sent.Store(0); s.gets.Store(0) }
+
+// FailAfter makes the next object response break after n more bytes.
+func (s *Server) FailAfter(n int64) { s.failAfter.Store(n) }
+
+// SetDown makes every request fail with 503 (true) or work again (false).
+func (s *Server) SetDown(down bool) { s.down.Store(down) }
