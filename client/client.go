@@ -19,12 +19,14 @@ import (
 	"errors"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/gd2fs/gd2fs/errs"
 	"github.com/gd2fs/gd2fs/internal/api"
 	"github.com/gd2fs/gd2fs/internal/meta"
 	"github.com/gd2fs/gd2fs/internal/rpc"
+	"github.com/gd2fs/gd2fs/internal/wire"
 )
 
 // Config configures a client.
@@ -45,6 +47,9 @@ type Config struct {
 type Transport interface {
 	WriteChunk(ctx context.Context, addr string, id uint64, off int64, data []byte, forward []string) error
 	ReadChunk(ctx context.Context, addr string, id uint64, off int64, dst []byte) error
+	// ReadChunkCold reads a chunk of a linked file; the server fills it from
+	// the cold tier first when it does not hold it (filled reports that).
+	ReadChunkCold(ctx context.Context, addr string, ref wire.ColdRef, off int64, dst []byte) (filled bool, err error)
 	SealChunk(ctx context.Context, addr string, id uint64) error
 	Close()
 }
@@ -55,6 +60,19 @@ type Client struct {
 	api *api.Client
 	tr  Transport
 	ms  membership // cached KV membership map
+
+	fromServers, coldFilled atomic.Int64
+}
+
+// ReadStats counts file bytes this client read.
+type ReadStats struct {
+	FromServers int64 // every byte read from data servers
+	ColdFilled  int64 // of those, bytes of reads that waited for a fill from S3
+}
+
+// ReadStats returns the client's read counters.
+func (c *Client) ReadStats() ReadStats {
+	return ReadStats{FromServers: c.fromServers.Load(), ColdFilled: c.coldFilled.Load()}
 }
 
 // DefaultMaster is where `gd2fs up` listens.
@@ -93,6 +111,7 @@ func (c *Client) Close() error {
 
 // FileInfo describes a file or directory.
 type FileInfo struct {
+	Attrs     map[string]string // "source", "etag", "sha256"
 	Path      string
 	IsDir     bool
 	Pool      string
@@ -117,7 +136,7 @@ type ReplicaInfo struct {
 }
 
 func infoOf(f api.File) FileInfo {
-	fi := FileInfo{Path: f.Path, IsDir: f.IsDir, Pool: f.Pool, ChunkSize: f.ChunkSize, Size: f.Size, Sealed: f.Sealed, Modified: f.Modified}
+	fi := FileInfo{Attrs: f.Attrs, Path: f.Path, IsDir: f.IsDir, Pool: f.Pool, ChunkSize: f.ChunkSize, Size: f.Size, Sealed: f.Sealed, Modified: f.Modified}
 	for _, c := range f.Chunks {
 		ci := ChunkInfo{Index: c.Index, Length: c.Length, ID: c.ID}
 		for _, r := range c.Replicas {
@@ -164,6 +183,47 @@ func (c *Client) List(ctx context.Context, dir string) ([]FileInfo, error) {
 	out := make([]FileInfo, len(l.Entries))
 	for i, e := range l.Entries {
 		out[i] = infoOf(e)
+	}
+	return out, nil
+}
+
+// SetAttrs sets attributes of a file ("sha256", ...); an empty value removes one.
+func (c *Client) SetAttrs(ctx context.Context, path string, attrs map[string]string) error {
+	return c.call(ctx, "PUT", "/v1/attrs", path, attrs, nil)
+}
+
+// LinkOptions choose a linked file's pool and chunk size.
+type LinkOptions struct {
+	Pool      string // default perf: the object store keeps the durable copy
+	ChunkSize int64
+}
+
+// Link registers path as the object at source (s3://bucket/key) of size
+// bytes and etag: no bytes move now; each chunk is fetched from S3 by the
+// server that owns it on first read, once however many clients ask.
+func (c *Client) Link(ctx context.Context, path, source string, size int64, etag string, o LinkOptions) (FileInfo, error) {
+	var f api.File
+	err := c.call(ctx, "POST", "/v1/link", path, api.LinkRequest{Source: source, Size: size, ETag: etag, Pool: o.Pool, ChunkSize: o.ChunkSize}, &f)
+	return infoOf(f), err
+}
+
+// Walk lists every file under dir, recursively, in path order.
+func (c *Client) Walk(ctx context.Context, dir string) ([]FileInfo, error) {
+	es, err := c.List(ctx, dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []FileInfo
+	for _, e := range es {
+		if !e.IsDir {
+			out = append(out, e)
+			continue
+		}
+		sub, err := c.Walk(ctx, e.Path)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, sub...)
 	}
 	return out, nil
 }

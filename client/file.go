@@ -11,6 +11,7 @@ import (
 
 	"github.com/gd2fs/gd2fs/errs"
 	"github.com/gd2fs/gd2fs/internal/api"
+	"github.com/gd2fs/gd2fs/internal/wire"
 )
 
 // File is an open gd2fs file. ReadAt and WriteAt may be called concurrently;
@@ -372,9 +373,19 @@ func (f *File) readReplicas(ctx context.Context, c api.Chunk, spread int, off in
 			continue
 		}
 		rctx, cancel := context.WithTimeout(ctx, f.c.cfg.Timeout)
-		err := f.c.tr.ReadChunk(rctx, r.Addr, c.ID, off, dst)
+		var err error
+		if src := f.info.Attrs["source"]; src != "" {
+			var filled bool
+			ref := wire.ColdRef{ID: c.ID, Offset: c.Index * f.info.ChunkSize, Length: c.Length, URI: src, ETag: f.info.Attrs["etag"]}
+			if filled, err = f.c.tr.ReadChunkCold(rctx, r.Addr, ref, off, dst); err == nil && filled {
+				f.c.coldFilled.Add(int64(len(dst)))
+			}
+		} else {
+			err = f.c.tr.ReadChunk(rctx, r.Addr, c.ID, off, dst)
+		}
 		cancel()
 		if err == nil {
+			f.c.fromServers.Add(int64(len(dst)))
 			return nil
 		}
 		if ctx.Err() != nil {

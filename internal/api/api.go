@@ -30,6 +30,11 @@ type ServerInfo struct {
 	DiskUsed int64     `json:"disk_used"`
 	Chunks   int       `json:"chunks"`
 	LastSeen time.Time `json:"last_seen"`
+	// Bytes this server sent to clients from file chunks, and bytes it
+	// fetched from the cold tier (S3) to fill chunks of linked files, since
+	// it started.
+	ServedBytes int64 `json:"served_bytes"`
+	ColdBytes   int64 `json:"cold_bytes"`
 }
 
 // Free is the space placement may still use on s.
@@ -102,6 +107,18 @@ type File struct {
 	Sealed    bool      `json:"sealed,omitempty"`
 	Modified  time.Time `json:"modified"`
 	Chunks    []Chunk   `json:"chunks,omitempty"`
+	// Attrs: "source" (s3://bucket/key a linked file fills from), "etag",
+	// "sha256" (hex, recorded by pull and warmup).
+	Attrs map[string]string `json:"attrs,omitempty"`
+}
+
+// LinkRequest registers a file whose chunks fill from a cold source on first read.
+type LinkRequest struct {
+	Source    string `json:"source"` // s3://bucket/key
+	Size      int64  `json:"size"`
+	ETag      string `json:"etag,omitempty"`
+	Pool      string `json:"pool,omitempty"` // default perf: S3 keeps the durable copy
+	ChunkSize int64  `json:"chunk_size,omitempty"`
 }
 
 // CreateRequest creates a file (and its parent directories).

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gd2fs/gd2fs/client"
+	"github.com/gd2fs/gd2fs/internal/cold"
 	"github.com/gd2fs/gd2fs/internal/kvstore"
 	"github.com/gd2fs/gd2fs/internal/master"
 	"github.com/gd2fs/gd2fs/internal/meta"
@@ -37,6 +38,8 @@ type Config struct {
 	Cluster     string
 	DownAfter   time.Duration
 	RepairAfter time.Duration
+	// Cold is the S3 endpoint servers fill linked files from (nil: none).
+	Cold *cold.Config
 	// SessionQuota bounds explicit-mode KV session files (0: no limit).
 	SessionQuota int64
 	Log          *slog.Logger
@@ -112,7 +115,7 @@ func (c *Cluster) AddServer(i int) (*server.Server, error) {
 		kc.Dir = filepath.Join(c.cfg.Dir, "server-"+strconv.Itoa(i), "kv")
 		kc.DiskBytes = c.cfg.KVDiskBytes
 	}
-	s, err := server.New(server.Config{Listen: addr, Master: c.Master.URL(), Token: c.cfg.Token, Store: sc, KV: kc,
+	s, err := server.New(server.Config{Listen: addr, Master: c.Master.URL(), Token: c.cfg.Token, Store: sc, KV: kc, Cold: c.cfg.Cold,
 		Heartbeat: c.heartbeat(), Log: c.cfg.Log, ID: "server-" + strconv.Itoa(i)})
 	if err != nil {
 		return nil, err

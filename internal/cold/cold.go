@@ -124,6 +124,8 @@ func explain(err error, what string) error {
 		return errs.New(errs.ErrNotFound, "%s: no such object", what)
 	case "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidToken", "ExpiredToken":
 		return errs.New(errs.ErrUnauthorized, "%s: S3 refused the credentials (%s): check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or --s3-access-key", what, resp.Code)
+	case "PreconditionFailed":
+		return errs.New(errs.ErrExists, "%s: the object changed since it was linked (ETag differs): link or pull it again", what)
 	case "InvalidRange":
 		return errs.New(errs.ErrOutOfRange, "%s: range outside the object", what)
 	}
@@ -190,6 +192,12 @@ func (s *Source) List(ctx context.Context, bucket, prefix string) ([]Object, err
 // ReadRange fills dst with bytes [off, off+len(dst)) of the object,
 // retrying transient failures with backoff.
 func (s *Source) ReadRange(ctx context.Context, bucket, key string, off int64, dst []byte) error {
+	return s.ReadRangeETag(ctx, bucket, key, "", off, dst)
+}
+
+// ReadRangeETag is ReadRange that fails (errs.ErrExists: "changed") unless
+// the object still has etag, so bytes of two versions never mix.
+func (s *Source) ReadRangeETag(ctx context.Context, bucket, key, etag string, off int64, dst []byte) error {
 	if len(dst) == 0 {
 		return nil
 	}
@@ -198,6 +206,9 @@ func (s *Source) ReadRange(ctx context.Context, bucket, key string, off int64, d
 		opts := minio.GetObjectOptions{}
 		if err := opts.SetRange(off, off+int64(len(dst))-1); err != nil {
 			return errs.New(errs.ErrBadRequest, "%s: %v", what, err)
+		}
+		if etag != "" {
+			opts.SetMatchETag(etag)
 		}
 		obj, err := s.mc.GetObject(ctx, bucket, key, opts)
 		if err != nil {

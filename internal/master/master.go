@@ -470,6 +470,18 @@ func (m *Master) Handler() http.Handler {
 	h("DELETE /v1/files/{path...}", m.remove)
 	h("POST /v1/alloc/{path...}", m.alloc)
 	h("POST /v1/commit/{path...}", m.commit)
+	h("POST /v1/link/{path...}", m.link)
+	h("PUT /v1/attrs/{path...}", func(r *http.Request) (any, error) {
+		p, err := pathArg(r)
+		if err != nil {
+			return nil, err
+		}
+		var attrs map[string]string
+		if err := readJSON(r, &attrs); err != nil {
+			return nil, err
+		}
+		return struct{}{}, m.meta.SetAttrs(r.Context(), p, attrs)
+	})
 	h("GET /v1/list/{path...}", m.list)
 	h("PUT /v1/dirs/{path...}", func(r *http.Request) (any, error) {
 		p, err := pathArg(r)
@@ -512,7 +524,73 @@ func (m *Master) stat(r *http.Request) (any, error) {
 	}
 	out := fileOut(f)
 	out.Chunks = m.chunksOut(cs)
-	return out, nil
+	if out.Attrs, err = m.meta.Attrs(r.Context(), p); len(out.Attrs) == 0 {
+		out.Attrs = nil
+	}
+	return out, err
+}
+
+// link registers a file whose bytes live in a cold source: every chunk is
+// placed now, the file is sealed at its final size, and the chunks fill on
+// first read by the server that owns them.
+func (m *Master) link(r *http.Request) (any, error) {
+	p, err := pathArg(r)
+	if err != nil {
+		return nil, err
+	}
+	var req api.LinkRequest
+	if err := readJSON(r, &req); err != nil {
+		return nil, err
+	}
+	if !strings.HasPrefix(req.Source, "s3://") || req.Size < 0 {
+		return nil, errs.New(errs.ErrBadRequest, "link needs an s3:// source and a size")
+	}
+	if req.Pool == "" {
+		req.Pool = "perf"
+	}
+	ctx := r.Context()
+	if old, err := m.meta.File(ctx, p); err == nil {
+		attrs, _ := m.meta.Attrs(ctx, p)
+		if attrs["source"] == req.Source && attrs["etag"] == req.ETag && old.Size == req.Size {
+			return fileOut(old), nil // linked already
+		}
+		return nil, errs.New(errs.ErrExists, "%s exists with other contents: remove it first", p)
+	}
+	f, err := m.createFile(ctx, p, req.Pool, req.ChunkSize)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.linkChunks(ctx, f, req); err != nil {
+		m.meta.RemoveFile(ctx, p)
+		return nil, err
+	}
+	f, err = m.meta.File(ctx, p)
+	return fileOut(f), err
+}
+
+func (m *Master) linkChunks(ctx context.Context, f meta.File, req api.LinkRequest) error {
+	pool, err := m.pool(ctx, f.Pool)
+	if err != nil {
+		return err
+	}
+	n := (req.Size + f.ChunkSize - 1) / f.ChunkSize
+	want := make([]meta.Chunk, n)
+	lengths := make(map[int64]int64, n)
+	for i := range want {
+		idx := int64(i)
+		want[i].Index = idx
+		if want[i].Replicas, err = m.place(f.ID, idx, pool.Replicas, f.ChunkSize); err != nil {
+			return err
+		}
+		lengths[idx] = min(f.ChunkSize, req.Size-idx*f.ChunkSize)
+	}
+	if _, err := m.meta.AddChunks(ctx, f.ID, want); err != nil {
+		return err
+	}
+	if _, err := m.meta.Commit(ctx, f.ID, req.Size, lengths, true, time.Now().UTC()); err != nil {
+		return err
+	}
+	return m.meta.SetAttrs(ctx, f.Path, map[string]string{"source": req.Source, "etag": req.ETag})
 }
 
 func (m *Master) create(r *http.Request) (any, error) {
@@ -524,23 +602,28 @@ func (m *Master) create(r *http.Request) (any, error) {
 	if err := readJSON(r, &req); err != nil {
 		return nil, err
 	}
-	if req.Pool == "" {
-		req.Pool = "ha"
-	}
-	if _, err := m.pool(r.Context(), req.Pool); err != nil {
-		return nil, err
-	}
-	if req.ChunkSize == 0 {
-		req.ChunkSize = DefaultChunkSize
-	}
-	if req.ChunkSize < store.BlockSize || req.ChunkSize > store.MaxChunk || req.ChunkSize%store.BlockSize != 0 {
-		return nil, errs.New(errs.ErrBadRequest, "chunk size %d: must be a multiple of %d between %d and %d", req.ChunkSize, store.BlockSize, store.BlockSize, store.MaxChunk)
-	}
-	f, err := m.meta.CreateFile(r.Context(), meta.File{Path: p, Pool: req.Pool, ChunkSize: req.ChunkSize, Modified: time.Now().UTC()})
+	f, err := m.createFile(r.Context(), p, req.Pool, req.ChunkSize)
 	if err != nil {
 		return nil, err
 	}
 	return fileOut(f), nil
+}
+
+// createFile validates the pool and chunk size (defaults: ha, 16 MiB) and creates p.
+func (m *Master) createFile(ctx context.Context, p, pool string, chunkSize int64) (meta.File, error) {
+	if pool == "" {
+		pool = "ha"
+	}
+	if _, err := m.pool(ctx, pool); err != nil {
+		return meta.File{}, err
+	}
+	if chunkSize == 0 {
+		chunkSize = DefaultChunkSize
+	}
+	if chunkSize < store.BlockSize || chunkSize > store.MaxChunk || chunkSize%store.BlockSize != 0 {
+		return meta.File{}, errs.New(errs.ErrBadRequest, "chunk size %d: must be a multiple of %d between %d and %d", chunkSize, store.BlockSize, store.BlockSize, store.MaxChunk)
+	}
+	return m.meta.CreateFile(ctx, meta.File{Path: p, Pool: pool, ChunkSize: chunkSize, Modified: time.Now().UTC()})
 }
 
 func (m *Master) remove(r *http.Request) (any, error) {

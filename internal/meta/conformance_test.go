@@ -150,10 +150,21 @@ func testNamespace(t *testing.T, s Store) {
 	if n, b, err := s.Totals(ctx); err != nil || n != 1 || b != 100 {
 		t.Fatalf("totals %d %d %v", n, b, err)
 	}
+	if err := s.SetAttrs(ctx, "/a/b/c.bin", map[string]string{"source": "s3://b/k", "sha256": "ab"}); err != nil {
+		t.Fatal(err)
+	}
+	s.SetAttrs(ctx, "/a/b/c.bin", map[string]string{"sha256": "cd", "source": ""})
+	if a, err := s.Attrs(ctx, "/a/b/c.bin"); err != nil || len(a) != 1 || a["sha256"] != "cd" {
+		t.Fatalf("attrs %v %v", a, err)
+	}
+	mustIs(t, s.SetAttrs(ctx, "/nope", map[string]string{"x": "y"}), errs.ErrNotFound)
 	if err := s.RemoveFile(ctx, "/a/b/c.bin"); err != nil {
 		t.Fatal(err)
 	}
 	mustIs(t, s.RemoveFile(ctx, "/a/b/c.bin"), errs.ErrNotFound)
+	if a, _ := s.Attrs(ctx, "/a/b/c.bin"); len(a) != 0 {
+		t.Fatalf("attrs outlived their file: %v", a)
+	}
 	if err := s.RemoveDir(ctx, "/a/b"); err != nil {
 		t.Fatal(err)
 	}

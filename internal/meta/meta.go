@@ -95,6 +95,10 @@ type Store interface {
 
 	Totals(ctx context.Context) (files, bytes int64, err error)
 
+	// File attributes (cold source, etag, sha256 of model files).
+	SetAttrs(ctx context.Context, path string, attrs map[string]string) error
+	Attrs(ctx context.Context, path string) (map[string]string, error)
+
 	// Explicit-mode KV sessions (sessions.go).
 	PutLayout(ctx context.Context, l Layout) error
 	Layout(ctx context.Context, model string) (Layout, error)

@@ -84,6 +84,7 @@ var schema = []string{
 	`CREATE TABLE IF NOT EXISTS replicas (chunk_id BIGINT NOT NULL, pos INTEGER NOT NULL, server_id TEXT NOT NULL,
 		PRIMARY KEY (chunk_id, server_id))`,
 	`CREATE INDEX IF NOT EXISTS replicas_server ON replicas (server_id)`,
+	`CREATE TABLE IF NOT EXISTS file_attrs (path TEXT NOT NULL, name TEXT NOT NULL, value TEXT NOT NULL, PRIMARY KEY (path, name))`,
 	`CREATE TABLE IF NOT EXISTS tombstones (chunk_id BIGINT NOT NULL, server_id TEXT NOT NULL, PRIMARY KEY (chunk_id, server_id))`,
 }
 
@@ -451,10 +452,52 @@ func (s *sqlStore) removeFileTx(ctx context.Context, tx *sql.Tx, p string) error
 			return wrapDB(err)
 		}
 	}
-	if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM kv_prefixes WHERE path = ?`), p); err != nil {
-		return wrapDB(err)
+	for _, q := range []string{`DELETE FROM kv_prefixes WHERE path = ?`, `DELETE FROM file_attrs WHERE path = ?`} {
+		if _, err := tx.ExecContext(ctx, s.q(q), p); err != nil {
+			return wrapDB(err)
+		}
 	}
 	return nil
+}
+
+// SetAttrs sets (or, with an empty value, removes) attributes of file p.
+func (s *sqlStore) SetAttrs(ctx context.Context, p string, attrs map[string]string) error {
+	return s.tx(ctx, func(tx *sql.Tx) error {
+		if _, err := s.fileBy(ctx, tx, "path", p); err != nil {
+			return err
+		}
+		for k, v := range attrs {
+			var err error
+			if v == "" {
+				_, err = tx.ExecContext(ctx, s.q(`DELETE FROM file_attrs WHERE path = ? AND name = ?`), p, k)
+			} else {
+				_, err = tx.ExecContext(ctx, s.q(`INSERT INTO file_attrs (path, name, value) VALUES (?, ?, ?)
+					ON CONFLICT (path, name) DO UPDATE SET value = excluded.value`), p, k, v)
+			}
+			if err != nil {
+				return wrapDB(err)
+			}
+		}
+		return nil
+	})
+}
+
+// Attrs returns the attributes of file p (empty when it has none).
+func (s *sqlStore) Attrs(ctx context.Context, p string) (map[string]string, error) {
+	rows, err := s.db.QueryContext(ctx, s.q(`SELECT name, value FROM file_attrs WHERE path = ?`), p)
+	if err != nil {
+		return nil, wrapDB(err)
+	}
+	defer rows.Close()
+	out := map[string]string{}
+	for rows.Next() {
+		var k, v string
+		if err := rows.Scan(&k, &v); err != nil {
+			return nil, wrapDB(err)
+		}
+		out[k] = v
+	}
+	return out, wrapDB(rows.Err())
 }
 
 func (s *sqlStore) Commit(ctx context.Context, fileID int64, size int64, lengths map[int64]int64, seal bool, now time.Time) (File, error) {

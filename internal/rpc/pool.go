@@ -197,3 +197,14 @@ func (p *Pool) KVDelete(ctx context.Context, addr string, ref wire.KVRef, epoch 
 	r, err := p.Do(ctx, addr, &Request{Op: wire.OpKVDelete, Flags: flags, Key: wire.AppendKVRef(nil, ref), Offset: uint64(epoch)})
 	return int64(r.Header.Offset), err
 }
+
+// ReadChunkCold is ReadChunk for a chunk of a linked file: a server that does
+// not hold the chunk fills it from the cold tier first (once, however many
+// ask). filled reports that this read waited for such a fill.
+func (p *Pool) ReadChunkCold(ctx context.Context, addr string, ref wire.ColdRef, off int64, dst []byte) (filled bool, err error) {
+	r, err := p.Do(ctx, addr, &Request{Op: wire.OpReadCold, Key: wire.AppendColdRef(nil, ref), Offset: uint64(off), Count: uint64(len(dst)), Dst: dst})
+	if err == nil && r.N != len(dst) {
+		err = errs.New(errs.ErrOutOfRange, "server %s returned %d of %d bytes of chunk %d", addr, r.N, len(dst), ref.ID)
+	}
+	return r.Header.Flags&wire.FlagColdFilled != 0, err
+}

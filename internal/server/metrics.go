@@ -11,13 +11,14 @@ import (
 )
 
 type metrics struct {
-	reg      *prometheus.Registry
-	ops      *prometheus.CounterVec
-	errors   *prometheus.CounterVec
-	latency  *prometheus.HistogramVec
-	bytesIn  prometheus.Counter
-	bytesOut prometheus.Counter
-	conns    prometheus.Gauge
+	reg       *prometheus.Registry
+	ops       *prometheus.CounterVec
+	errors    *prometheus.CounterVec
+	latency   *prometheus.HistogramVec
+	bytesIn   prometheus.Counter
+	bytesOut  prometheus.Counter
+	conns     prometheus.Gauge
+	coldBytes prometheus.Counter
 }
 
 func newMetrics(s *Server) *metrics {
@@ -36,8 +37,10 @@ func newMetrics(s *Server) *metrics {
 			Help: "Payload bytes sent."}),
 		conns: prometheus.NewGauge(prometheus.GaugeOpts{Name: "gd2fs_server_connections",
 			Help: "Open data-plane connections."}),
+		coldBytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "gd2fs_server_cold_bytes_total",
+			Help: "Bytes fetched from the cold tier (S3) to fill chunks of linked files."}),
 	}
-	m.reg.MustRegister(m.ops, m.errors, m.latency, m.bytesIn, m.bytesOut, m.conns,
+	m.reg.MustRegister(m.ops, m.errors, m.latency, m.bytesIn, m.bytesOut, m.conns, m.coldBytes,
 		&storeCollector{s: s}, &kvCollector{s: s}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -31,6 +31,7 @@ import (
 	"github.com/gd2fs/gd2fs/errs"
 	"github.com/gd2fs/gd2fs/internal/api"
 	"github.com/gd2fs/gd2fs/internal/bufpool"
+	"github.com/gd2fs/gd2fs/internal/cold"
 	"github.com/gd2fs/gd2fs/internal/kvstore"
 	"github.com/gd2fs/gd2fs/internal/rpc"
 	"github.com/gd2fs/gd2fs/internal/store"
@@ -46,6 +47,7 @@ type Config struct {
 	Token     string // cluster token; "" accepts any client
 	Store     store.Config
 	KV        kvstore.Config // hash-mode KV tiers; no KV service when both are zero
+	Cold      *cold.Config   // S3 endpoint for linked files; nil: no read-through
 	Heartbeat time.Duration  // default 1s
 	// Debug serves /debug/pprof/ and /debug/gc (runs a GC and reports its
 	// duration) on the HTTP side of the port. Off by default.
@@ -55,16 +57,20 @@ type Config struct {
 
 // Server is a running data server.
 type Server struct {
-	cfg     Config
-	log     *slog.Logger
-	store   *store.Store
-	kv      *kvstore.Store // nil without KV tiers
-	peers   *rpc.Pool
-	ln      net.Listener
-	httpLn  *chanListener
-	httpSrv *http.Server
-	metrics *metrics
-	master  *api.Client
+	cfg   Config
+	log   *slog.Logger
+	store *store.Store
+	kv    *kvstore.Store // nil without KV tiers
+	cold  *cold.Source   // nil without S3 configuration
+	fills filler
+	// Counters reported in heartbeats (gd2fs status).
+	servedBytes, coldBytes atomic.Int64
+	peers                  *rpc.Pool
+	ln                     net.Listener
+	httpLn                 *chanListener
+	httpSrv                *http.Server
+	metrics                *metrics
+	master                 *api.Client
 
 	ms        atomic.Pointer[api.Membership]
 	refreshMu sync.Mutex
@@ -102,6 +108,11 @@ func New(cfg Config) (*Server, error) {
 			return nil, err
 		}
 	}
+	cs, err := newCold(cfg.Cold)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		st.Close()
@@ -114,7 +125,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.Advertise = advertise(ln.Addr().String())
 	}
 	s := &Server{
-		cfg: cfg, log: cfg.Log.With("server", cfg.ID), store: st, kv: kv, ln: ln,
+		cfg: cfg, log: cfg.Log.With("server", cfg.ID), store: st, kv: kv, cold: cs, fills: filler{inflight: map[uint64]*fill{}}, ln: ln,
 		peers:  rpc.NewPool(rpc.Options{Token: cfg.Token, Name: "server-" + cfg.ID, Streams: 2}),
 		httpLn: newChanListener(ln.Addr()),
 		conns:  make(map[net.Conn]struct{}),
@@ -298,7 +309,8 @@ func (s *Server) heartbeat(ctx context.Context) error {
 	s.deleted = nil
 	s.mu.Unlock()
 	hb := api.Heartbeat{ServerInfo: api.ServerInfo{ID: s.cfg.ID, Addr: s.cfg.Advertise,
-		MemCap: u.MemCap, MemUsed: u.MemUsed, DiskCap: u.DiskCap, DiskUsed: u.DiskUsed, Chunks: u.Chunks},
+		MemCap: u.MemCap, MemUsed: u.MemUsed, DiskCap: u.DiskCap, DiskUsed: u.DiskUsed, Chunks: u.Chunks,
+		ServedBytes: s.servedBytes.Load(), ColdBytes: s.coldBytes.Load()},
 		Deleted: acked}
 	var reply api.HeartbeatReply
 	if err := s.master.Do(ctx, "POST", "/v1/servers/heartbeat", hb, &reply); err != nil {
@@ -444,6 +456,21 @@ func (s *Server) serveData(nc net.Conn, br *bufio.Reader) {
 				}
 				dc.done(h, start, err)
 			}()
+		case wire.OpReadCold:
+			ref, err := wire.ParseColdRef(key)
+			if derr := r.Discard(); derr != nil {
+				return
+			}
+			if err != nil {
+				dc.done(h, start, err)
+				continue
+			}
+			sem <- struct{}{}
+			wg.Add(1)
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				s.readCold(dc, h, ref, start)
+			}()
 		case wire.OpKVGet, wire.OpKVExists, wire.OpKVDelete:
 			ref, err := wire.ParseKVRef(key)
 			if derr := r.Discard(); derr != nil {
@@ -525,6 +552,10 @@ func (s *Server) write(ref wire.ChunkRef, off int64, p []byte) error {
 }
 
 func (s *Server) read(dc *dataConn, h wire.Header, id uint64, start time.Time) {
+	s.readWithFlags(dc, h, id, start, 0)
+}
+
+func (s *Server) readWithFlags(dc *dataConn, h wire.Header, id uint64, start time.Time, flags uint16) {
 	if h.Count > uint64(wire.DefaultLimits.MaxPayload) {
 		dc.done(h, start, errs.New(errs.ErrTooLarge, "read of %d bytes beyond the %d-byte frame limit: split it", h.Count, wire.DefaultLimits.MaxPayload))
 		return
@@ -537,7 +568,8 @@ func (s *Server) read(dc *dataConn, h wire.Header, id uint64, start time.Time) {
 	err := s.store.Read(id, int64(h.Offset), int64(h.Count), func(bufs [][]byte) error {
 		sent = true
 		s.metrics.bytesOut.Add(float64(h.Count))
-		return dc.send(h, wire.StatusOK, bufs, 0)
+		s.servedBytes.Add(int64(h.Count))
+		return dc.send(h, wire.StatusOK, bufs, flags)
 	})
 	if !sent {
 		dc.done(h, start, err)

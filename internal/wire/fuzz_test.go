@@ -40,6 +40,11 @@ func FuzzReader(f *testing.F) {
 				t.Fatalf("re-encode mismatch: %+v vs %+v (%v)", h, h2, err)
 			}
 			_, _ = ParseChunkRef(keyCopy)
+			if ref, err := ParseColdRef(keyCopy); err == nil {
+				if again, err := ParseColdRef(AppendColdRef(nil, ref)); err != nil || again != ref {
+					t.Fatalf("cold ref does not round-trip: %+v", ref)
+				}
+			}
 			if ref, err := ParseKVRef(keyCopy); err == nil {
 				if again, err := ParseKVRef(AppendKVRef(nil, ref)); err != nil || string(again.Key) != string(ref.Key) || again.Pool != ref.Pool {
 					t.Fatalf("KV ref does not round-trip: %+v", ref)

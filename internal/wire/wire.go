@@ -40,22 +40,23 @@ type Op uint8
 const (
 	OpHello    Op = 1 // key: client name; payload: cluster token
 	OpPing     Op = 2
-	OpWrite    Op = 3 // key: chunk ref; Offset; payload: bytes
-	OpRead     Op = 4 // key: chunk ref; Offset; Count: bytes wanted
-	OpStat     Op = 5 // key: chunk ref; response Offset = length, Flags&FlagSealed
-	OpSeal     Op = 6 // key: chunk ref
-	OpDelete   Op = 7 // key: chunk ref
-	OpCopy     Op = 8 // key: chunk ref; payload: source server address
-	OpKVPut    Op = 9 // reserved for hash-mode KV (issue 3)
-	OpKVGet    Op = 10
-	OpKVExists Op = 11
-	OpKVDelete Op = 12
-	opMaxKnown    = OpKVDelete
+	OpWrite    Op = 3  // key: chunk ref; Offset; payload: bytes
+	OpRead     Op = 4  // key: chunk ref; Offset; Count: bytes wanted
+	OpStat     Op = 5  // key: chunk ref; response Offset = length, Flags&FlagSealed
+	OpSeal     Op = 6  // key: chunk ref
+	OpDelete   Op = 7  // key: chunk ref
+	OpCopy     Op = 8  // key: chunk ref; payload: source server address
+	OpKVPut    Op = 9  // key: KV ref; Offset: client epoch; payload: value
+	OpKVGet    Op = 10 // key: KV ref; Offset: client epoch
+	OpKVExists Op = 11 // response Offset = size, Count = tier (1 DRAM, 2 disk)
+	OpKVDelete Op = 12 // response Offset = keys deleted
+	OpReadCold Op = 13 // key: cold ref; Offset, Count as OpRead; fills the chunk from its cold source first if absent
+	opMaxKnown    = OpReadCold
 )
 
 func (o Op) String() string {
 	names := [...]string{"?", "hello", "ping", "write", "read", "stat", "seal", "delete", "copy",
-		"kv_put", "kv_get", "kv_exists", "kv_delete"}
+		"kv_put", "kv_get", "kv_exists", "kv_delete", "read_cold"}
 	if int(o) < len(names) {
 		return names[o]
 	}
@@ -72,6 +73,9 @@ const (
 	FlagExisted uint16 = 1 << 2
 	// FlagPrefix in an OpKVDelete request: delete every key with this prefix.
 	FlagPrefix uint16 = 1 << 3
+	// FlagColdFilled in an OpReadCold response: the server fetched the chunk
+	// from the cold tier for this request (or while it waited).
+	FlagColdFilled uint16 = 1 << 4
 	// FlagResponse marks a frame sent by a server.
 	FlagResponse uint16 = 1 << 15
 )
@@ -468,5 +472,44 @@ func ParseKVRef(b []byte) (KVRef, error) {
 			ref.Forward = append(ref.Forward, a)
 		}
 	}
+	return ref, nil
+}
+
+// ColdRef is the key of an OpReadCold: the chunk, and where its bytes are in
+// the cold tier (object URI, ETag to insist on, offset and length).
+//
+//	u64 chunk id, u64 source offset, u64 chunk length, u16 URI length, URI, ETag
+type ColdRef struct {
+	ID     uint64
+	Offset int64
+	Length int64
+	URI    string
+	ETag   string
+}
+
+// AppendColdRef encodes ref into b.
+func AppendColdRef(b []byte, ref ColdRef) []byte {
+	le := binary.LittleEndian
+	b = le.AppendUint64(b, ref.ID)
+	b = le.AppendUint64(b, uint64(ref.Offset))
+	b = le.AppendUint64(b, uint64(ref.Length))
+	b = le.AppendUint16(b, uint16(len(ref.URI)))
+	b = append(b, ref.URI...)
+	return append(b, ref.ETag...)
+}
+
+// ParseColdRef decodes a cold key.
+func ParseColdRef(b []byte) (ColdRef, error) {
+	le := binary.LittleEndian
+	if len(b) < 26 {
+		return ColdRef{}, errs.New(errs.ErrBadRequest, "wire: cold key of %d bytes, want at least 26", len(b))
+	}
+	ref := ColdRef{ID: le.Uint64(b), Offset: int64(le.Uint64(b[8:])), Length: int64(le.Uint64(b[16:]))}
+	n := int(le.Uint16(b[24:]))
+	if len(b) < 26+n || ref.Offset < 0 || ref.Length < 0 {
+		return ColdRef{}, errs.New(errs.ErrBadRequest, "wire: malformed cold key")
+	}
+	ref.URI = string(b[26 : 26+n])
+	ref.ETag = string(b[26+n:])
 	return ref, nil
 }
