@@ -461,4 +461,3 @@ func OpenPaths(root string) map[string]bool {
 	}
 	return out
 }
-
