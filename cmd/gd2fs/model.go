@@ -11,9 +11,11 @@ import (
 func newModel(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "model",
-		Short: "Model metadata: KV layouts for explicit-mode sessions",
-		Example: `  gd2fs model layout set llama-3-8b --layers 32 --kv-heads 8 --head-dim 128 --dtype bf16 --page-tokens 16 --layout layer_first
-  gd2fs model layout get llama-3-8b`,
+		Short: "Model weights (pull, link, inspect) and KV layouts",
+		Example: `  gd2fs model pull s3://models/org/m gd2fs://local/models/org/m
+  gd2fs model link s3://models/org/m gd2fs://local/models/org/m
+  gd2fs model inspect gd2fs://local/models/org/m
+  gd2fs model layout set llama-3-8b --layers 32 --kv-heads 8 --head-dim 128 --dtype bf16 --page-tokens 16 --layout layer_first`,
 	}
 	layout := &cobra.Command{Use: "layout", Short: "Set or show a model's KV layout"}
 	var l client.Layout
@@ -61,7 +63,7 @@ func newModel(g *globals) *cobra.Command {
 		},
 	}
 	layout.AddCommand(set, get)
-	cmd.AddCommand(layout)
+	cmd.AddCommand(layout, newModelPull(g), newModelLink(g), newModelInspect(g))
 	return cmd
 }
 

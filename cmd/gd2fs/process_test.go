@@ -18,6 +18,8 @@ import (
 
 	"github.com/gd2fs/gd2fs/client"
 	"github.com/gd2fs/gd2fs/errs"
+	"github.com/gd2fs/gd2fs/internal/s3test"
+	"github.com/gd2fs/gd2fs/safetensors"
 )
 
 // buildBinary builds gd2fs once for the process tests.
@@ -320,7 +322,8 @@ func TestCLI(t *testing.T) {
 	if out, err := run("kv", "get", "llama/0/a"); err == nil || !strings.Contains(out, "no block") {
 		t.Fatalf("kv get of a deleted key: %v %s", err, out)
 	}
-	for _, sub := range []string{"up", "master", "server", "cp", "ls", "stat", "cat", "rm", "mkdir", "status", "bench", "kv", "kv put", "kv get", "model", "model layout set", "session", "session plan", "session commit"} {
+	for _, sub := range []string{"up", "master", "server", "cp", "ls", "stat", "cat", "rm", "mkdir", "status", "bench", "kv", "kv put", "kv get", "model", "model layout set", "session", "session plan", "session commit",
+		"model pull", "model link", "model inspect", "warmup", "cache", "cache gc"} {
 		out, err := run(append(strings.Fields(sub), "--help")...)
 		if err != nil || (!strings.Contains(out, "Example") && sub != "bench") {
 			t.Fatalf("%s --help lacks an example: %v\n%s", sub, err, out)
@@ -407,5 +410,87 @@ func TestKVRestartAfterSIGKILL(t *testing.T) {
 	}
 	if hits < 10 || misses != 1 {
 		t.Fatalf("after SIGKILL+restart the killed server served %d blocks from disk, %d damaged misses (want >= 10 and exactly 1)", hits, misses)
+	}
+}
+
+func TestWeightsCLI(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs processes")
+	}
+	bin := buildBinary(t)
+	s3 := s3test.Start("AKID", "secret")
+	defer s3.Close()
+	s3.CreateBucket("models")
+	st, _ := safetensors.Build([]safetensors.Tensor{{Name: "embed", DType: "BF16", Shape: []int64{512, 333}}}, [][]byte{bytes.Repeat([]byte{7}, 512*333*2)}, nil)
+	s3.Put("models", "org/m/model.safetensors", st)
+	s3.Put("models", "org/m/config.json", []byte(`{}`))
+	dir := t.TempDir()
+	maddr := freeAddr(t)
+	_, p, _ := net.SplitHostPort(freeAddr(t))
+	env := append(os.Environ(), "GD2FS_MASTER=http://"+maddr, "AWS_ENDPOINT_URL="+s3.URL, "AWS_ACCESS_KEY_ID=AKID",
+		"AWS_SECRET_ACCESS_KEY=secret", "AWS_REGION=us-east-1")
+	up := exec.Command(bin, "up", "--dir", filepath.Join(dir, "data"), "--listen", maddr, "--port", p, "--mem", "32MiB", "--disk", "1GiB")
+	up.Env = env
+	var upLog bytes.Buffer
+	up.Stdout, up.Stderr = &upLog, &upLog
+	if err := up.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { up.Process.Kill(); up.Wait() }()
+	run := func(args ...string) (string, error) {
+		cmd := exec.Command(bin, args...)
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		if out, err := run("status"); err == nil && strings.Count(out, " up ") == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("cluster did not come up:\n%s", upLog.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	cache := filepath.Join(dir, "hf")
+	for _, s := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"model", "pull", "s3://models/org/m", "gd2fs://local/models/org/m"}, "model.safetensors"},
+		{[]string{"model", "pull", "s3://models/org/m", "gd2fs://local/models/org/m"}, "already complete"},
+		{[]string{"model", "link", "s3://models/org/m", "gd2fs://local/linked/org/m"}, "<- s3://models/org/m/model.safetensors"},
+		{[]string{"model", "inspect", "--tensors", "gd2fs://local/models/org/m"}, "embed"},
+		{[]string{"warmup", "gd2fs://local/linked/org/m", "--cache", cache}, "models--org--m/snapshots/"},
+		{[]string{"cache", "ls", "--cache", cache}, "models--org--m"},
+		{[]string{"status", "--cache", cache}, "warm hit ratio"},
+	} {
+		out, err := run(s.args...)
+		for i := 0; i < 50 && s.args[0] == "status" && !strings.Contains(out, s.want); i++ {
+			time.Sleep(100 * time.Millisecond) // served bytes arrive with the next heartbeat
+			out, err = run(s.args...)
+		}
+		if err != nil || !strings.Contains(out, s.want) {
+			t.Fatalf("gd2fs %v: %v\n%s\n%s", s.args, err, out, upLog.String())
+		}
+	}
+	for _, s := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"model", "pull", "s3://nope/x", "gd2fs://local/x"}, "no such bucket"},
+		{[]string{"model", "pull", "--s3-access-key", "WRONG", "s3://models/org/m", "gd2fs://local/y"}, "refused the credentials"},
+	} {
+		out, err := run(s.args...)
+		if err == nil || !strings.Contains(out, s.want) {
+			t.Fatalf("gd2fs %v: want error %q, got %v\n%s", s.args, s.want, err, out)
+		}
+	}
+	snaps, _ := filepath.Glob(filepath.Join(cache, "models--org--m", "snapshots", "*", "model.safetensors"))
+	if len(snaps) != 1 {
+		t.Fatalf("snapshot files %v", snaps)
+	}
+	if got, err := os.ReadFile(snaps[0]); err != nil || !bytes.Equal(got, st) {
+		t.Fatalf("warmed model.safetensors differs: %v", err)
 	}
 }

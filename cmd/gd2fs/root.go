@@ -33,7 +33,7 @@ func newRoot() *cobra.Command {
 	root.PersistentFlags().StringVar(&g.token, "token", os.Getenv("GD2FS_TOKEN"), "cluster token (env GD2FS_TOKEN)")
 	root.PersistentFlags().BoolVar(&g.debug, "debug", false, "debug logging")
 	root.AddCommand(newUp(g), newMaster(g), newServer(g), newCp(g), newLs(g), newStat(g), newCat(g),
-		newRm(g), newMkdir(g), newStatus(g), newBench(g), newKV(g), newModel(g), newSession(g))
+		newRm(g), newMkdir(g), newStatus(g), newBench(g), newKV(g), newModel(g), newSession(g), newWarmup(g), newCache(g))
 	return root
 }
 

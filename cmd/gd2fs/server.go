@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gd2fs/gd2fs/internal/cold"
 	"github.com/gd2fs/gd2fs/internal/kvstore"
 	"github.com/gd2fs/gd2fs/internal/server"
 	"github.com/gd2fs/gd2fs/internal/store"
@@ -19,6 +20,7 @@ func newServer(g *globals) *cobra.Command {
 	var listen, advertise, mem, disk, id, kvMem, kvDisk, kvMax string
 	var heartbeat time.Duration
 	var debug bool
+	var s3 s3Flags
 	cmd := &cobra.Command{
 		Use:   "server",
 		Short: "Run a data server: chunks in a DRAM tier and a disk tier, served over the binary protocol",
@@ -44,8 +46,12 @@ func newServer(g *globals) *cobra.Command {
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			var cc *cold.Config
+			if c := s3.config(); c.Endpoint != "" || c.AccessKey != "" {
+				cc = &c
+			}
 			s, err := server.New(server.Config{ID: id, Listen: listen, Advertise: advertise, Master: g.master,
-				Token: g.token, Store: sc, KV: kc, Heartbeat: heartbeat, Debug: debug, Log: g.logger()})
+				Token: g.token, Store: sc, KV: kc, Cold: cc, Heartbeat: heartbeat, Debug: debug, Log: g.logger()})
 			if err != nil {
 				return err
 			}
@@ -63,6 +69,7 @@ func newServer(g *globals) *cobra.Command {
 	f.StringVar(&kvMax, "kv-max-value", "64MiB", "largest KV value accepted")
 	f.StringVar(&id, "id", "", "server id (default: kept in the disk tier, else random)")
 	f.BoolVar(&debug, "debug-http", false, "serve /debug/pprof/ and /debug/gc on the server port")
+	s3.add(f)
 	f.DurationVar(&heartbeat, "heartbeat", time.Second, "heartbeat interval")
 	return cmd
 }

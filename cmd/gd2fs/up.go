@@ -10,12 +10,14 @@ import (
 	"syscall"
 
 	"github.com/gd2fs/gd2fs/internal/cluster"
+	"github.com/gd2fs/gd2fs/internal/cold"
 	"github.com/spf13/cobra"
 )
 
 func newUp(g *globals) *cobra.Command {
 	var dir, listen, mem, disk, kvMem, kvDisk, quota, cluster_, metaDSN string
 	var servers, firstPort int
+	var s3 s3Flags
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Run a whole cluster on this machine: a master (SQLite) and several data servers",
@@ -47,11 +49,15 @@ func newUp(g *globals) *cobra.Command {
 			for i := 0; i < servers; i++ {
 				addrs = append(addrs, "127.0.0.1:"+strconv.Itoa(firstPort+i))
 			}
+			var cc *cold.Config
+			if c := s3.config(); c.Endpoint != "" || c.AccessKey != "" {
+				cc = &c
+			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			abs, _ := filepath.Abs(dir)
 			c, err := cluster.Start(ctx, cluster.Config{Dir: abs, MasterAddr: listen, ServerAddrs: addrs, Servers: servers,
-				MemBytes: memB, DiskBytes: diskB, KVMemBytes: kvMemB, KVDiskBytes: kvDiskB, SessionQuota: q, Token: g.token, Cluster: cluster_, Meta: metaDSN, Log: g.logger()})
+				MemBytes: memB, DiskBytes: diskB, KVMemBytes: kvMemB, KVDiskBytes: kvDiskB, SessionQuota: q, Cold: cc, Token: g.token, Cluster: cluster_, Meta: metaDSN, Log: g.logger()})
 			if err != nil {
 				return fmt.Errorf("%w (is another gd2fs up running? stop it or pick other ports with --listen/--port)", err)
 			}
@@ -78,6 +84,7 @@ func newUp(g *globals) *cobra.Command {
 	f.StringVar(&kvMem, "kv-mem", "256MiB", "KV cache DRAM tier per server")
 	f.StringVar(&kvDisk, "kv-disk", "4GiB", "KV cache disk tier per server")
 	f.StringVar(&quota, "session-quota", "4GiB", "bytes of explicit-mode KV session files before LRU eviction")
+	s3.add(f)
 	f.StringVar(&cluster_, "cluster", "local", "cluster name used in gd2fs://<cluster>/ URIs")
 	f.StringVar(&metaDSN, "meta", "", "metadata store (default sqlite://<dir>/meta.db)")
 	return cmd

@@ -552,7 +552,9 @@ func (m *Master) link(r *http.Request) (any, error) {
 	if old, err := m.meta.File(ctx, p); err == nil {
 		attrs, _ := m.meta.Attrs(ctx, p)
 		if attrs["source"] == req.Source && attrs["etag"] == req.ETag && old.Size == req.Size {
-			return fileOut(old), nil // linked already
+			out := fileOut(old) // linked already
+			out.Attrs = attrs
+			return out, nil
 		}
 		return nil, errs.New(errs.ErrExists, "%s exists with other contents: remove it first", p)
 	}
@@ -564,8 +566,12 @@ func (m *Master) link(r *http.Request) (any, error) {
 		m.meta.RemoveFile(ctx, p)
 		return nil, err
 	}
-	f, err = m.meta.File(ctx, p)
-	return fileOut(f), err
+	if f, err = m.meta.File(ctx, p); err != nil {
+		return nil, err
+	}
+	out := fileOut(f)
+	out.Attrs, err = m.meta.Attrs(ctx, p)
+	return out, err
 }
 
 func (m *Master) linkChunks(ctx context.Context, f meta.File, req api.LinkRequest) error {

@@ -1,0 +1,358 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path"
+	"strings"
+	"sync"
+	"text/tabwriter"
+
+	"github.com/gd2fs/gd2fs/client"
+	"github.com/gd2fs/gd2fs/internal/weights"
+	"github.com/gd2fs/gd2fs/safetensors"
+	"github.com/spf13/cobra"
+	"github.com/vbauerster/mpb/v8"
+	"github.com/vbauerster/mpb/v8/decor"
+)
+
+// progressBars shows one bar per file (when enabled) for pull and warmup.
+type progressBars struct {
+	p    *mpb.Progress
+	mu   sync.Mutex
+	bars map[string]*mpb.Bar
+}
+
+func newProgressBars(show bool) *progressBars {
+	if !show {
+		return &progressBars{}
+	}
+	return &progressBars{p: mpb.New(mpb.WithOutput(os.Stderr), mpb.WithWidth(30)), bars: map[string]*mpb.Bar{}}
+}
+
+func (pb *progressBars) update(file string, done, total int64) {
+	if pb.p == nil {
+		return
+	}
+	pb.mu.Lock()
+	b := pb.bars[file]
+	if b == nil {
+		b = pb.p.AddBar(total, mpb.PrependDecorators(decor.Name(path.Base(file)+" "), decor.CountersKibiByte("% .1f / % .1f")),
+			mpb.AppendDecorators(decor.AverageSpeed(decor.SizeB1024(0), " % .1f"), decor.Name(" "), decor.Percentage()))
+		pb.bars[file] = b
+	}
+	pb.mu.Unlock()
+	b.SetCurrent(done)
+}
+
+func (pb *progressBars) wait() {
+	if pb.p == nil {
+		return
+	}
+	for _, b := range pb.bars {
+		b.SetTotal(-1, true)
+	}
+	pb.p.Wait()
+}
+
+func showProgress(force, quiet bool) bool {
+	if quiet {
+		return false
+	}
+	if force {
+		return true
+	}
+	fi, err := os.Stderr.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+func newModelPull(g *globals) *cobra.Command {
+	var s3 s3Flags
+	var pool, chunk, part string
+	var conc int
+	var progress, quiet bool
+	cmd := &cobra.Command{
+		Use:   "pull s3://BUCKET/PREFIX gd2fs://CLUSTER/DIR",
+		Short: "Import a model from S3 with parallel range GETs (resumable; sha256 recorded per file)",
+		Example: `  gd2fs model pull s3://models/meta-llama/Llama-3-8B gd2fs://local/models/meta-llama/Llama-3-8B
+  AWS_ENDPOINT_URL=http://127.0.0.1:9000 gd2fs model pull --concurrency 16 s3://b/org/m gd2fs://local/models/org/m`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			dst, err := remotePath(args[1])
+			if err != nil {
+				return err
+			}
+			src, err := s3.source()
+			if err != nil {
+				return err
+			}
+			cs, err := parseSize(chunk)
+			if err != nil {
+				return err
+			}
+			ps, err := parseSize(part)
+			if err != nil {
+				return err
+			}
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			bars := newProgressBars(showProgress(progress, quiet))
+			p := &weights.Puller{Client: c, Source: src, Concurrency: conc, PartSize: ps, Pool: pool, ChunkSize: cs, Progress: bars.update}
+			reps, err := p.Pull(cmd.Context(), args[0], dst)
+			bars.wait()
+			for _, r := range reps {
+				state := "pulled"
+				switch {
+				case r.Skipped:
+					state = "already complete"
+				case r.Resumed > 0:
+					state = fmt.Sprintf("resumed after %s", human(r.Resumed))
+				}
+				fmt.Printf("%s  %s  %s  %s\n", r.SHA256, human(r.Size), r.Path, state)
+			}
+			return err
+		},
+	}
+	f := cmd.Flags()
+	s3.add(f)
+	f.StringVar(&pool, "pool", "ha", "pool of the imported files")
+	f.StringVar(&chunk, "chunk-size", "16MiB", "chunk size of the imported files")
+	f.StringVar(&part, "part-size", "8MiB", "bytes per range GET")
+	f.IntVar(&conc, "concurrency", 8, "range GETs in flight per file")
+	f.BoolVar(&progress, "progress", false, "progress bars even when stderr is not a terminal")
+	f.BoolVarP(&quiet, "quiet", "q", false, "no progress bars")
+	return cmd
+}
+
+func newModelLink(g *globals) *cobra.Command {
+	var s3 s3Flags
+	var pool, chunk string
+	cmd := &cobra.Command{
+		Use:   "link s3://BUCKET/PREFIX gd2fs://CLUSTER/DIR",
+		Short: "Register a model in S3 without copying: servers fill chunks on first read, once per cluster",
+		Example: `  gd2fs model link s3://models/org/m gd2fs://local/models/org/m
+  gd2fs warmup gd2fs://local/models/org/m --cache /nvme/hf     # the first reader fills the servers`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			dst, err := remotePath(args[1])
+			if err != nil {
+				return err
+			}
+			src, err := s3.source()
+			if err != nil {
+				return err
+			}
+			cs, err := parseSize(chunk)
+			if err != nil {
+				return err
+			}
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			fs, err := weights.Link(cmd.Context(), c, src, args[0], dst, client.LinkOptions{Pool: pool, ChunkSize: cs})
+			for _, f := range fs {
+				fmt.Printf("%s  %s  <- %s\n", human(f.Size), f.Path, f.Attrs["source"])
+			}
+			if err == nil {
+				fmt.Fprintln(os.Stderr, "linked; the servers need S3 access too (gd2fs server --s3-endpoint ... or the AWS_* variables)")
+			}
+			return err
+		},
+	}
+	f := cmd.Flags()
+	s3.add(f)
+	f.StringVar(&pool, "pool", "perf", "pool of the linked files (S3 keeps the durable copy)")
+	f.StringVar(&chunk, "chunk-size", "16MiB", "chunk size")
+	return cmd
+}
+
+func newModelInspect(g *globals) *cobra.Command {
+	var tensors bool
+	cmd := &cobra.Command{
+		Use:     "inspect gd2fs://CLUSTER/DIR",
+		Short:   "List a model's files and, for safetensors, tensors, dtypes, shapes and bytes",
+		Example: "  gd2fs model inspect gd2fs://local/models/org/m\n  gd2fs model inspect --tensors gd2fs://local/models/org/m",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return g.withRemote(args[0], func(c *client.Client, dir string) error {
+				files, err := c.Walk(cmd.Context(), dir)
+				if err != nil {
+					return err
+				}
+				tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+				var total, params int64
+				for _, fi := range files {
+					total += fi.Size
+					st, _ := c.Stat(cmd.Context(), fi.Path)
+					state := "complete"
+					if !st.Sealed {
+						state = "INCOMPLETE"
+					}
+					kind := "linked to " + st.Attrs["source"]
+					if st.Attrs["source"] == "" || st.Attrs["sha256"] != "" {
+						kind = "sha256 " + short(st.Attrs["sha256"])
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", strings.TrimPrefix(fi.Path, dir+"/"), human(fi.Size), state, kind)
+					if !strings.HasSuffix(fi.Path, ".safetensors") || !st.Sealed {
+						continue
+					}
+					f, err := c.Open(cmd.Context(), fi.Path)
+					if err != nil {
+						return err
+					}
+					h, err := safetensors.Parse(f, f.Size())
+					if err != nil {
+						fmt.Fprintf(tw, "  ! %v\n", err)
+						continue
+					}
+					byType := map[string]int64{}
+					for _, t := range h.Tensors {
+						byType[t.DType] += t.Bytes()
+						params += t.Bytes() / safetensors.DTypeSize(t.DType)
+						if tensors {
+							fmt.Fprintf(tw, "  %s\t%s\t%v\t%s\n", t.Name, t.DType, t.Shape, human(t.Bytes()))
+						}
+					}
+					fmt.Fprintf(tw, "  %d tensors\t%v\theader %s\t\n", len(h.Tensors), byType, human(h.DataFrom))
+				}
+				tw.Flush()
+				fmt.Printf("%d files, %s, %d parameters in safetensors\n", len(files), human(total), params)
+				return nil
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&tensors, "tensors", false, "list every tensor")
+	return cmd
+}
+
+func short(s string) string {
+	if len(s) > 12 {
+		return s[:12] + "…"
+	}
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func newWarmup(g *globals) *cobra.Command {
+	var dir, quota, ref string
+	var progress, quiet bool
+	cmd := &cobra.Command{
+		Use:   "warmup gd2fs://CLUSTER/DIR --cache DIR",
+		Short: "Materialise a model into a local Hugging Face–layout cache that vLLM loads as-is",
+		Example: `  gd2fs warmup gd2fs://local/models/meta-llama/Llama-3-8B --cache /nvme/hf
+  vllm serve "$(gd2fs warmup gd2fs://local/models/meta-llama/Llama-3-8B --cache /nvme/hf -q)"`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			q, err := parseSize(quota)
+			if err != nil {
+				return err
+			}
+			return g.withRemote(args[0], func(c *client.Client, p string) error {
+				bars := newProgressBars(showProgress(progress, quiet))
+				cache := &weights.Cache{Dir: dir, Quota: q}
+				rep, err := cache.Warmup(cmd.Context(), c, p, ref, bars.update)
+				bars.wait()
+				if err != nil {
+					return err
+				}
+				if !quiet {
+					fmt.Fprintf(os.Stderr, "%d files, %s: %s from the local cache, %s from servers (%s of it filled from S3 on the way)\n",
+						rep.Files, human(rep.Bytes), human(rep.LocalBytes), human(rep.Fetched), human(rep.ColdFilled))
+					for _, e := range rep.Evicted {
+						fmt.Fprintf(os.Stderr, "evicted %s to stay under the quota\n", e)
+					}
+				}
+				fmt.Println(rep.Snapshot)
+				return nil
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&dir, "cache", envOr("HF_HUB_CACHE", ""), "cache folder (env HF_HUB_CACHE)")
+	f.StringVar(&quota, "quota", "0", "cache size limit; least recently used models not in use are evicted (0: none)")
+	f.StringVar(&ref, "ref", "main", "ref name to point at the snapshot")
+	f.BoolVar(&progress, "progress", false, "progress bars even when stderr is not a terminal")
+	f.BoolVarP(&quiet, "quiet", "q", false, "print only the snapshot folder")
+	cmd.MarkFlagRequired("cache")
+	return cmd
+}
+
+func newCache(g *globals) *cobra.Command {
+	var dir string
+	cmd := &cobra.Command{
+		Use:   "cache",
+		Short: "The local hot cache: list, remove, and evict to a quota",
+		Example: `  gd2fs cache ls --cache /nvme/hf
+  gd2fs cache rm org/m --cache /nvme/hf
+  gd2fs cache gc --quota 500GiB --cache /nvme/hf`,
+	}
+	cmd.PersistentFlags().StringVar(&dir, "cache", envOr("HF_HUB_CACHE", ""), "cache folder (env HF_HUB_CACHE)")
+	ls := &cobra.Command{
+		Use: "ls", Short: "List cached models, least recently used first", Args: cobra.NoArgs,
+		Example: "  gd2fs cache ls --cache /nvme/hf",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c := &weights.Cache{Dir: dir}
+			ms, err := c.List()
+			if err != nil {
+				return err
+			}
+			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "MODEL\tSIZE\tLAST USED\tUSES\tIN USE")
+			var total int64
+			for _, m := range ms {
+				total += m.Bytes
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%v\n", m.Name, human(m.Bytes), m.LastUsed.Format("2006-01-02 15:04:05"), m.Uses, m.InUse)
+			}
+			tw.Flush()
+			hit, fetched, cold := c.Stats()
+			ratio := 0.0
+			if hit+fetched > 0 {
+				ratio = float64(hit) / float64(hit+fetched)
+			}
+			fmt.Printf("%d models, %s; warmups served %s from this cache, %s from servers (%s of it from S3): local hit ratio %.2f\n",
+				len(ms), human(total), human(hit), human(fetched), human(cold), ratio)
+			return nil
+		},
+	}
+	var force bool
+	rm := &cobra.Command{
+		Use: "rm MODEL...", Short: "Remove cached models (refused while a process has them open, unless --force)", Args: cobra.MinimumNArgs(1),
+		Example: "  gd2fs cache rm org/m --cache /nvme/hf",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c := &weights.Cache{Dir: dir}
+			for _, a := range args {
+				if err := c.Remove(a, force); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+	}
+	rm.Flags().BoolVar(&force, "force", false, "remove even if in use")
+	var quota string
+	gc := &cobra.Command{
+		Use: "gc --quota SIZE", Short: "Evict least recently used models not in use until the cache fits the quota", Args: cobra.NoArgs,
+		Example: "  gd2fs cache gc --quota 500GiB --cache /nvme/hf",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			q, err := parseSize(quota)
+			if err != nil {
+				return err
+			}
+			gone, err := (&weights.Cache{Dir: dir}).GC(q)
+			for _, m := range gone {
+				fmt.Println("evicted", m)
+			}
+			return err
+		},
+	}
+	gc.Flags().StringVar(&quota, "quota", "0", "size to shrink the cache to")
+	cmd.AddCommand(ls, rm, gc)
+	return cmd
+}
