@@ -432,42 +432,61 @@ func (f *File) CopyTo(ctx context.Context, w io.Writer, progress func(int64)) (i
 
 func (f *File) copyTo(ctx context.Context, w io.Writer, progress func(int64)) (int64, error) {
 	size := f.Size()
-	win := int64(f.c.cfg.PieceSize * f.c.cfg.Parallel)
-	bufs := [2][]byte{make([]byte, min(win, size)), make([]byte, min(win, size))}
-	type result struct {
-		n   int
-		err error
-	}
-	fetch := func(b []byte, off int64) chan result {
-		ch := make(chan result, 1)
-		go func() {
-			n, err := f.ReadAtContext(ctx, b, off)
-			if err == io.EOF {
-				err = nil
-			}
-			ch <- result{n, err}
-		}()
-		return ch
-	}
-	var done int64
 	if size == 0 {
 		return 0, nil
 	}
-	next := fetch(bufs[0], 0)
-	for i := 0; done < size; i++ {
-		r := <-next
+	// A ring of windows fetched ahead in order: the requests in flight stay
+	// at about Parallel pieces, and a slow piece holds back only its own
+	// window, not the whole pipeline (as one big window with a barrier did).
+	const ahead = 4
+	win := max(int64(f.c.cfg.PieceSize), int64(f.c.cfg.PieceSize*f.c.cfg.Parallel)/ahead)
+	type result struct {
+		buf []byte
+		n   int
+		err error
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ring := make([]chan result, 0, ahead)
+	free := make(chan []byte, ahead)
+	for i := 0; i < ahead; i++ {
+		free <- make([]byte, min(win, size))
+	}
+	next := int64(0)
+	launch := func() {
+		buf := <-free
+		off := next
+		next += int64(len(buf))
+		ch := make(chan result, 1)
+		ring = append(ring, ch)
+		go func() {
+			n, err := f.ReadAtContext(ctx, buf, off)
+			if err == io.EOF {
+				err = nil
+			}
+			ch <- result{buf, n, err}
+		}()
+	}
+	for len(ring) < ahead && next < size {
+		launch()
+	}
+	var done int64
+	for len(ring) > 0 {
+		r := <-ring[0]
+		ring = ring[1:]
 		if r.err != nil {
 			return done, r.err
 		}
-		if off := done + int64(r.n); off < size {
-			next = fetch(bufs[(i+1)%2], off)
-		}
-		if _, err := w.Write(bufs[i%2][:r.n]); err != nil {
+		if _, err := w.Write(r.buf[:r.n]); err != nil {
 			return done, err
 		}
 		done += int64(r.n)
 		if progress != nil {
 			progress(done)
+		}
+		free <- r.buf
+		if next < size {
+			launch()
 		}
 	}
 	return done, nil

@@ -19,7 +19,7 @@ func newBench(g *globals) *cobra.Command {
 		Use:   "bench",
 		Short: "Benchmarks that measure gd2fs beside a reference in the same run",
 	}
-	cmd.AddCommand(newBenchFiles(g), newBenchKV(g), newBenchKVMemory(g), newBenchPlan(g), newBenchSessionLoad(g))
+	cmd.AddCommand(newBenchFiles(g), newBenchKV(g), newBenchKVMemory(g), newBenchPlan(g), newBenchSessionLoad(g), newBenchWeights(g))
 	return cmd
 }
 

@@ -28,6 +28,7 @@ type Puller struct {
 	Client      *client.Client
 	Source      *cold.Source
 	Concurrency int   // parallel range GETs per file (default 8)
+	Files       int   // files pulled at once (default 4)
 	PartSize    int64 // bytes per range GET (default 8 MiB)
 	Pool        string
 	ChunkSize   int64
@@ -70,16 +71,37 @@ func (p *Puller) Pull(ctx context.Context, s3uri, dst string) ([]FileReport, err
 	if err != nil {
 		return nil, err
 	}
-	var out []FileReport
-	for _, o := range objs {
-		rel := strings.TrimPrefix(o.Key, prefix)
-		r, err := p.pullOne(ctx, bucket, o, path.Join(dst, rel))
-		if err != nil {
-			return out, fmt.Errorf("pull s3://%s/%s: %w (run the same pull again to resume)", bucket, o.Key, err)
-		}
-		out = append(out, r)
+	par := p.Files
+	if par <= 0 {
+		par = 4
 	}
-	return out, nil
+	out := make([]FileReport, len(objs))
+	errs := make([]error, len(objs))
+	sem := make(chan struct{}, par)
+	var wg sync.WaitGroup
+	for i, o := range objs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			rel := strings.TrimPrefix(o.Key, prefix)
+			out[i], errs[i] = p.pullOne(ctx, bucket, o, path.Join(dst, rel))
+			if errs[i] != nil {
+				errs[i] = fmt.Errorf("pull s3://%s/%s: %w (run the same pull again to resume)", bucket, o.Key, errs[i])
+			}
+		}()
+	}
+	wg.Wait()
+	var done []FileReport
+	var first error
+	for i := range objs {
+		if errs[i] == nil {
+			done = append(done, out[i])
+		} else if first == nil {
+			first = errs[i]
+		}
+	}
+	return done, first
 }
 
 func (p *Puller) pullOne(ctx context.Context, bucket string, o cold.Object, dst string) (FileReport, error) {
