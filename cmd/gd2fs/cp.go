@@ -9,10 +9,7 @@ import (
 	"strings"
 
 	"github.com/gd2fs/gd2fs/client"
-	"github.com/mattn/go-isatty"
 	"github.com/spf13/cobra"
-	"github.com/vbauerster/mpb/v8"
-	"github.com/vbauerster/mpb/v8/decor"
 )
 
 func newCp(g *globals) *cobra.Command {
@@ -37,7 +34,7 @@ func newCp(g *globals) *cobra.Command {
 			}
 			defer c.Close()
 			ctx := cmd.Context()
-			show := progress || (!quiet && isatty.IsTerminal(os.Stderr.Fd()))
+			bars := newProgressBars(showProgress(progress, quiet))
 			// Reader side.
 			var r io.Reader
 			var size int64
@@ -79,13 +76,13 @@ func newCp(g *globals) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				bar := newBar(show, size, "upload "+path.Base(p))
+				set := func(n int64) { bars.update("upload "+path.Base(p), n, size) }
 				if rf != nil {
-					_, err = rf.CopyTo(ctx, &appender{f: wf, ctx: ctx}, bar.set)
+					_, err = rf.CopyTo(ctx, &appender{f: wf, ctx: ctx}, set)
 				} else {
-					_, err = copyBuffered(ctx, wf, r, bar.set)
+					_, err = copyBuffered(ctx, wf, r, set)
 				}
-				bar.done()
+				bars.wait()
 				if err != nil {
 					return fmt.Errorf("copy to %s: %w (the partial file stays unsealed; remove it with 'gd2fs rm')", dst, err)
 				}
@@ -103,9 +100,8 @@ func newCp(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			bar := newBar(show, size, "download "+path.Base(out))
-			_, err = rf.CopyTo(ctx, f, bar.set)
-			bar.done()
+			_, err = rf.CopyTo(ctx, f, func(n int64) { bars.update("download "+path.Base(out), n, size) })
+			bars.wait()
 			if cerr := f.Close(); err == nil {
 				err = cerr
 			}
@@ -152,34 +148,5 @@ func copyBuffered(ctx context.Context, f *client.File, r io.Reader, progress fun
 		if err != nil {
 			return done, err
 		}
-	}
-}
-
-type bar struct {
-	p *mpb.Progress
-	b *mpb.Bar
-}
-
-func newBar(show bool, total int64, name string) *bar {
-	if !show {
-		return &bar{}
-	}
-	p := mpb.New(mpb.WithOutput(os.Stderr), mpb.WithWidth(40))
-	b := p.AddBar(total,
-		mpb.PrependDecorators(decor.Name(name+" "), decor.CountersKibiByte("% .1f / % .1f")),
-		mpb.AppendDecorators(decor.AverageSpeed(decor.SizeB1024(0), " % .1f"), decor.Name(" "), decor.Percentage()))
-	return &bar{p: p, b: b}
-}
-
-func (b *bar) set(n int64) {
-	if b.b != nil {
-		b.b.SetCurrent(n)
-	}
-}
-
-func (b *bar) done() {
-	if b.p != nil {
-		b.b.SetTotal(-1, true)
-		b.p.Wait()
 	}
 }

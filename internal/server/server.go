@@ -387,136 +387,101 @@ func (s *Server) serveData(nc net.Conn, br *bufio.Reader) {
 			return
 		}
 		start := time.Now()
+		// Consume the payload here, in stream order: data payloads into
+		// pooled buffers, small control payloads into a slice, the rest is
+		// skipped. A bad CRC or an oversize control payload fails only this
+		// request; any other error broke the stream.
+		var bp *[]byte
+		var body []byte
+		switch h.Op {
+		case wire.OpWrite, wire.OpKVPut:
+			bp = bufpool.Get(int(h.PayloadLen))
+			_, err = r.ReadPayload(*bp, h.PayloadCRC)
+			body = *bp
+			s.metrics.bytesIn.Add(float64(h.PayloadLen))
+		case wire.OpCopy:
+			if h.PayloadLen > 4096 {
+				if err = r.Discard(); err == nil {
+					err = errs.New(errs.ErrTooLarge, "%v payload of %d bytes", h.Op, h.PayloadLen)
+				}
+				break
+			}
+			body = make([]byte, h.PayloadLen)
+			_, err = r.ReadPayload(body, h.PayloadCRC)
+		default:
+			err = r.Discard()
+		}
+		if err != nil {
+			if bp != nil {
+				bufpool.Put(bp)
+			}
+			if !errors.Is(err, errs.ErrChecksum) && !errors.Is(err, errs.ErrTooLarge) {
+				return
+			}
+			dc.done(h, start, err)
+			continue
+		}
+		key = append([]byte(nil), key...) // the reader reuses its key buffer
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() {
+				if bp != nil {
+					bufpool.Put(bp)
+				}
+				<-sem
+				wg.Done()
+			}()
+			s.handle(dc, h, key, body, start)
+		}()
+	}
+}
+
+// handle serves one request whose payload has been read.
+func (s *Server) handle(dc *dataConn, h wire.Header, key, body []byte, start time.Time) {
+	switch h.Op {
+	case wire.OpWrite, wire.OpRead, wire.OpStat, wire.OpSeal, wire.OpDelete, wire.OpCopy:
+		ref, err := wire.ParseChunkRef(key)
+		if err != nil {
+			dc.done(h, start, err)
+			return
+		}
 		switch h.Op {
 		case wire.OpWrite:
-			ref, err := wire.ParseChunkRef(key)
-			if err != nil {
-				r.Discard()
-				dc.done(h, start, err)
-				continue
-			}
-			bp := bufpool.Get(int(h.PayloadLen))
-			if _, err := r.ReadPayload(*bp, h.PayloadCRC); err != nil {
-				bufpool.Put(bp)
-				if errors.Is(err, errs.ErrChecksum) {
-					dc.done(h, start, err)
-					continue
-				}
-				return
-			}
-			s.metrics.bytesIn.Add(float64(h.PayloadLen))
-			sem <- struct{}{}
-			wg.Add(1)
-			go func() {
-				defer func() { bufpool.Put(bp); <-sem; wg.Done() }()
-				dc.done(h, start, s.write(ref, int64(h.Offset), *bp))
-			}()
+			dc.done(h, start, s.write(ref, int64(h.Offset), body))
 		case wire.OpRead:
-			ref, err := wire.ParseChunkRef(key)
-			if err := r.Discard(); err != nil {
-				return
-			}
-			if err != nil {
-				dc.done(h, start, err)
-				continue
-			}
-			sem <- struct{}{}
-			wg.Add(1)
-			go func() {
-				defer func() { <-sem; wg.Done() }()
-				s.read(dc, h, ref.ID, start)
-			}()
-		case wire.OpKVPut:
-			ref, err := wire.ParseKVRef(key)
-			if err != nil {
-				r.Discard()
-				dc.done(h, start, err)
-				continue
-			}
-			ref.Key = append([]byte(nil), ref.Key...) // the reader reuses its key buffer
-			bp := bufpool.Get(int(h.PayloadLen))
-			if _, err := r.ReadPayload(*bp, h.PayloadCRC); err != nil {
-				bufpool.Put(bp)
-				if errors.Is(err, errs.ErrChecksum) {
-					dc.done(h, start, err)
-					continue
-				}
-				return
-			}
-			s.metrics.bytesIn.Add(float64(h.PayloadLen))
-			sem <- struct{}{}
-			wg.Add(1)
-			go func() {
-				defer func() { bufpool.Put(bp); <-sem; wg.Done() }()
-				existed, err := s.kvPut(ref, int64(h.Offset), h.Flags&wire.FlagOverwrite != 0, *bp, h.PayloadCRC)
-				if err == nil && existed {
-					s.metrics.observe(h.Op, start, nil)
-					dc.send(h, wire.StatusOK, nil, wire.FlagExisted)
-					return
-				}
-				dc.done(h, start, err)
-			}()
-		case wire.OpReadCold:
-			ref, err := wire.ParseColdRef(key)
-			if derr := r.Discard(); derr != nil {
-				return
-			}
-			if err != nil {
-				dc.done(h, start, err)
-				continue
-			}
-			sem <- struct{}{}
-			wg.Add(1)
-			go func() {
-				defer func() { <-sem; wg.Done() }()
-				s.readCold(dc, h, ref, start)
-			}()
-		case wire.OpKVGet, wire.OpKVExists, wire.OpKVDelete:
-			ref, err := wire.ParseKVRef(key)
-			if derr := r.Discard(); derr != nil {
-				return
-			}
-			if err != nil {
-				dc.done(h, start, err)
-				continue
-			}
-			ref.Key = append([]byte(nil), ref.Key...)
-			sem <- struct{}{}
-			wg.Add(1)
-			go func() {
-				defer func() { <-sem; wg.Done() }()
-				s.kvOp(dc, h, ref, start)
-			}()
-		case wire.OpPing, wire.OpStat, wire.OpSeal, wire.OpDelete, wire.OpCopy:
-			var body []byte
-			if h.PayloadLen > 0 {
-				if h.PayloadLen > 4096 {
-					r.Discard()
-					dc.done(h, start, errs.New(errs.ErrTooLarge, "%v payload of %d bytes", h.Op, h.PayloadLen))
-					continue
-				}
-				body = make([]byte, h.PayloadLen)
-				if _, err := r.ReadPayload(body, h.PayloadCRC); err != nil {
-					if errors.Is(err, errs.ErrChecksum) {
-						dc.done(h, start, err)
-						continue
-					}
-					return
-				}
-			}
-			keyCopy := append([]byte(nil), key...)
-			sem <- struct{}{}
-			wg.Add(1)
-			go func() {
-				defer func() { <-sem; wg.Done() }()
-				s.control(dc, h, keyCopy, body, start)
-			}()
+			s.read(dc, h, ref.ID, start)
 		default:
-			if err := r.Discard(); err != nil {
-				return
-			}
-			dc.done(h, start, errs.New(errs.ErrUnknownOp, "unknown opcode %d: this server speaks protocol version %d", h.Op, wire.Version))
+			s.control(dc, h, ref.ID, body, start)
 		}
+	case wire.OpReadCold:
+		ref, err := wire.ParseColdRef(key)
+		if err != nil {
+			dc.done(h, start, err)
+			return
+		}
+		s.readCold(dc, h, ref, start)
+	case wire.OpKVPut, wire.OpKVGet, wire.OpKVExists, wire.OpKVDelete:
+		ref, err := wire.ParseKVRef(key)
+		if err != nil {
+			dc.done(h, start, err)
+			return
+		}
+		if h.Op != wire.OpKVPut {
+			s.kvOp(dc, h, ref, start)
+			return
+		}
+		existed, err := s.kvPut(ref, int64(h.Offset), h.Flags&wire.FlagOverwrite != 0, body, h.PayloadCRC)
+		if err == nil && existed {
+			s.metrics.observe(h.Op, start, nil)
+			dc.send(h, wire.StatusOK, nil, wire.FlagExisted)
+			return
+		}
+		dc.done(h, start, err)
+	case wire.OpPing:
+		dc.done(h, start, nil)
+	default:
+		dc.done(h, start, errs.New(errs.ErrUnknownOp, "unknown opcode %d: this server speaks protocol version %d", h.Op, wire.Version))
 	}
 }
 
@@ -578,19 +543,10 @@ func (s *Server) readWithFlags(dc *dataConn, h wire.Header, id uint64, start tim
 	s.metrics.observe(h.Op, start, err)
 }
 
-func (s *Server) control(dc *dataConn, h wire.Header, key, body []byte, start time.Time) {
-	if h.Op == wire.OpPing {
-		dc.done(h, start, nil)
-		return
-	}
-	ref, err := wire.ParseChunkRef(key)
-	if err != nil {
-		dc.done(h, start, err)
-		return
-	}
+func (s *Server) control(dc *dataConn, h wire.Header, id uint64, body []byte, start time.Time) {
 	switch h.Op {
 	case wire.OpStat:
-		info, err := s.store.Stat(ref.ID)
+		info, err := s.store.Stat(id)
 		if err != nil {
 			dc.done(h, start, err)
 			return
@@ -604,11 +560,11 @@ func (s *Server) control(dc *dataConn, h wire.Header, key, body []byte, start ti
 		dc.send(out, wire.StatusOK, nil, flags)
 		s.metrics.observe(h.Op, start, nil)
 	case wire.OpSeal:
-		dc.done(h, start, s.store.Seal(ref.ID))
+		dc.done(h, start, s.store.Seal(id))
 	case wire.OpDelete:
-		dc.done(h, start, s.store.Delete(ref.ID))
+		dc.done(h, start, s.store.Delete(id))
 	case wire.OpCopy:
-		dc.done(h, start, s.copyFrom(ref.ID, string(body)))
+		dc.done(h, start, s.copyFrom(id, string(body)))
 	}
 }
 
