@@ -158,10 +158,7 @@ func newBenchKV(g *globals) *cobra.Command {
 				return err
 			}
 			defer c.Close()
-			cl, err := client.New(client.Config{Master: c.Master.URL(), Streams: 4})
-			if err != nil {
-				return err
-			}
+			cl := c.Client()
 			defer cl.Close()
 			gd := gdTarget{kv: cl.KV("perf"), prefix: "b/"}
 			rd := redisTarget{c: rdb}
@@ -247,10 +244,7 @@ func benchKVDisk(ctx context.Context, dir string, _ int64) error {
 		return err
 	}
 	defer c.Close()
-	cl, err := client.New(client.Config{Master: c.Master.URL()})
-	if err != nil {
-		return err
-	}
+	cl := c.Client()
 	defer cl.Close()
 	t := gdTarget{kv: cl.KV("perf")}
 	keys := 3 * memB / size

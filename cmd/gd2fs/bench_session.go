@@ -166,10 +166,7 @@ func newBenchSessionLoad(g *globals) *cobra.Command {
 				return err
 			}
 			defer c.Close()
-			cl, err := client.New(client.Config{Master: c.Master.URL()})
-			if err != nil {
-				return err
-			}
+			cl := c.Client()
 			defer cl.Close()
 			ss := cl.Sessions()
 			// Llama-3-8B, tensor parallel 8: one KV head per rank.

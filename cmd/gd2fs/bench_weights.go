@@ -57,10 +57,7 @@ func newBenchWeights(g *globals) *cobra.Command {
 				return err
 			}
 			defer c.Close()
-			cl, err := client.New(client.Config{Master: c.Master.URL()})
-			if err != nil {
-				return err
-			}
+			cl := c.Client()
 			defer cl.Close()
 			fmt.Printf("bench weights: a %s model in %d files, fake S3 (gofakes3) on loopback, 3 local servers\n", human(total), files)
 

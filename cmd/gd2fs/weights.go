@@ -78,10 +78,6 @@ func newModelPull(g *globals) *cobra.Command {
   AWS_ENDPOINT_URL=http://127.0.0.1:9000 gd2fs model pull --concurrency 16 s3://b/org/m gd2fs://local/models/org/m`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			dst, err := remotePath(args[1])
-			if err != nil {
-				return err
-			}
 			src, err := s3.source()
 			if err != nil {
 				return err
@@ -94,26 +90,23 @@ func newModelPull(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			bars := newProgressBars(showProgress(progress, quiet))
-			p := &weights.Puller{Client: c, Source: src, Concurrency: conc, PartSize: ps, Pool: pool, ChunkSize: cs, Progress: bars.update}
-			reps, err := p.Pull(cmd.Context(), args[0], dst)
-			bars.wait()
-			for _, r := range reps {
-				state := "pulled"
-				switch {
-				case r.Skipped:
-					state = "already complete"
-				case r.Resumed > 0:
-					state = fmt.Sprintf("resumed after %s", human(r.Resumed))
+			return g.withRemote(args[1], func(c *client.Client, dst string) error {
+				bars := newProgressBars(showProgress(progress, quiet))
+				p := &weights.Puller{Client: c, Source: src, Concurrency: conc, PartSize: ps, Pool: pool, ChunkSize: cs, Progress: bars.update}
+				reps, err := p.Pull(cmd.Context(), args[0], dst)
+				bars.wait()
+				for _, r := range reps {
+					state := "pulled"
+					switch {
+					case r.Skipped:
+						state = "already complete"
+					case r.Resumed > 0:
+						state = fmt.Sprintf("resumed after %s", human(r.Resumed))
+					}
+					fmt.Printf("%s  %s  %s  %s\n", r.SHA256, human(r.Size), r.Path, state)
 				}
-				fmt.Printf("%s  %s  %s  %s\n", r.SHA256, human(r.Size), r.Path, state)
-			}
-			return err
+				return err
+			})
 		},
 	}
 	f := cmd.Flags()
@@ -137,10 +130,6 @@ func newModelLink(g *globals) *cobra.Command {
   gd2fs warmup gd2fs://local/models/org/m --cache /nvme/hf     # the first reader fills the servers`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			dst, err := remotePath(args[1])
-			if err != nil {
-				return err
-			}
 			src, err := s3.source()
 			if err != nil {
 				return err
@@ -149,19 +138,16 @@ func newModelLink(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c, err := g.client()
-			if err != nil {
+			return g.withRemote(args[1], func(c *client.Client, dst string) error {
+				fs, err := weights.Link(cmd.Context(), c, src, args[0], dst, client.LinkOptions{Pool: pool, ChunkSize: cs})
+				for _, f := range fs {
+					fmt.Printf("%s  %s  <- %s\n", human(f.Size), f.Path, f.Attrs["source"])
+				}
+				if err == nil {
+					fmt.Fprintln(os.Stderr, "linked; the servers need S3 access too (gd2fs server --s3-endpoint ... or the AWS_* variables)")
+				}
 				return err
-			}
-			defer c.Close()
-			fs, err := weights.Link(cmd.Context(), c, src, args[0], dst, client.LinkOptions{Pool: pool, ChunkSize: cs})
-			for _, f := range fs {
-				fmt.Printf("%s  %s  <- %s\n", human(f.Size), f.Path, f.Attrs["source"])
-			}
-			if err == nil {
-				fmt.Fprintln(os.Stderr, "linked; the servers need S3 access too (gd2fs server --s3-endpoint ... or the AWS_* variables)")
-			}
-			return err
+			})
 		},
 	}
 	f := cmd.Flags()
