@@ -116,7 +116,23 @@ func newBenchFiles(g *globals) *cobra.Command {
 						return err
 					}
 				}
-				fmt.Fprintf(os.Stderr, "  run %d/%d done\n", r+1, runs)
+				// Let the servers finish deleting this run's chunks (they do it
+				// after their next heartbeat) so the next run does not
+				// measure the deletion work too.
+				for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+					held := 0
+					for _, s := range c.Servers {
+						held += s.Store().Usage().Chunks
+					}
+					if held == 0 {
+						break
+					}
+				}
+				fmt.Fprintf(os.Stderr, "  run %d/%d:", r+1, runs)
+				for _, k := range []string{"raw", "perf write", "perf read", "ha write", "ha read"} {
+					fmt.Fprintf(os.Stderr, " %s %.0f MiB/s;", k, results[k][r]/(1<<20))
+				}
+				fmt.Fprintln(os.Stderr)
 			}
 			raw := bench.Median(results["raw"])
 			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)

@@ -448,7 +448,7 @@ func (s *Server) handle(dc *dataConn, h wire.Header, key, body []byte, start tim
 		}
 		switch h.Op {
 		case wire.OpWrite:
-			dc.done(h, start, s.write(ref, int64(h.Offset), body))
+			dc.done(h, start, s.write(ref, int64(h.Offset), body, h.PayloadCRC))
 		case wire.OpRead:
 			s.read(dc, h, ref.ID, start)
 		default:
@@ -491,7 +491,7 @@ func isEOF(err error) bool {
 
 // write stores locally and forwards to the other replicas in parallel; it
 // succeeds only when every copy succeeded (DESIGN.md §8).
-func (s *Server) write(ref wire.ChunkRef, off int64, p []byte) error {
+func (s *Server) write(ref wire.ChunkRef, off int64, p []byte, crc uint32) error {
 	if len(ref.Forward) == 0 {
 		return s.store.Write(ref.ID, off, p)
 	}
@@ -500,7 +500,7 @@ func (s *Server) write(ref wire.ChunkRef, off int64, p []byte) error {
 	defer cancel()
 	for _, addr := range ref.Forward {
 		go func() {
-			if err := s.peers.WriteChunk(ctx, addr, ref.ID, off, p, nil); err != nil {
+			if err := s.peers.ForwardChunk(ctx, addr, ref.ID, off, p, nil, crc); err != nil {
 				errc <- fmt.Errorf("replica %s: %w", addr, err)
 				return
 			}
