@@ -323,6 +323,20 @@ func TestBadFramesDoNotHurtOthers(t *testing.T) {
 		}
 		r.Discard()
 	}
+	// A write whose payload does not match its CRC is refused and stores nothing.
+	payload := []byte("some bytes")
+	h := wire.Header{Op: wire.OpWrite, ReqID: 5, PayloadLen: uint32(len(payload)), PayloadCRC: wire.Checksum(payload) ^ 1}
+	wkey := wire.AppendChunkRef(nil, wire.ChunkRef{ID: 777})
+	nc.Write(wire.Encode(hb[:], &h, wkey))
+	nc.Write(wkey)
+	nc.Write(payload)
+	if resp, _, err := r.Next(); err != nil || resp.Status != wire.StatusChecksum {
+		t.Fatalf("corrupt write: %+v %v", resp, err)
+	}
+	r.Discard()
+	if _, err := c.Servers[0].Store().Stat(777); !errors.Is(err, errs.ErrNotFound) {
+		t.Fatalf("a corrupt write left chunk 777: %v", err)
+	}
 	if got, err := readFile(t, cl, "/d"); err != nil || !bytes.Equal(got, data) {
 		t.Fatalf("server stopped serving after bad frames: %v", err)
 	}

@@ -394,7 +394,14 @@ func (s *Server) serveData(nc net.Conn, br *bufio.Reader) {
 		var bp *[]byte
 		var body []byte
 		switch h.Op {
-		case wire.OpWrite, wire.OpKVPut:
+		case wire.OpWrite:
+			// The chunk store checks the CRC in the pass that computes its
+			// block CRCs (store.WriteChecked).
+			bp = bufpool.Get(int(h.PayloadLen))
+			_, err = r.ReadPayloadUnchecked(*bp)
+			body = *bp
+			s.metrics.bytesIn.Add(float64(h.PayloadLen))
+		case wire.OpKVPut:
 			bp = bufpool.Get(int(h.PayloadLen))
 			_, err = r.ReadPayload(*bp, h.PayloadCRC)
 			body = *bp
@@ -493,7 +500,7 @@ func isEOF(err error) bool {
 // succeeds only when every copy succeeded (DESIGN.md §8).
 func (s *Server) write(ref wire.ChunkRef, off int64, p []byte, crc uint32) error {
 	if len(ref.Forward) == 0 {
-		return s.store.Write(ref.ID, off, p)
+		return s.store.WriteChecked(ref.ID, off, p, crc)
 	}
 	errc := make(chan error, len(ref.Forward))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -507,7 +514,7 @@ func (s *Server) write(ref wire.ChunkRef, off int64, p []byte, crc uint32) error
 			errc <- nil
 		}()
 	}
-	err := s.store.Write(ref.ID, off, p)
+	err := s.store.WriteChecked(ref.ID, off, p, crc)
 	for range ref.Forward {
 		if e := <-errc; e != nil && err == nil {
 			err = e
@@ -530,11 +537,11 @@ func (s *Server) readWithFlags(dc *dataConn, h wire.Header, id uint64, start tim
 		return
 	}
 	sent := false
-	err := s.store.Read(id, int64(h.Offset), int64(h.Count), func(bufs [][]byte) error {
+	err := s.store.Read(id, int64(h.Offset), int64(h.Count), func(bufs [][]byte, crc uint32) error {
 		sent = true
 		s.metrics.bytesOut.Add(float64(h.Count))
 		s.servedBytes.Add(int64(h.Count))
-		return dc.send(h, wire.StatusOK, bufs, flags)
+		return dc.sendCRC(h, wire.StatusOK, bufs, flags, crc)
 	})
 	if !sent {
 		dc.done(h, start, err)

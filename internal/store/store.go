@@ -191,9 +191,58 @@ func (s *Store) get(id uint64) (*chunk, error) {
 	return c, nil
 }
 
+var blockShift = wire.NewShift(BlockSize)
+
+// segCRCs returns the CRC32C of each block-aligned segment of p written at
+// chunk offset off: one per block the write touches. One pass over p.
+func segCRCs(off int64, p []byte) []uint32 {
+	var out []uint32
+	for len(p) > 0 {
+		n := min(int64(len(p)), BlockSize-off%BlockSize)
+		out = append(out, crc32.Checksum(p[:n], wire.Castagnoli))
+		p = p[n:]
+		off += n
+	}
+	return out
+}
+
+// combine folds the CRC of a following piece of n bytes into acc.
+func combine(acc, crc uint32, n int64, first bool) uint32 {
+	switch {
+	case first:
+		return crc
+	case n == BlockSize:
+		return blockShift.Combine(acc, crc)
+	default:
+		return wire.Combine(acc, crc, n)
+	}
+}
+
 // Write stores p at offset off of chunk id, creating the chunk if needed.
 // It returns only when the bytes are in every tier that holds the chunk.
 func (s *Store) Write(id uint64, off int64, p []byte) error {
+	return s.write(id, off, p, segCRCs(off, p))
+}
+
+// WriteChecked is Write for bytes that came with CRC32C want: the per-block
+// CRCs the store keeps are computed in the same pass that checks want, and
+// a mismatch stores nothing.
+func (s *Store) WriteChecked(id uint64, off int64, p []byte, want uint32) error {
+	segs := segCRCs(off, p)
+	var got uint32
+	o := off
+	for i, c := range segs {
+		n := min(int64(len(p))-(o-off), BlockSize-o%BlockSize)
+		got = combine(got, c, n, i == 0)
+		o += n
+	}
+	if got != want {
+		return wire.ErrPayloadCRC
+	}
+	return s.write(id, off, p, segs)
+}
+
+func (s *Store) write(id uint64, off int64, p []byte, segs []uint32) error {
 	end := off + int64(len(p))
 	if off < 0 || end > MaxChunk {
 		return errs.New(errs.ErrOutOfRange, "store: write [%d, %d) of chunk %d beyond the %d-byte chunk limit", off, end, id, MaxChunk)
@@ -222,13 +271,19 @@ func (s *Store) Write(id uint64, off int64, p []byte) error {
 		s.dropIfEmpty(c)
 		return err
 	}
+	var f *os.File
 	if s.cfg.Dir != "" {
-		if err := s.writeDisk(c, off, p, newLen); err != nil {
+		var err error
+		if f, err = s.open(id, true); err == nil {
+			defer f.Close()
+			_, err = f.WriteAt(p, dataOff+off)
+		}
+		if err != nil {
 			s.mu.Lock()
 			s.diskUsed -= newLen - c.length
 			s.mu.Unlock()
 			s.dropIfEmpty(c)
-			return err
+			return fmt.Errorf("store: write chunk %d: %w", id, err)
 		}
 	}
 	s.mu.Lock()
@@ -237,8 +292,55 @@ func (s *Store) Write(id uint64, off int64, p []byte) error {
 		s.touch(c)
 	}
 	s.mu.Unlock()
+	first := s.updateCRCs(c, f, off, end, newLen, segs)
+	if f != nil {
+		if err := s.writeCRCs(c, f, first, newLen); err != nil {
+			return err
+		}
+	}
 	c.length = newLen
 	return nil
+}
+
+// updateCRCs brings the block CRCs of c up to date after a write of
+// [off, end) that made the chunk newLen long, and returns the first block
+// that changed. Blocks the write covers take their CRC from segs; blocks it
+// covers in part (and hole blocks) are checksummed from the merged bytes.
+func (s *Store) updateCRCs(c *chunk, f *os.File, off, end, newLen int64, segs []uint32) int {
+	first := int(min(off, c.length) / BlockSize)
+	last := blocks(newLen)
+	if last > len(c.crcs) {
+		c.crcs = append(c.crcs, make([]uint32, last-len(c.crcs))...)
+	}
+	for b := first; b < last; b++ {
+		bs, be := int64(b)*BlockSize, min(int64(b+1)*BlockSize, newLen)
+		if off <= bs && end >= be {
+			c.crcs[b] = segs[b-int(off/BlockSize)]
+			continue
+		}
+		c.crcs[b] = s.mergedCRC(c, f, bs, be)
+	}
+	return first
+}
+
+// mergedCRC checksums bytes [bs, be) of c as they are now, from DRAM when
+// cached, else from the chunk file.
+func (s *Store) mergedCRC(c *chunk, f *os.File, bs, be int64) uint32 {
+	s.mu.Lock()
+	if c.pages != nil {
+		crc := wire.Checksum(s.arena.Views(c.pages, bs, be-bs)...)
+		s.mu.Unlock()
+		return crc
+	}
+	s.mu.Unlock()
+	bp := bufpool.Get(int(be - bs))
+	defer bufpool.Put(bp)
+	if f != nil {
+		if _, err := f.ReadAt(*bp, dataOff+bs); err != nil {
+			return 0 // a later read fails this block's check: never wrong data
+		}
+	}
+	return crc32.Checksum(*bp, wire.Castagnoli)
 }
 
 // reserve accounts for growth to newLen: disk space, and DRAM pages when the
@@ -340,10 +442,12 @@ func (s *Store) copyIn(c *chunk, off int64, p []byte) {
 	s.arena.CopyIn(c.pages, off, p)
 }
 
-// Read calls fn with views of bytes [off, off+n) of chunk id. The views are
-// valid only during fn (they may point into the DRAM arena, pinned meanwhile)
-// and every byte in them was checksum-verified or came from DRAM.
-func (s *Store) Read(id uint64, off, n int64, fn func([][]byte) error) error {
+// Read calls fn with views of bytes [off, off+n) of chunk id and their
+// CRC32C. The views are valid only during fn (they may point into the DRAM
+// arena, pinned meanwhile); every byte in them was checksum-verified or came
+// from DRAM. The CRC is combined from the stored block CRCs, so for aligned
+// reads the bytes are not touched to compute it.
+func (s *Store) Read(id uint64, off, n int64, fn func(bufs [][]byte, crc uint32) error) error {
 	c, err := s.get(id)
 	if err != nil {
 		return err
@@ -373,10 +477,16 @@ func (s *Store) Read(id uint64, off, n int64, fn func([][]byte) error) error {
 		c.pins++
 		s.touch(c)
 		v := s.arena.Views(c.pages, off, n)
+		crcs := c.crcs[off/BlockSize : blocks(off+n)]
+		crcs = append([]uint32(nil), crcs...) // a write may change them after we unlock
+		length, pages := c.length, c.pages
 		s.mu.Unlock()
 		c.mu.Unlock()
 		s.memReads.Add(1)
-		err := fn(v)
+		crc := rangeCRC(crcs, off/BlockSize, length, off, n, func(from, to int64) [][]byte {
+			return s.arena.Views(pages, from, to-from)
+		})
+		err := fn(v, crc)
 		s.unpin(c)
 		return err
 	}
@@ -384,6 +494,25 @@ func (s *Store) Read(id uint64, off, n int64, fn func([][]byte) error) error {
 	defer c.mu.Unlock()
 	s.diskReads.Add(1)
 	return s.readDisk(c, off, n, fn)
+}
+
+// rangeCRC is the CRC32C of bytes [off, off+n) of a chunk of length bytes
+// whose block CRCs from block firstBlock on are crcs: whole blocks use their
+// stored CRC, partly covered ones are checksummed from bytesAt.
+func rangeCRC(crcs []uint32, firstBlock, length, off, n int64, bytesAt func(from, to int64) [][]byte) uint32 {
+	var acc uint32
+	for b := off / BlockSize; b*BlockSize < off+n; b++ {
+		bs, be := b*BlockSize, min((b+1)*BlockSize, length)
+		ro, re := max(off, bs), min(off+n, be)
+		var c uint32
+		if ro == bs && re == be {
+			c = crcs[b-firstBlock]
+		} else {
+			c = wire.Checksum(bytesAt(ro, re)...)
+		}
+		acc = combine(acc, c, re-ro, b == off/BlockSize)
+	}
+	return acc
 }
 
 func (s *Store) unpin(c *chunk) {
@@ -403,7 +532,7 @@ func (s *Store) promote(c *chunk) error {
 	if !ok {
 		return errs.ErrNoSpace
 	}
-	err := s.readDisk(c, 0, c.length, func(bufs [][]byte) error {
+	err := s.readDisk(c, 0, c.length, func(bufs [][]byte, _ uint32) error {
 		var off int64
 		for _, b := range bufs {
 			s.arena.CopyIn(ps, off, b)
@@ -516,40 +645,9 @@ func (s *Store) open(id uint64, create bool) (*os.File, error) {
 	return f, err
 }
 
-func (s *Store) writeDisk(c *chunk, off int64, p []byte, newLen int64) error {
-	f, err := s.open(c.id, true)
-	if err != nil {
-		return fmt.Errorf("store: open chunk %d: %w", c.id, err)
-	}
-	defer f.Close()
-	if _, err := f.WriteAt(p, dataOff+off); err != nil {
-		return fmt.Errorf("store: write chunk %d: %w", c.id, err)
-	}
-	first := int(min(off, c.length) / BlockSize)
+// writeCRCs persists block CRCs from block first on, then the header.
+func (s *Store) writeCRCs(c *chunk, f *os.File, first int, newLen int64) error {
 	last := blocks(newLen)
-	if need := last; need > len(c.crcs) {
-		c.crcs = append(c.crcs, make([]uint32, need-len(c.crcs))...)
-	}
-	end := off + int64(len(p))
-	var scratch *[]byte
-	for b := first; b < last; b++ {
-		bs, be := int64(b)*BlockSize, min(int64(b+1)*BlockSize, newLen)
-		if off <= bs && end >= be {
-			c.crcs[b] = crc32.Checksum(p[bs-off:be-off], wire.Castagnoli)
-			continue
-		}
-		// A block only partly covered by this write: checksum what is now on
-		// disk (the page cache already holds the merged bytes).
-		if scratch == nil {
-			scratch = bufpool.Get(BlockSize)
-			defer bufpool.Put(scratch)
-		}
-		buf := (*scratch)[:be-bs]
-		if _, err := f.ReadAt(buf, dataOff+bs); err != nil {
-			return fmt.Errorf("store: reread chunk %d block %d: %w", c.id, b, err)
-		}
-		c.crcs[b] = crc32.Checksum(buf, wire.Castagnoli)
-	}
 	tab := make([]byte, 4*(last-first))
 	for i := range last - first {
 		binary.LittleEndian.PutUint32(tab[4*i:], c.crcs[first+i])
@@ -586,10 +684,10 @@ func writeHeaderTo(f *os.File, length int64, sealed bool) error {
 }
 
 // readDisk reads [off, off+n) widened to whole blocks, verifies each block's
-// CRC and passes the asked-for bytes to fn. c.mu held.
-func (s *Store) readDisk(c *chunk, off, n int64, fn func([][]byte) error) error {
+// CRC and passes the asked-for bytes and their CRC to fn. c.mu held.
+func (s *Store) readDisk(c *chunk, off, n int64, fn func([][]byte, uint32) error) error {
 	if n == 0 {
-		return fn(nil)
+		return fn(nil, 0)
 	}
 	f, err := s.open(c.id, false)
 	if err != nil {
@@ -611,7 +709,10 @@ func (s *Store) readDisk(c *chunk, off, n int64, fn func([][]byte) error) error 
 			return errs.New(errs.ErrChecksum, "store: chunk %d block at %d fails its checksum: the disk copy is damaged; read another replica", c.id, b)
 		}
 	}
-	return fn([][]byte{buf[off-bs : off-bs+n]})
+	crc := rangeCRC(c.crcs[bs/BlockSize:], bs/BlockSize, c.length, off, n, func(from, to int64) [][]byte {
+		return [][]byte{buf[from-bs : to-bs]}
+	})
+	return fn([][]byte{buf[off-bs : off-bs+n]}, crc)
 }
 
 // load scans the disk tier at start-up.

@@ -3,12 +3,14 @@ package store
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"sync"
 	"testing"
 
 	"github.com/gd2fs/gd2fs/errs"
+	"github.com/gd2fs/gd2fs/internal/wire"
 )
 
 func open(t *testing.T, cfg Config) *Store {
@@ -24,9 +26,12 @@ func open(t *testing.T, cfg Config) *Store {
 func readAll(t *testing.T, s *Store, id uint64, off, n int64) []byte {
 	t.Helper()
 	var out []byte
-	err := s.Read(id, off, n, func(bufs [][]byte) error {
+	err := s.Read(id, off, n, func(bufs [][]byte, crc uint32) error {
 		for _, b := range bufs {
 			out = append(out, b...)
+		}
+		if got := wire.Checksum(bufs...); got != crc {
+			return fmt.Errorf("chunk %d [%d,+%d): combined CRC %08x, bytes have %08x", id, off, n, crc, got)
 		}
 		return nil
 	})
@@ -109,10 +114,10 @@ func TestErrors(t *testing.T) {
 	if err := s.Write(1, 0, make([]byte, 1000)); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Read(1, 500, 501, func([][]byte) error { return nil }); !errors.Is(err, errs.ErrOutOfRange) {
+	if err := s.Read(1, 500, 501, func([][]byte, uint32) error { return nil }); !errors.Is(err, errs.ErrOutOfRange) {
 		t.Fatalf("read past end: %v", err)
 	}
-	if err := s.Read(2, 0, 1, func([][]byte) error { return nil }); !errors.Is(err, errs.ErrNotFound) {
+	if err := s.Read(2, 0, 1, func([][]byte, uint32) error { return nil }); !errors.Is(err, errs.ErrNotFound) {
 		t.Fatalf("unknown chunk: %v", err)
 	}
 	if err := s.Write(3, 0, make([]byte, 2<<20)); !errors.Is(err, errs.ErrNoSpace) {
@@ -167,7 +172,7 @@ func TestCorruptBlockIsAnErrorNotData(t *testing.T) {
 	if got := readAll(t, s2, 9, 0, BlockSize); !bytes.Equal(got, data[:BlockSize]) {
 		t.Fatal("undamaged block differs")
 	}
-	err = s2.Read(9, BlockSize, 10, func([][]byte) error { t.Fatal("damaged bytes handed out"); return nil })
+	err = s2.Read(9, BlockSize, 10, func([][]byte, uint32) error { t.Fatal("damaged bytes handed out"); return nil })
 	if !errors.Is(err, errs.ErrChecksum) {
 		t.Fatalf("damaged block: %v", err)
 	}
@@ -199,7 +204,7 @@ func TestConcurrentWritersAndReaders(t *testing.T) {
 			}
 			for i := 0; i < 5; i++ {
 				var got []byte
-				if err := s.Read(id, 0, int64(len(data)), func(b [][]byte) error {
+				if err := s.Read(id, 0, int64(len(data)), func(b [][]byte, _ uint32) error {
 					for _, x := range b {
 						got = append(got, x...)
 					}
@@ -217,5 +222,23 @@ func TestConcurrentWritersAndReaders(t *testing.T) {
 	wg.Wait()
 	if st := s.Stats(); st.Evictions == 0 {
 		t.Errorf("expected DRAM evictions with 8 MiB over 2 MiB, got %+v", st)
+	}
+}
+
+func TestWriteChecked(t *testing.T) {
+	s := open(t, Config{MemBytes: 4 << 20, Dir: t.TempDir(), DiskBytes: 64 << 20})
+	p := rnd(200_000, 5)
+	if err := s.WriteChecked(1, 1000, p, wire.Checksum(p)^1); !errors.Is(err, errs.ErrChecksum) {
+		t.Fatalf("bad CRC: %v", err)
+	}
+	if _, err := s.Stat(1); !errors.Is(err, errs.ErrNotFound) {
+		t.Fatal("a write with a bad CRC left a chunk behind")
+	}
+	if err := s.WriteChecked(1, 1000, p, wire.Checksum(p)); err != nil {
+		t.Fatal(err)
+	}
+	want := append(make([]byte, 1000), p...)
+	if got := readAll(t, s, 1, 0, int64(len(want))); !bytes.Equal(got, want) {
+		t.Fatal("read back differs")
 	}
 }

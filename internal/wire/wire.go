@@ -347,6 +347,24 @@ func (r *Reader) ReadPayload(dst []byte, want uint32) (int, error) {
 	return n, nil
 }
 
+// ReadPayloadUnchecked reads the pending payload into dst like ReadPayload
+// but leaves the CRC check to the caller, who may fold it into a pass it
+// makes anyway (the chunk store computes per-block CRCs and combines them).
+func (r *Reader) ReadPayloadUnchecked(dst []byte) (int, error) {
+	n := r.left
+	if len(dst) < n {
+		if err := r.Discard(); err != nil {
+			return 0, err
+		}
+		return 0, ErrShortPayload
+	}
+	r.left = 0
+	if _, err := io.ReadFull(r.r, dst[:n]); err != nil {
+		return 0, truncated(err, "payload")
+	}
+	return n, nil
+}
+
 // Discard skips the pending payload.
 func (r *Reader) Discard() error {
 	n := r.left
