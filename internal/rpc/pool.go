@@ -123,6 +123,14 @@ func (p *Pool) ForwardChunk(ctx context.Context, addr string, id uint64, off int
 	return err
 }
 
+// ForwardChunkV is ForwardChunk for bytes in several buffers (DRAM pages),
+// sent with writev.
+func (p *Pool) ForwardChunkV(ctx context.Context, addr string, id uint64, off int64, data [][]byte, crc uint32) error {
+	key := wire.AppendChunkRef(nil, wire.ChunkRef{ID: id})
+	_, err := p.Do(ctx, addr, &Request{Op: wire.OpWrite, Key: key, Offset: uint64(off), Payload: data, PayloadCRC: crc, HaveCRC: crc != 0})
+	return err
+}
+
 // ReadChunk reads len(dst) bytes at off of chunk id into dst.
 func (p *Pool) ReadChunk(ctx context.Context, addr string, id uint64, off int64, dst []byte) error {
 	r, err := p.Do(ctx, addr, &Request{Op: wire.OpRead, Key: chunkKey(id), Offset: uint64(off), Count: uint64(len(dst)), Dst: dst})

@@ -393,6 +393,26 @@ func (s *Server) serveData(nc net.Conn, br *bufio.Reader) {
 		// request; any other error broke the stream.
 		var bp *[]byte
 		var body []byte
+		if h.Op == wire.OpWrite {
+			// Zero copy when the chunk's DRAM pages can take the bytes as
+			// they arrive (new bytes of a cached chunk).
+			if ref, perr := wire.ParseChunkRef(key); perr == nil {
+				if dst, pw, ok := s.store.BeginWrite(ref.ID, int64(h.Offset), int(h.PayloadLen)); ok {
+					if err := r.ReadPayloadInto(dst); err != nil {
+						pw.Abort()
+						return // the stream broke mid-payload
+					}
+					s.metrics.bytesIn.Add(float64(h.PayloadLen))
+					sem <- struct{}{}
+					wg.Add(1)
+					go func() {
+						defer func() { <-sem; wg.Done() }()
+						dc.done(h, start, s.writeDirect(ref, int64(h.Offset), pw, h.PayloadCRC))
+					}()
+					continue
+				}
+			}
+		}
 		switch h.Op {
 		case wire.OpWrite:
 			// The chunk store checks the CRC in the pass that computes its
@@ -519,6 +539,35 @@ func (s *Server) write(ref wire.ChunkRef, off int64, p []byte, crc uint32) error
 		if e := <-errc; e != nil && err == nil {
 			err = e
 		}
+	}
+	return err
+}
+
+// writeDirect completes a write received straight into DRAM pages: it
+// forwards the same pages to the other replicas while committing locally.
+func (s *Server) writeDirect(ref wire.ChunkRef, off int64, pw *store.Pending, crc uint32) error {
+	if len(ref.Forward) == 0 {
+		return pw.Commit(crc)
+	}
+	errc := make(chan error, len(ref.Forward))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	// Forwards and the local commit run together; the pages stay pinned
+	// and the chunk locked until the forwards are done (CommitWhen waits).
+	var wg sync.WaitGroup
+	for _, addr := range ref.Forward {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := s.peers.ForwardChunkV(ctx, addr, ref.ID, off, pw.Bytes(), crc); err != nil {
+				errc <- fmt.Errorf("replica %s: %w", addr, err)
+			}
+		}()
+	}
+	err := pw.CommitWhen(crc, wg.Wait)
+	close(errc)
+	if err == nil {
+		err = <-errc
 	}
 	return err
 }

@@ -242,3 +242,56 @@ func TestWriteChecked(t *testing.T) {
 		t.Fatal("read back differs")
 	}
 }
+
+func TestDirectWrite(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, Config{MemBytes: 8 << 20, Dir: dir, DiskBytes: 64 << 20})
+	put := func(id uint64, off int64, p []byte, crc uint32) (bool, error) {
+		dst, pw, ok := s.BeginWrite(id, off, len(p))
+		if !ok {
+			return false, nil
+		}
+		rest := p
+		for _, d := range dst {
+			copy(d, rest)
+			rest = rest[len(d):]
+		}
+		return true, pw.Commit(crc)
+	}
+	a, b := rnd(300_000, 1), rnd(100_000, 2)
+	if ok, err := put(1, 0, a, wire.Checksum(a)); !ok || err != nil {
+		t.Fatalf("direct write of a new chunk: %v %v", ok, err)
+	}
+	// Appending with a hole, and a bad CRC that must change nothing.
+	if ok, err := put(1, 400_000, b, wire.Checksum(b)^1); !ok || !errors.Is(err, errs.ErrChecksum) {
+		t.Fatalf("bad CRC: %v %v", ok, err)
+	}
+	if info, _ := s.Stat(1); info.Length != 300_000 {
+		t.Fatalf("a rejected write changed the length to %d", info.Length)
+	}
+	if ok, err := put(1, 400_000, b, wire.Checksum(b)); !ok || err != nil {
+		t.Fatal(err)
+	}
+	// Overwriting stored bytes is declined (it goes through a buffer).
+	if _, _, ok := s.BeginWrite(1, 10, 5); ok {
+		t.Fatal("direct overwrite of stored bytes accepted")
+	}
+	// A rejected first write leaves no chunk behind.
+	if ok, err := put(2, 0, b, 0); !ok || err == nil {
+		t.Fatal("bad CRC on a new chunk accepted")
+	}
+	if _, err := s.Stat(2); !errors.Is(err, errs.ErrNotFound) {
+		t.Fatal("rejected first write left a chunk")
+	}
+	want := make([]byte, 500_000)
+	copy(want, a)
+	copy(want[400_000:], b)
+	if got := readAll(t, s, 1, 0, 500_000); !bytes.Equal(got, want) {
+		t.Fatal("direct writes read back wrong")
+	}
+	s.Close()
+	s2 := open(t, Config{Dir: dir, DiskBytes: 64 << 20})
+	if got := readAll(t, s2, 1, 0, 500_000); !bytes.Equal(got, want) {
+		t.Fatal("direct writes did not reach the disk tier intact")
+	}
+}

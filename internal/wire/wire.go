@@ -365,6 +365,29 @@ func (r *Reader) ReadPayloadUnchecked(dst []byte) (int, error) {
 	return n, nil
 }
 
+// ReadPayloadInto reads the pending payload, unchecked, into the views dst
+// (whose total length must equal the payload length): the zero-copy receive
+// of a write straight into DRAM pages.
+func (r *Reader) ReadPayloadInto(dst [][]byte) error {
+	var n int
+	for _, d := range dst {
+		n += len(d)
+	}
+	if n != r.left {
+		if err := r.Discard(); err != nil {
+			return err
+		}
+		return ErrShortPayload
+	}
+	r.left = 0
+	for _, d := range dst {
+		if _, err := io.ReadFull(r.r, d); err != nil {
+			return truncated(err, "payload")
+		}
+	}
+	return nil
+}
+
 // Discard skips the pending payload.
 func (r *Reader) Discard() error {
 	n := r.left

@@ -1,0 +1,185 @@
+package store
+
+import (
+	"fmt"
+	"os"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gd2fs/gd2fs/internal/wire"
+)
+
+// Pending is a write being received straight into the DRAM tier (zero copy:
+// the server reads the socket into the arena pages). Exactly one of Commit
+// or Abort must be called; the chunk stays locked until then.
+type Pending struct {
+	s       *Store
+	c       *chunk
+	off     int64
+	n       int64
+	newLen  int64
+	oldLen  int64
+	dst     [][]byte
+	settled bool
+}
+
+// BeginWrite prepares to receive n bytes at off of chunk id directly into
+// DRAM pages. It declines (ok=false) unless the chunk is, or will be, cached
+// in DRAM and the bytes land at or beyond its current end: then a payload
+// that fails its CRC overwrote nothing stored. Declined writes go through a
+// buffer and Write/WriteChecked.
+func (s *Store) BeginWrite(id uint64, off int64, n int) (dst [][]byte, p *Pending, ok bool) {
+	if s.arena == nil || off < 0 || off+int64(n) > MaxChunk {
+		return nil, nil, false
+	}
+	s.mu.Lock()
+	c := s.chunks[id]
+	if c == nil {
+		c = &chunk{id: id}
+		s.chunks[id] = c
+	}
+	s.mu.Unlock()
+	c.mu.Lock()
+	if c.deleted || c.sealed || off < c.length {
+		c.mu.Unlock()
+		return nil, nil, false
+	}
+	s.mu.Lock()
+	cached := c.pages != nil || c.length == 0
+	s.mu.Unlock()
+	newLen := off + int64(n)
+	if !cached || s.reserve(c, newLen) != nil {
+		s.dropIfEmpty(c)
+		c.mu.Unlock()
+		return nil, nil, false
+	}
+	s.mu.Lock()
+	if c.pages == nil || int64(len(c.pages)) < int64(blocks(newLen)) { // reserve could not cache it
+		s.mu.Unlock()
+		s.unreserve(c, newLen)
+		s.dropIfEmpty(c)
+		c.mu.Unlock()
+		return nil, nil, false
+	}
+	if off > c.length {
+		s.arena.Zero(c.pages, c.length, off) // the hole reads as zeros
+	}
+	c.pins++ // the pages are written outside s.mu: keep eviction off them
+	dst = s.arena.Views(c.pages, off, int64(n))
+	s.mu.Unlock()
+	return dst, &Pending{s: s, c: c, off: off, n: int64(n), newLen: newLen, oldLen: c.length, dst: dst}, true
+}
+
+// unreserve gives back the disk space reserve counted for growing to newLen.
+func (s *Store) unreserve(c *chunk, newLen int64) {
+	if s.cfg.Dir == "" {
+		return
+	}
+	s.mu.Lock()
+	s.diskUsed -= newLen - c.length
+	s.mu.Unlock()
+}
+
+// Bytes are the destination views the payload must be read into.
+func (p *Pending) Bytes() [][]byte { return p.dst }
+
+// Abort gives up the write (the payload could not be read).
+func (p *Pending) Abort() {
+	if p.settled {
+		return
+	}
+	p.settled = true
+	p.s.unreserve(p.c, p.newLen)
+	p.s.unpin(p.c)
+	p.s.dropIfEmpty(p.c)
+	p.c.mu.Unlock()
+}
+
+// Commit checks the received bytes against want (computing the block CRCs
+// in the same pass), writes them to the disk tier, and makes them part of
+// the chunk. On a CRC mismatch nothing changes.
+func (p *Pending) Commit(want uint32) error { return p.CommitWhen(want, nil) }
+
+// CommitWhen is Commit that calls wait, if not nil, before it lets go of the
+// pages: a server forwarding the same pages to other replicas waits there
+// for the forwards to finish.
+func (p *Pending) CommitWhen(want uint32, wait func()) error {
+	if p.settled {
+		return fmt.Errorf("store: pending write settled twice")
+	}
+	err := p.commit(want)
+	if wait != nil {
+		wait()
+	}
+	if !p.settled { // nothing stored: give the reservation back
+		p.Abort()
+		return err
+	}
+	s, c := p.s, p.c
+	s.unpin(c)
+	c.mu.Unlock()
+	return err
+}
+
+// commit does Commit's work; it leaves p unsettled when nothing was stored.
+func (p *Pending) commit(want uint32) error {
+	s, c := p.s, p.c
+	// Every view is one block segment: pages are blocks, aligned with the chunk.
+	segs := make([]uint32, len(p.dst))
+	var got uint32
+	for i, v := range p.dst {
+		segs[i] = wire.Checksum(v)
+		got = combine(got, segs[i], int64(len(v)), i == 0)
+	}
+	if got != want {
+		return wire.ErrPayloadCRC
+	}
+	var f *os.File
+	if s.cfg.Dir != "" {
+		var err error
+		if f, err = s.open(c.id, true); err == nil {
+			defer f.Close()
+			_, err = pwritev(f, p.dst, dataOff+p.off)
+		}
+		if err != nil {
+			return fmt.Errorf("store: write chunk %d: %w", c.id, err)
+		}
+	}
+	first := s.updateCRCs(c, f, p.off, p.off+p.n, p.newLen, segs)
+	if f != nil {
+		if err := s.writeCRCs(c, f, first, p.newLen); err != nil {
+			return fmt.Errorf("store: %w", err)
+		}
+	}
+	s.mu.Lock()
+	s.touch(c)
+	s.mu.Unlock()
+	c.length = p.newLen
+	p.settled = true
+	return nil
+}
+
+// pwritev writes bufs at off, looping over short writes and the iovec limit.
+func pwritev(f *os.File, bufs [][]byte, off int64) (int, error) {
+	bufs = append([][]byte(nil), bufs...) // trimmed below; the caller's views stay whole
+	total := 0
+	for len(bufs) > 0 {
+		k := min(len(bufs), 1024)
+		n, err := unix.Pwritev(int(f.Fd()), bufs[:k], off)
+		if err != nil {
+			return total, err
+		}
+		total += n
+		off += int64(n)
+		for n > 0 && len(bufs) > 0 {
+			if n >= len(bufs[0]) {
+				n -= len(bufs[0])
+				bufs = bufs[1:]
+			} else {
+				bufs[0] = bufs[0][n:]
+				n = 0
+			}
+		}
+	}
+	return total, nil
+}
