@@ -31,7 +31,7 @@ import (
 
 // Config configures a client.
 type Config struct {
-	Master     string        // master URL; default http://127.0.0.1:7070
+	Master     string        // master URL, or several comma-separated; default http://127.0.0.1:7070
 	Token      string        // cluster token
 	Streams    int           // TCP connections per server (default 4)
 	PieceSize  int           // bytes per data-plane request (default 4 MiB)
@@ -83,9 +83,16 @@ func New(cfg Config) (*Client, error) {
 	if cfg.Master == "" {
 		cfg.Master = DefaultMaster
 	}
-	if !strings.HasPrefix(cfg.Master, "http://") && !strings.HasPrefix(cfg.Master, "https://") {
-		cfg.Master = "http://" + cfg.Master
+	// Several masters (sharing PostgreSQL) are given comma-separated.
+	ms := strings.Split(cfg.Master, ",")
+	for i, m := range ms {
+		m = strings.TrimSpace(m)
+		if !strings.HasPrefix(m, "http://") && !strings.HasPrefix(m, "https://") {
+			m = "http://" + m
+		}
+		ms[i] = m
 	}
+	cfg.Master = strings.Join(ms, ",")
 	if cfg.PieceSize <= 0 {
 		cfg.PieceSize = 4 << 20
 	}

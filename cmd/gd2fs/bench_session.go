@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -91,7 +92,7 @@ func newBenchPlan(g *globals) *cobra.Command {
 				return err
 			default:
 			}
-			fmt.Printf("bench plan: %s, %d sessions created in %s\n", redactDSN(metaDSN), sessions, time.Since(start).Round(time.Millisecond))
+			fmt.Printf("bench plan: %s, %d sessions created in %s\n", engineName(metaDSN), sessions, time.Since(start).Round(time.Millisecond))
 			for _, c := range []int{1, conc} {
 				lat := make([]time.Duration, plans)
 				var next atomic.Int64
@@ -139,10 +140,10 @@ func newBenchPlan(g *globals) *cobra.Command {
 }
 
 func redactDSN(d string) string {
-	if i := len("postgres://"); len(d) > i && d[:i] == "postgres://" {
+	if strings.HasPrefix(d, "postgres://") || strings.HasPrefix(d, "postgresql://") {
 		return "PostgreSQL"
 	}
-	return "SQLite"
+	return d
 }
 
 func newBenchSessionLoad(g *globals) *cobra.Command {
@@ -244,4 +245,11 @@ func newBenchSessionLoad(g *globals) *cobra.Command {
 	f.Int64Var(&turn, "turn", 8192, "tokens committed per turn (each turn is one stored range)")
 	f.IntVar(&runs, "runs", 5, "repetitions")
 	return cmd
+}
+
+func engineName(dsn string) string {
+	if strings.HasPrefix(dsn, "sqlite://") {
+		return "SQLite"
+	}
+	return "PostgreSQL"
 }

@@ -14,13 +14,16 @@ import (
 )
 
 func newMaster(g *globals) *cobra.Command {
-	var listen, metaDSN, clusterN, quota string
+	var listen, metaDSN, clusterN, quota, advertise string
 	var downAfter, repairAfter time.Duration
 	cmd := &cobra.Command{
 		Use:   "master",
 		Short: "Run the master: namespace, placement, membership (metadata in SQLite or PostgreSQL)",
 		Example: `  gd2fs master --listen :7070 --meta sqlite:///var/lib/gd2fs/meta.db
-  gd2fs master --listen :7070 --meta postgres://gd2fs@db:5432/gd2fs --token "$TOKEN"`,
+  # several masters on one PostgreSQL database: one leads, the others stand by
+  gd2fs master --listen :7070 --advertise http://m1:7070 --meta postgres://gd2fs@db:5432/gd2fs --token "$TOKEN"
+  gd2fs master --listen :7070 --advertise http://m2:7070 --meta postgres://gd2fs@db:5432/gd2fs --token "$TOKEN"
+  gd2fs server --master http://m1:7070,http://m2:7070 ...`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -35,11 +38,15 @@ func newMaster(g *globals) *cobra.Command {
 			}
 			defer ms.Close()
 			m, err := master.New(ctx, master.Config{Listen: listen, Meta: ms, Cluster: clusterN, Token: g.token,
-				DownAfter: downAfter, RepairAfter: repairAfter, SessionQuota: q, Log: g.logger()})
+				DownAfter: downAfter, RepairAfter: repairAfter, SessionQuota: q, Advertise: advertise, Log: g.logger()})
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(os.Stderr, "gd2fs master on %s (cluster %q, metadata %s)\n", m.URL(), clusterN, metaDSN)
+			role := "leading"
+			if !m.Leader() {
+				role = "standby: another master leads; this one takes over if it goes"
+			}
+			fmt.Fprintf(os.Stderr, "gd2fs master on %s (cluster %q, metadata %s, %s)\n", m.URL(), clusterN, redactDSN(metaDSN), role)
 			return m.Run(ctx)
 		},
 	}
@@ -47,6 +54,7 @@ func newMaster(g *globals) *cobra.Command {
 	f.StringVar(&listen, "listen", ":7070", "HTTP address")
 	f.StringVar(&metaDSN, "meta", "sqlite://./gd2fs-meta.db", "metadata store: sqlite:///path/meta.db or postgres://...")
 	f.StringVar(&clusterN, "cluster", "local", "cluster name used in gd2fs://<cluster>/ URIs")
+	f.StringVar(&advertise, "advertise", "", "URL others reach this master at (default: from --listen)")
 	f.StringVar(&quota, "session-quota", "0", "bytes of explicit-mode KV session files before LRU eviction (0: no limit)")
 	f.DurationVar(&downAfter, "down-after", 5*time.Second, "mark a server down after this long without a heartbeat")
 	f.DurationVar(&repairAfter, "repair-after", 30*time.Second, "re-replicate HA chunks of a server down this long (negative: never)")

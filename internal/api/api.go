@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/gd2fs/gd2fs/errs"
@@ -183,11 +184,30 @@ func HTTPStatus(err error) int {
 	return http.StatusInternalServerError
 }
 
+// LeaderHeader, on a standby master's 503 answers, names the leader's URL.
+const LeaderHeader = "X-Gd2fs-Leader"
+
 // Client calls the master.
 type Client struct {
+	// Base is the master's URL, or several comma-separated (masters sharing
+	// PostgreSQL): calls go to the one that answered last and move on when it
+	// is unreachable or a standby.
 	Base  string // e.g. http://127.0.0.1:7070
 	Token string
 	HTTP  *http.Client
+
+	cur atomic.Int32
+}
+
+// bases splits Base.
+func (c *Client) bases() []string {
+	var out []string
+	for _, b := range strings.Split(c.Base, ",") {
+		if b = strings.TrimRight(strings.TrimSpace(b), "/"); b != "" {
+			out = append(out, b)
+		}
+	}
+	return out
 }
 
 // EscapePath turns a namespace path into a URL path suffix.
@@ -199,24 +219,52 @@ func EscapePath(p string) string {
 	return strings.Join(parts, "/")
 }
 
-// Do sends in (JSON, when not nil) and decodes the answer into out (when not nil).
+// Do sends in (JSON, when not nil) and decodes the answer into out (when
+// not nil), failing over between masters.
 func (c *Client) Do(ctx context.Context, method, path string, in, out any) error {
-	var body io.Reader
+	var body []byte
 	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
+		var err error
+		if body, err = json.Marshal(in); err != nil {
 			return err
 		}
-		body = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(c.Base, "/")+path, body)
+	bases := c.bases()
+	if len(bases) == 0 {
+		return errs.New(errs.ErrBadRequest, "no master address: set --master or GD2FS_MASTER")
+	}
+	start := int(c.cur.Load())
+	var err error
+	for i := range bases {
+		k := (start + i) % len(bases)
+		var retry bool
+		retry, err = c.do1(ctx, bases[k], method, path, body, in != nil, out)
+		if !retry {
+			c.cur.Store(int32(k))
+			return err
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+	return err
+}
+
+// do1 calls one master; retry says another master may do better (this one
+// is unreachable or a standby).
+func (c *Client) do1(ctx context.Context, base, method, path string, body []byte, hasBody bool, out any) (retry bool, err error) {
+	var rd io.Reader
+	if hasBody {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, base+path, rd)
 	if err != nil {
-		return errs.New(errs.ErrBadRequest, "master address %q: %v", c.Base, err)
+		return false, errs.New(errs.ErrBadRequest, "master address %q: %v", base, err)
 	}
 	if c.Token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.Token)
 	}
-	if in != nil {
+	if hasBody {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	hc := c.HTTP
@@ -226,26 +274,27 @@ func (c *Client) Do(ctx context.Context, method, path string, in, out any) error
 	resp, err := hc.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
-			return ctx.Err()
+			return false, ctx.Err()
 		}
-		return errs.New(errs.ErrUnavailable, "master %s unreachable: %v (is it running? start one with 'gd2fs up' or set --master)", c.Base, err)
+		return true, errs.New(errs.ErrUnavailable, "master %s unreachable: %v (is it running? start one with 'gd2fs up' or set --master)", base, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
 		var e Error
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		standby := resp.Header.Get(LeaderHeader) != "" || (resp.StatusCode == http.StatusServiceUnavailable && strings.Contains(string(b), "standby"))
 		if json.Unmarshal(b, &e) != nil || e.Error == "" {
-			return errs.New(errs.ErrInternal, "master answered %s: %s", resp.Status, strings.TrimSpace(string(b)))
+			return standby, errs.New(errs.ErrInternal, "master answered %s: %s", resp.Status, strings.TrimSpace(string(b)))
 		}
-		return errs.FromCode(e.Code, e.Error)
+		return standby, errs.FromCode(e.Code, e.Error)
 	}
 	if out == nil {
-		return nil
+		return false, nil
 	}
 	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-		return fmt.Errorf("decode master answer to %s %s: %w", method, path, err)
+		return false, fmt.Errorf("decode master answer to %s %s: %w", method, path, err)
 	}
-	return nil
+	return false, nil
 }
 
 // Layout is a model's KV layout (see meta.Layout).

@@ -17,6 +17,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gd2fs/gd2fs/errs"
@@ -42,6 +43,9 @@ type Config struct {
 	SessionQuota int64
 	SessionPool  string // pool of session files (default perf)
 	Log          *slog.Logger
+	// Advertise is the URL other masters and clients are told to use for
+	// this master when it leads (default: its listen address).
+	Advertise string
 }
 
 // DefaultChunkSize is used when a create asks for none.
@@ -68,6 +72,12 @@ type Master struct {
 	mu      sync.Mutex
 	servers map[string]*liveServer
 	epoch   int64
+
+	// leader: this master holds leadership of its store (always, alone on
+	// SQLite; one of several on PostgreSQL). A standby answers 503 with the
+	// leader's address and takes over when the leader's lock goes.
+	leader atomic.Bool
+	url    string
 }
 
 // New opens the master: it ensures the default pools exist and loads known
@@ -101,20 +111,17 @@ func New(ctx context.Context, cfg Config) (*Master, error) {
 			}
 		}
 	}
-	svs, err := m.meta.Servers(ctx)
-	if err != nil {
-		return nil, err
-	}
-	for _, s := range svs {
-		m.servers[s.ID] = &liveServer{info: api.ServerInfo{ID: s.ID, Addr: s.Addr, MemCap: s.MemCap, DiskCap: s.DiskCap, State: "down"}, downAt: time.Now()}
-	}
-	if m.epoch, err = m.meta.Epoch(ctx); err != nil {
-		return nil, err
-	}
 	m.metrics = newMetrics(m)
-	m.ln, err = net.Listen("tcp", cfg.Listen)
-	if err != nil {
+	if m.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
 		return nil, fmt.Errorf("master: listen on %s: %w (is another master running?)", cfg.Listen, err)
+	}
+	m.url = cfg.Advertise
+	if m.url == "" {
+		m.url = m.URL()
+	}
+	if err := m.tryLead(ctx); err != nil {
+		m.ln.Close()
+		return nil, err
 	}
 	m.srv = &http.Server{Handler: m.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	return m, nil
@@ -155,12 +162,58 @@ func (m *Master) loop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		if err := m.tryLead(ctx); err != nil {
+			m.log.Warn("leadership check failed", "err", err)
+		}
+		if !m.leader.Load() {
+			continue
+		}
 		m.checkLiveness(ctx)
 		if m.cfg.RepairAfter > 0 {
 			m.repair(ctx)
 		}
 	}
 }
+
+// tryLead takes leadership when it is free and notices when it was lost. A
+// master that becomes leader reloads the servers (as down until they
+// heartbeat) and the epoch from the store, which the old leader kept current.
+func (m *Master) tryLead(ctx context.Context) error {
+	ok, err := m.meta.Lead(ctx, m.url)
+	if err != nil {
+		ok = false
+	}
+	was := m.leader.Load()
+	switch {
+	case ok && !was:
+		svs, err := m.meta.Servers(ctx)
+		if err != nil {
+			return err
+		}
+		epoch, err := m.meta.BumpEpoch(ctx)
+		if err != nil {
+			return err
+		}
+		m.mu.Lock()
+		m.servers = map[string]*liveServer{}
+		for _, s := range svs {
+			m.servers[s.ID] = &liveServer{info: api.ServerInfo{ID: s.ID, Addr: s.Addr, MemCap: s.MemCap, DiskCap: s.DiskCap, State: "down"}, downAt: time.Now()}
+		}
+		m.epoch = epoch
+		m.mu.Unlock()
+		m.leader.Store(true)
+		m.log.Info("leading", "url", m.url, "epoch", epoch)
+	case !ok && was:
+		m.leader.Store(false)
+		m.log.Warn("lost leadership: now a standby", "url", m.url)
+	case !ok && !was:
+		m.log.Debug("standby", "url", m.url)
+	}
+	return err
+}
+
+// Leader reports whether this master leads.
+func (m *Master) Leader() bool { return m.leader.Load() }
 
 func (m *Master) checkLiveness(ctx context.Context) {
 	now := time.Now()
@@ -498,6 +551,12 @@ func (m *Master) Handler() http.Handler {
 
 func (m *Master) auth(next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		if !m.leader.Load() {
+			leader, _ := m.meta.Leader(r.Context())
+			w.Header().Set(api.LeaderHeader, leader)
+			writeErr(w, errs.New(errs.ErrUnavailable, "this master (%s) is a standby; the leader is %s: list every master in --master / GD2FS_MASTER", m.url, leader))
+			return
+		}
 		if m.cfg.Token != "" && r.Header.Get("Authorization") != "Bearer "+m.cfg.Token {
 			writeErr(w, errs.New(errs.ErrUnauthorized, "wrong or missing cluster token: pass it with --token or GD2FS_TOKEN"))
 			return

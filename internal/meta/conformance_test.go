@@ -3,15 +3,13 @@ package meta
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/gd2fs/gd2fs/errs"
+	"github.com/gd2fs/gd2fs/internal/meta/metatest"
 )
 
 // engines returns a fresh store per engine. PostgreSQL runs when
@@ -33,36 +31,64 @@ func engines(t *testing.T) map[string]func(t *testing.T) Store {
 
 // PostgresForTest opens a store in a fresh schema of the test PostgreSQL.
 func PostgresForTest(t testing.TB) Store {
-	dsn := os.Getenv("GD2FS_TEST_POSTGRES")
-	if dsn == "" {
-		if os.Getenv("GD2FS_REQUIRE_POSTGRES") == "1" {
-			t.Fatal("GD2FS_TEST_POSTGRES is not set: run the tests with scripts/test.sh")
-		}
-		t.Skip("GD2FS_TEST_POSTGRES not set; scripts/test.sh starts PostgreSQL and sets it")
-	}
-	ctx := context.Background()
-	admin, err := Open(ctx, dsn)
+	s, err := Open(context.Background(), PostgresDSNForTest(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	schema := fmt.Sprintf("t_%d_%d", time.Now().UnixNano(), rand.IntN(1e6))
-	if _, err := admin.(*sqlStore).db.ExecContext(ctx, "CREATE SCHEMA "+schema); err != nil {
-		t.Fatal(err)
-	}
-	sep := "?"
-	if strings.Contains(dsn, "?") {
-		sep = "&"
-	}
-	s, err := Open(ctx, dsn+sep+"search_path="+schema)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		s.Close()
-		admin.(*sqlStore).db.ExecContext(ctx, "DROP SCHEMA "+schema+" CASCADE")
-		admin.Close()
-	})
+	t.Cleanup(func() { s.Close() })
 	return s
+}
+
+// PostgresDSNForTest is metatest.PostgresDSN.
+func PostgresDSNForTest(t testing.TB) string { return metatest.PostgresDSN(t) }
+
+// TestLeadership: of two masters on one store, one leads; when it goes, the
+// other takes over.
+func TestLeadership(t *testing.T) {
+	dsns := map[string]func(t *testing.T) string{
+		"sqlite":   func(t *testing.T) string { return "sqlite://" + filepath.Join(t.TempDir(), "meta.db") },
+		"postgres": func(t *testing.T) string { return PostgresDSNForTest(t) },
+	}
+	for name, mk := range dsns {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			dsn := mk(t)
+			a, err := Open(ctx, dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := Open(ctx, dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			if ok, err := a.Lead(ctx, "http://a"); !ok || err != nil {
+				t.Fatalf("a: %v %v", ok, err)
+			}
+			if ok, err := b.Lead(ctx, "http://b"); ok || err != nil {
+				t.Fatalf("b leads beside a: %v %v", ok, err)
+			}
+			if u, _ := b.Leader(ctx); u != "http://a" {
+				t.Fatalf("b sees leader %q", u)
+			}
+			a.Close() // the leader goes away
+			var ok bool
+			for i := 0; i < 100 && !ok; i++ { // the server notices the closed session
+				if ok, err = b.Lead(ctx, "http://b"); err != nil {
+					t.Fatal(err)
+				}
+				if !ok {
+					time.Sleep(20 * time.Millisecond)
+				}
+			}
+			if !ok {
+				t.Fatal("b does not take over")
+			}
+			if u, _ := b.Leader(ctx); u != "http://b" {
+				t.Fatalf("leader now %q", u)
+			}
+		})
+	}
 }
 
 func TestConformance(t *testing.T) {
@@ -78,6 +104,7 @@ func TestConformance(t *testing.T) {
 				{"model", testRandomModel},
 				{"sessions", testSessions},
 				{"session-quota", testSessionQuota},
+				{"lead", testLead},
 			} {
 				t.Run(tc.name, func(t *testing.T) { tc.fn(t, open(t)) })
 			}
@@ -475,5 +502,19 @@ func testSessionQuota(t *testing.T, s Store) {
 	mustIs(t, err, errs.ErrNoSpace)
 	if _, err := s.Session(ctx, "next"); err != nil {
 		t.Fatalf("session with a plan outstanding was evicted: %v", err)
+	}
+}
+
+func testLead(t *testing.T, s Store) {
+	ctx := context.Background()
+	ok, err := s.Lead(ctx, "http://m1:7070")
+	if err != nil || !ok {
+		t.Fatalf("first master does not lead: %v %v", ok, err)
+	}
+	if ok, _ := s.Lead(ctx, "http://m1:7070"); !ok {
+		t.Fatal("leader lost leadership by asking again")
+	}
+	if u, err := s.Leader(ctx); err != nil || u != "http://m1:7070" {
+		t.Fatalf("leader url %q %v", u, err)
 	}
 }

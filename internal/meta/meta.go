@@ -61,6 +61,11 @@ type Placed struct {
 type Store interface {
 	Close() error
 
+	// Lead tries to make this store's master the leader (recording url) and
+	// reports whether it leads; Leader is the url the leader recorded.
+	Lead(ctx context.Context, url string) (bool, error)
+	Leader(ctx context.Context) (string, error)
+
 	Epoch(ctx context.Context) (int64, error)
 	BumpEpoch(ctx context.Context) (int64, error)
 

@@ -19,6 +19,7 @@ import (
 type sqlStore struct {
 	db       *sql.DB
 	postgres bool
+	lead     leadership
 }
 
 // Open opens the store named by dsn:
@@ -34,6 +35,7 @@ func Open(ctx context.Context, dsn string) (Store, error) {
 		if file == "" {
 			return nil, errs.New(errs.ErrBadRequest, "meta: sqlite DSN needs a file: sqlite:///path/to/meta.db")
 		}
+		s.lead.file = file
 		s.db, err = sql.Open("sqlite", "file:"+file+"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(ON)")
 		if err == nil {
 			// One connection: SQLite serialises writers anyway, and this
@@ -72,6 +74,7 @@ var schema = []string{
 	`CREATE TABLE IF NOT EXISTS counters (k TEXT PRIMARY KEY, v BIGINT NOT NULL)`,
 	`INSERT INTO counters (k, v) VALUES ('epoch', 1) ON CONFLICT (k) DO NOTHING`,
 	`INSERT INTO counters (k, v) VALUES ('next_id', 0) ON CONFLICT (k) DO NOTHING`,
+	`CREATE TABLE IF NOT EXISTS cluster_info (k TEXT PRIMARY KEY, v TEXT NOT NULL)`,
 	`CREATE TABLE IF NOT EXISTS servers (id TEXT PRIMARY KEY, addr TEXT NOT NULL, mem_cap BIGINT NOT NULL, disk_cap BIGINT NOT NULL)`,
 	`CREATE TABLE IF NOT EXISTS pools (name TEXT PRIMARY KEY, replicas INTEGER NOT NULL)`,
 	`CREATE TABLE IF NOT EXISTS dirs (path TEXT PRIMARY KEY, parent TEXT NOT NULL, mtime BIGINT NOT NULL)`,
@@ -115,7 +118,10 @@ func (s *sqlStore) migrate(ctx context.Context) error {
 	return nil
 }
 
-func (s *sqlStore) Close() error { return s.db.Close() }
+func (s *sqlStore) Close() error {
+	s.lead.release()
+	return s.db.Close()
+}
 
 // q rewrites ? placeholders to $n for PostgreSQL.
 func (s *sqlStore) q(query string) string {

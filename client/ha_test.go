@@ -1,0 +1,102 @@
+package client_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/gd2fs/gd2fs/client"
+	"github.com/gd2fs/gd2fs/internal/master"
+	"github.com/gd2fs/gd2fs/internal/meta"
+	"github.com/gd2fs/gd2fs/internal/meta/metatest"
+	"github.com/gd2fs/gd2fs/internal/server"
+	"github.com/gd2fs/gd2fs/internal/store"
+)
+
+// TestMasterFailover runs two masters on one PostgreSQL database: one leads,
+// the other answers as a standby. When the leader stops, the standby takes
+// over; servers and clients that list both masters carry on, and nothing
+// stored is lost.
+func TestMasterFailover(t *testing.T) {
+	dsn := metatest.PostgresDSN(t)
+	ctx := context.Background()
+	start := func() (*master.Master, meta.Store) {
+		ms, err := meta.Open(ctx, dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ms.Close() })
+		m, err := master.New(ctx, master.Config{Listen: "127.0.0.1:0", Meta: ms, DownAfter: time.Second, RepairAfter: -1, Log: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		go m.Run(ctx)
+		t.Cleanup(func() { m.Close() })
+		return m, ms
+	}
+	m1, ms1 := start()
+	m2, _ := start()
+	if !m1.Leader() || m2.Leader() {
+		t.Fatalf("leader m1=%v m2=%v", m1.Leader(), m2.Leader())
+	}
+	masters := m2.URL() + "," + m1.URL() // the standby first: the client must move on
+	for i := 0; i < 3; i++ {
+		s, err := server.New(server.Config{Listen: "127.0.0.1:0", Master: masters, Heartbeat: 100 * time.Millisecond,
+			Store: store.Config{MemBytes: 16 << 20, Dir: filepath.Join(t.TempDir(), "s"), DiskBytes: 64 << 20}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		go s.Run(ctx)
+		t.Cleanup(func() { s.Close() })
+	}
+	cl, err := client.New(client.Config{Master: masters, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	waitServersUp(t, cl, 3)
+	data := rnd(3<<20, 99)
+	writeFile(t, cl, "/ha/file", "ha", data)
+
+	m1.Close() // the leader goes away, and with its process its database session and lock
+	ms1.Close()
+	// The standby takes over within a few of its ticks; the servers find it.
+	deadline := time.Now().Add(20 * time.Second)
+	for !m2.Leader() {
+		if time.Now().After(deadline) {
+			t.Fatal("standby did not take over")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	waitServersUp(t, cl, 3)
+	if got, err := readFile(t, cl, "/ha/file"); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("read after failover: %v", err)
+	}
+	writeFile(t, cl, "/ha/after", "perf", data[:1000])
+}
+
+func waitServersUp(t *testing.T, cl *client.Client, n int) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		st, err := cl.Status(context.Background())
+		up := 0
+		if err == nil {
+			for _, s := range st.Servers {
+				if s.State == "up" {
+					up++
+				}
+			}
+		}
+		if up >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d servers up, want %d (%v)", up, n, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

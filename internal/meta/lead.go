@@ -1,0 +1,104 @@
+package meta
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"os"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// Leadership among masters sharing one store. With PostgreSQL several
+// masters run and one holds a session-level advisory lock on a dedicated
+// connection: if its process dies, the connection closes, PostgreSQL
+// releases the lock, and a standby takes it. With SQLite only one master may
+// use a database file: an exclusive flock on <file>.lock makes a second one
+// a standby instead of a second writer.
+
+const leaderLockKey = 7070002
+
+type leadership struct {
+	mu     sync.Mutex
+	conn   *sql.Conn // PostgreSQL: holds the advisory lock
+	lock   *os.File  // SQLite: holds the flock
+	file   string    // SQLite database file
+	leader bool
+}
+
+// Lead makes this store the leader if no other holds leadership, records
+// url as the leader's address, and reports whether this store leads now.
+// Called periodically: it also notices a lost lock (a dropped connection).
+func (s *sqlStore) Lead(ctx context.Context, url string) (bool, error) {
+	l := &s.lead
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.leader {
+		if s.postgres {
+			if err := l.conn.PingContext(ctx); err != nil {
+				l.conn.Close()
+				l.conn, l.leader = nil, false
+				return false, nil
+			}
+		}
+		return true, nil
+	}
+	if s.postgres {
+		c, err := s.db.Conn(ctx)
+		if err != nil {
+			return false, wrapDB(err)
+		}
+		var got bool
+		if err := c.QueryRowContext(ctx, `SELECT pg_try_advisory_lock($1)`, leaderLockKey).Scan(&got); err != nil {
+			c.Close()
+			return false, wrapDB(err)
+		}
+		if !got {
+			c.Close()
+			return false, nil
+		}
+		l.conn = c
+	} else {
+		f, err := os.OpenFile(l.file+".lock", os.O_RDWR|os.O_CREATE, 0o644)
+		if err != nil {
+			return false, err
+		}
+		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+			f.Close()
+			if errors.Is(err, unix.EWOULDBLOCK) {
+				return false, nil
+			}
+			return false, err
+		}
+		l.lock = f
+	}
+	l.leader = true
+	_, err := s.db.ExecContext(ctx, s.q(`INSERT INTO cluster_info (k, v) VALUES ('leader', ?) ON CONFLICT (k) DO UPDATE SET v = excluded.v`), url)
+	return true, wrapDB(err)
+}
+
+// Leader is the address the current leader recorded ("" if none yet).
+func (s *sqlStore) Leader(ctx context.Context) (string, error) {
+	var v string
+	err := s.db.QueryRowContext(ctx, `SELECT v FROM cluster_info WHERE k = 'leader'`).Scan(&v)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", nil
+	}
+	return v, wrapDB(err)
+}
+
+func (l *leadership) release() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.conn != nil {
+		// Unlock before the connection goes back to the pool: a pooled
+		// session would keep the lock until the pool closes it.
+		l.conn.ExecContext(context.Background(), `SELECT pg_advisory_unlock($1)`, leaderLockKey)
+		l.conn.Close()
+	}
+	if l.lock != nil {
+		l.lock.Close() // closing the descriptor drops the flock
+	}
+	l.conn, l.lock, l.leader = nil, nil, false
+}
