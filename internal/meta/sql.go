@@ -520,11 +520,9 @@ func (s *sqlStore) Commit(ctx context.Context, fileID int64, size int64, lengths
 			if l < 0 || l > f.ChunkSize {
 				return errs.New(errs.ErrBadRequest, "chunk %d length %d outside [0, %d]", idx, l, f.ChunkSize)
 			}
-			r, err := tx.ExecContext(ctx, s.q(`UPDATE chunks SET length = ? WHERE file_id = ? AND idx = ? AND length < ?`), l, fileID, idx, l)
-			if err != nil {
+			if _, err := tx.ExecContext(ctx, s.q(`UPDATE chunks SET length = ? WHERE file_id = ? AND idx = ? AND length < ?`), l, fileID, idx, l); err != nil {
 				return wrapDB(err)
 			}
-			_ = r
 		}
 		f.Size = max(f.Size, size)
 		f.Sealed = seal

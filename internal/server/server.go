@@ -359,7 +359,11 @@ func (s *Server) serveData(nc net.Conn, br *bufio.Reader) {
 		dc.reply(h, errs.New(errs.ErrUnauthorized, "first frame must be a hello handshake, got %v", h.Op))
 		return
 	}
-	_ = key
+	if h.PayloadLen > 4096 {
+		dc.reply(h, errs.New(errs.ErrTooLarge, "hello with a %d-byte token", h.PayloadLen))
+		return
+	}
+	s.log.Debug("client connected", "name", string(key), "remote", nc.RemoteAddr())
 	tok := make([]byte, h.PayloadLen)
 	if _, err := r.ReadPayload(tok, h.PayloadCRC); err != nil {
 		dc.reply(h, err)
