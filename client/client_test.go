@@ -7,12 +7,14 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/gd2fs/gd2fs/client"
 	"github.com/gd2fs/gd2fs/errs"
 	"github.com/gd2fs/gd2fs/internal/cluster"
+	"github.com/gd2fs/gd2fs/internal/store"
 	"github.com/gd2fs/gd2fs/internal/wire"
 )
 
@@ -375,6 +377,15 @@ func TestRestartLosesNothing(t *testing.T) {
 	writeFile(t, cl, "/keep/perf", "perf", data)
 	cl.Close()
 	c.Close()
+	// While the cluster is down, a chunk no file uses appears on server-0's
+	// disk (a copy abandoned half-way, a lost tombstone...).
+	orphanDir := filepath.Join(dir, "server-0")
+	st, err := store.Open(store.Config{Dir: orphanDir, DiskBytes: 256 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Write(424242, 0, []byte("nobody's bytes"))
+	st.Close()
 	// A new master on the same SQLite file and servers on the same disk tiers.
 	c2 := start(t, cluster.Config{Dir: dir})
 	cl2 := c2.Client()
@@ -382,6 +393,15 @@ func TestRestartLosesNothing(t *testing.T) {
 	for _, p := range []string{"/keep/ha", "/keep/perf"} {
 		if got, err := readFile(t, cl2, p); err != nil || !bytes.Equal(got, data) {
 			t.Fatalf("%s after full restart: %v", p, err)
+		}
+	}
+	// The restarted server reported what it held; the orphan goes.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if _, err := c2.Servers[0].Store().Stat(424242); errors.Is(err, errs.ErrNotFound) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("orphan chunk not deleted after restart")
 		}
 	}
 }

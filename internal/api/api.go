@@ -51,12 +51,17 @@ func (s ServerInfo) Free() int64 {
 type Heartbeat struct {
 	ServerInfo
 	Deleted []uint64 `json:"deleted,omitempty"`
+	// Held lists the chunks a server found on its disk when it started; sent
+	// until the master acknowledges it (HeartbeatReply.Reconciled), so the
+	// master can have the ones it no longer knows deleted.
+	Held []uint64 `json:"held,omitempty"`
 }
 
 // HeartbeatReply carries the membership map and chunks the server must delete.
 type HeartbeatReply struct {
 	Membership
-	Delete []uint64 `json:"delete,omitempty"`
+	Delete     []uint64 `json:"delete,omitempty"`
+	Reconciled bool     `json:"reconciled,omitempty"` // the Held list was processed
 }
 
 // Membership is the map clients and servers compute KV owners from: the up

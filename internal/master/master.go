@@ -254,6 +254,17 @@ func (m *Master) heartbeat(ctx context.Context, hb api.Heartbeat) (api.Heartbeat
 			return api.HeartbeatReply{}, err
 		}
 	}
+	reconciled := false
+	if hb.Held != nil {
+		n, err := m.meta.Orphans(ctx, hb.ID, hb.Held)
+		if err != nil {
+			return api.HeartbeatReply{}, err
+		}
+		if n > 0 {
+			m.log.Info("server holds chunks no file uses; deleting them", "id", hb.ID, "chunks", n)
+		}
+		reconciled = true
+	}
 	m.mu.Lock()
 	s := m.servers[hb.ID]
 	isNew := s == nil || !s.up || s.info.Addr != hb.Addr || s.info.MemCap != hb.MemCap || s.info.DiskCap != hb.DiskCap
@@ -279,7 +290,7 @@ func (m *Master) heartbeat(ctx context.Context, hb api.Heartbeat) (api.Heartbeat
 		return api.HeartbeatReply{}, err
 	}
 	ms, err := m.membership(ctx)
-	return api.HeartbeatReply{Membership: ms, Delete: del}, err
+	return api.HeartbeatReply{Membership: ms, Delete: del, Reconciled: reconciled}, err
 }
 
 // membership is the epoch, the up servers (sorted by id) and the pools.

@@ -246,6 +246,18 @@ func testChunks(t *testing.T, s Store) {
 	if err := s.ClearTombstones(ctx, "s1", ts); err != nil {
 		t.Fatal(err)
 	}
+	// A server coming back with chunks nobody assigned it: they owe a delete.
+	g, _ := s.CreateFile(ctx, File{Path: "/g", Pool: "perf", ChunkSize: 1000, Modified: now})
+	kept, _ := s.AddChunks(ctx, g.ID, []Chunk{{Index: 0, Replicas: []string{"s1"}}})
+	if n, err := s.Orphans(ctx, "s1", []uint64{kept[0].ID, 987654}); err != nil || n != 1 {
+		t.Fatalf("orphans: %d %v", n, err)
+	}
+	if ts, _ := s.Tombstones(ctx, "s1", 10); len(ts) != 1 || ts[0] != 987654 {
+		t.Fatalf("orphan tombstones %v", ts)
+	}
+	s.ClearTombstones(ctx, "s1", []uint64{987654})
+	s.RemoveFile(ctx, "/g")
+	s.ClearTombstones(ctx, "s1", []uint64{kept[0].ID})
 	if ts, _ := s.Tombstones(ctx, "s1", 10); len(ts) != 0 {
 		t.Fatalf("cleared tombstones remain: %v", ts)
 	}

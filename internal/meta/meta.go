@@ -96,6 +96,8 @@ type Store interface {
 	ReplaceReplica(ctx context.Context, chunkID uint64, old, new string) error
 
 	Tombstones(ctx context.Context, serverID string, limit int) ([]uint64, error)
+	// Orphans tombstones the chunks in held that serverID should not hold.
+	Orphans(ctx context.Context, serverID string, held []uint64) (int, error)
 	ClearTombstones(ctx context.Context, serverID string, ids []uint64) error
 
 	Totals(ctx context.Context) (files, bytes int64, err error)

@@ -635,6 +635,31 @@ func (s *sqlStore) ReplaceReplica(ctx context.Context, chunkID uint64, old, new 
 	})
 }
 
+// Orphans records a tombstone for every chunk in held that serverID does
+// not hold a replica of (a file removed while the server was away and its
+// tombstone lost, or a copy abandoned half-way), and returns how many.
+func (s *sqlStore) Orphans(ctx context.Context, serverID string, held []uint64) (int, error) {
+	n := 0
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		n = 0
+		for _, id := range held {
+			var k int
+			if err := tx.QueryRowContext(ctx, s.q(`SELECT COUNT(*) FROM replicas WHERE chunk_id = ? AND server_id = ?`), id, serverID).Scan(&k); err != nil {
+				return wrapDB(err)
+			}
+			if k > 0 {
+				continue
+			}
+			if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO tombstones (chunk_id, server_id) VALUES (?, ?) ON CONFLICT DO NOTHING`), id, serverID); err != nil {
+				return wrapDB(err)
+			}
+			n++
+		}
+		return nil
+	})
+	return n, err
+}
+
 func (s *sqlStore) Tombstones(ctx context.Context, serverID string, limit int) ([]uint64, error) {
 	rows, err := s.db.QueryContext(ctx, s.q(`SELECT chunk_id FROM tombstones WHERE server_id = ? ORDER BY chunk_id LIMIT ?`), serverID, limit)
 	if err != nil {

@@ -78,6 +78,7 @@ type Server struct {
 	conns     map[net.Conn]struct{}
 	closed    bool
 	deleted   []uint64 // chunk deletions to acknowledge in the next heartbeat
+	held      []uint64 // chunks found on disk at start, until the master reconciled them
 	wg        sync.WaitGroup
 }
 
@@ -131,6 +132,12 @@ func New(cfg Config) (*Server, error) {
 		conns:  make(map[net.Conn]struct{}),
 	}
 	s.metrics = newMetrics(s)
+	// Taken before serving: a chunk written after this is the master's own
+	// allocation and can never look like an orphan.
+	s.held = []uint64{}
+	for _, c := range st.List() {
+		s.held = append(s.held, c.ID)
+	}
 	if cfg.Master != "" {
 		s.master = &api.Client{Base: cfg.Master, Token: cfg.Token, HTTP: &http.Client{Timeout: 5 * time.Second}}
 	}
@@ -307,11 +314,12 @@ func (s *Server) heartbeat(ctx context.Context) error {
 	s.mu.Lock()
 	acked := s.deleted
 	s.deleted = nil
+	held := s.held
 	s.mu.Unlock()
 	hb := api.Heartbeat{ServerInfo: api.ServerInfo{ID: s.cfg.ID, Addr: s.cfg.Advertise,
 		MemCap: u.MemCap, MemUsed: u.MemUsed, DiskCap: u.DiskCap, DiskUsed: u.DiskUsed, Chunks: u.Chunks,
 		ServedBytes: s.servedBytes.Load(), ColdBytes: s.coldBytes.Load()},
-		Deleted: acked}
+		Deleted: acked, Held: held}
 	var reply api.HeartbeatReply
 	if err := s.master.Do(ctx, "POST", "/v1/servers/heartbeat", hb, &reply); err != nil {
 		s.mu.Lock()
@@ -320,6 +328,11 @@ func (s *Server) heartbeat(ctx context.Context) error {
 		return err
 	}
 	s.ms.Store(&reply.Membership)
+	if reply.Reconciled {
+		s.mu.Lock()
+		s.held = nil
+		s.mu.Unlock()
+	}
 	var done []uint64
 	for _, id := range reply.Delete {
 		if err := s.store.Delete(id); err == nil || errors.Is(err, errs.ErrNotFound) {
