@@ -40,7 +40,7 @@ func newCp(g *globals) *cobra.Command {
 			var size int64
 			var rf *client.File
 			if isRemote(src) {
-				p, err := remotePath(src)
+				p, err := g.remote(c, src)
 				if err != nil {
 					return err
 				}
@@ -65,7 +65,7 @@ func newCp(g *globals) *cobra.Command {
 			}
 			// Writer side.
 			if isRemote(dst) {
-				p, err := remotePath(dst)
+				p, err := g.remote(c, dst)
 				if err != nil {
 					return err
 				}

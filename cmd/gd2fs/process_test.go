@@ -271,6 +271,7 @@ func TestCLI(t *testing.T) {
 		{[]string{"cat", "gd2fs://local/nope"}, "no such file"},
 		{[]string{"cp", src, "gd2fs://local/models/m/model.bin"}, "already exists"},
 		{[]string{"ls", "/not-a-uri"}, "not a gd2fs URI"},
+		{[]string{"ls", "gd2fs://prod/models"}, `serves cluster "local"`},
 		{[]string{"rm", "gd2fs://local/models"}, "not empty"},
 	} {
 		out, err := run(s.args...)

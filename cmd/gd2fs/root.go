@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"os"
@@ -15,6 +16,8 @@ type globals struct {
 	master string
 	token  string
 	debug  bool
+
+	cluster string // the master's cluster name, once asked
 }
 
 func newRoot() *cobra.Command {
@@ -58,8 +61,7 @@ func (g *globals) client() (*client.Client, error) {
 
 // withRemote parses a gd2fs URI, opens a client and calls fn with both.
 func (g *globals) withRemote(uri string, fn func(c *client.Client, path string) error) error {
-	p, err := remotePath(uri)
-	if err != nil {
+	if _, err := remotePath(uri); err != nil {
 		return err
 	}
 	c, err := g.client()
@@ -67,25 +69,55 @@ func (g *globals) withRemote(uri string, fn func(c *client.Client, path string) 
 		return err
 	}
 	defer c.Close()
+	p, err := g.remote(c, uri)
+	if err != nil {
+		return err
+	}
 	return fn(c, p)
+}
+
+// remote is remotePath that also checks the URI names the cluster the
+// master serves, so gd2fs://prod/... never lands in a test cluster.
+func (g *globals) remote(c *client.Client, uri string) (string, error) {
+	p, err := remotePath(uri)
+	if err != nil {
+		return "", err
+	}
+	name, _, _ := strings.Cut(strings.TrimPrefix(uri, "gd2fs://"), "/")
+	if g.cluster == "" {
+		st, err := c.Status(context.Background())
+		if err != nil {
+			return "", err
+		}
+		g.cluster = st.Cluster
+	}
+	if name != g.cluster {
+		return "", fmt.Errorf("%s names cluster %q, but the master at %s serves cluster %q: fix the URI or --master", uri, name, g.master, g.cluster)
+	}
+	return p, nil
 }
 
 // eachRemote calls fn for every URI in uris with one client, stopping at the
 // first error. All URIs are checked before anything is done.
 func (g *globals) eachRemote(uris []string, fn func(c *client.Client, path string) error) error {
-	paths := make([]string, len(uris))
-	for i, u := range uris {
-		p, err := remotePath(u)
-		if err != nil {
+	for _, u := range uris {
+		if _, err := remotePath(u); err != nil {
 			return err
 		}
-		paths[i] = p
 	}
 	c, err := g.client()
 	if err != nil {
 		return err
 	}
 	defer c.Close()
+	paths := make([]string, len(uris))
+	for i, u := range uris {
+		p, err := g.remote(c, u)
+		if err != nil {
+			return err
+		}
+		paths[i] = p
+	}
 	for _, p := range paths {
 		if err := fn(c, p); err != nil {
 			return err
