@@ -34,7 +34,7 @@ func newModel(g *globals) *cobra.Command {
 			if err := c.Sessions().SetLayout(cmd.Context(), l); err != nil {
 				return err
 			}
-			return printJSON(map[string]any{"model": l.Model, "token_bytes": l.TokenBytes(), "page_bytes": l.PageBytes(), "layout": l})
+			return printLayout(l)
 		},
 	}
 	f := set.Flags()
@@ -59,12 +59,17 @@ func newModel(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return printJSON(map[string]any{"model": l.Model, "token_bytes": l.TokenBytes(), "page_bytes": l.PageBytes(), "layout": l})
+			return printLayout(l)
 		},
 	}
 	layout.AddCommand(set, get)
 	cmd.AddCommand(layout, newModelPull(g), newModelLink(g), newModelInspect(g))
 	return cmd
+}
+
+// printLayout shows a layout with the sizes that follow from it.
+func printLayout(l client.Layout) error {
+	return printJSON(map[string]any{"model": l.Model, "token_bytes": l.TokenBytes(), "page_bytes": l.PageBytes(), "layout": l})
 }
 
 func printJSON(v any) error {

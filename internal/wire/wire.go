@@ -427,8 +427,12 @@ type ChunkRef struct {
 
 // AppendChunkRef encodes ref into b.
 func AppendChunkRef(b []byte, ref ChunkRef) []byte {
-	b = binary.LittleEndian.AppendUint64(b, ref.ID)
-	for i, a := range ref.Forward {
+	return appendForward(binary.LittleEndian.AppendUint64(b, ref.ID), ref.Forward)
+}
+
+// appendForward appends the comma-separated forward list of a write key.
+func appendForward(b []byte, fwd []string) []byte {
+	for i, a := range fwd {
 		if i > 0 {
 			b = append(b, ',')
 		}
@@ -437,29 +441,29 @@ func AppendChunkRef(b []byte, ref ChunkRef) []byte {
 	return b
 }
 
+// parseForward decodes a comma-separated forward list (empty: none).
+func parseForward(rest []byte, what string) ([]string, error) {
+	if len(rest) == 0 {
+		return nil, nil
+	}
+	fwd := strings.Split(string(rest), ",")
+	for _, a := range fwd {
+		if a == "" {
+			return nil, errs.New(errs.ErrBadRequest, "wire: empty forward address in %s key", what)
+		}
+	}
+	return fwd, nil
+}
+
 // ParseChunkRef decodes a chunk key.
 func ParseChunkRef(key []byte) (ChunkRef, error) {
 	if len(key) < 8 {
 		return ChunkRef{}, errs.New(errs.ErrBadRequest, "wire: chunk key of %d bytes, want at least 8", len(key))
 	}
 	ref := ChunkRef{ID: binary.LittleEndian.Uint64(key)}
-	rest := key[8:]
-	for len(rest) > 0 {
-		i := 0
-		for i < len(rest) && rest[i] != ',' {
-			i++
-		}
-		if i == 0 {
-			return ChunkRef{}, errs.New(errs.ErrBadRequest, "wire: empty forward address in chunk key")
-		}
-		ref.Forward = append(ref.Forward, string(rest[:i]))
-		if i < len(rest) {
-			i++
-			if i == len(rest) {
-				return ChunkRef{}, errs.New(errs.ErrBadRequest, "wire: trailing comma in chunk key")
-			}
-		}
-		rest = rest[i:]
+	var err error
+	if ref.Forward, err = parseForward(key[8:], "chunk"); err != nil {
+		return ChunkRef{}, err
 	}
 	return ref, nil
 }
@@ -480,13 +484,7 @@ func AppendKVRef(b []byte, ref KVRef) []byte {
 	b = append(b, ref.Pool...)
 	b = binary.LittleEndian.AppendUint16(b, uint16(len(ref.Key)))
 	b = append(b, ref.Key...)
-	for i, a := range ref.Forward {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = append(b, a...)
-	}
-	return b
+	return appendForward(b, ref.Forward)
 }
 
 // ParseKVRef decodes a KV key. Key aliases b.
@@ -505,13 +503,9 @@ func ParseKVRef(b []byte) (KVRef, error) {
 		return bad("truncated key")
 	}
 	ref.Key, b = b[:kl], b[kl:]
-	if len(b) > 0 {
-		for _, a := range strings.Split(string(b), ",") {
-			if a == "" {
-				return bad("empty forward address")
-			}
-			ref.Forward = append(ref.Forward, a)
-		}
+	var err error
+	if ref.Forward, err = parseForward(b, "KV"); err != nil {
+		return KVRef{}, err
 	}
 	return ref, nil
 }
