@@ -164,3 +164,66 @@ func TestSessionErrors(t *testing.T) {
 		t.Fatalf("remove a session file: %v", err)
 	}
 }
+
+// TestSessionRewindThenGrow is issue 8's reproduction through the SDK, in
+// both layouts: 422 tokens, a rewind to 155 that is written and committed,
+// then a plan of 347 tokens must load exactly the 155 tokens of the current
+// conversation (the first 128 from turn 1, the rest from turn 2), never the
+// bytes of the turn the rewind replaced.
+func TestSessionRewindThenGrow(t *testing.T) {
+	c := start(t, cluster.Config{})
+	cl := c.Client()
+	defer cl.Close()
+	ctx := context.Background()
+	ss := cl.Sessions()
+	for _, order := range []string{"page_first", "layer_first"} {
+		l := client.Layout{Model: "m-" + order, Layers: 3, KVHeads: 1, HeadDim: 128, DType: "fp16", PageTokens: 32, Order: order}
+		if err := ss.SetLayout(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+		turn := func(prompt int64, fill byte) client.Plan {
+			p, err := ss.Plan(ctx, "s-"+order, client.PlanRequest{Model: l.Model, PromptTokens: prompt})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var fresh []byte
+			for _, fr := range p.Fresh {
+				fresh = append(fresh, bytes.Repeat([]byte{fill}, int(fr.KVLength))...)
+			}
+			if err := ss.WriteFresh(ctx, p, fresh); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := ss.Commit(ctx, "s-"+order, p.PlanID); err != nil {
+				t.Fatal(err)
+			}
+			return p
+		}
+		turn(422, 1)
+		rw := turn(155, 2)
+		p, err := ss.Plan(ctx, "s-"+order, client.PlanRequest{Model: l.Model, PromptTokens: 347})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.CachedTokens != 155 {
+			t.Fatalf("%s: %d tokens cached after the rewind to 155, stored %+v", order, p.CachedTokens, p.Stored)
+		}
+		buf := make([]byte, p.LoadBytes)
+		if _, err := ss.LoadStored(ctx, p, buf); err != nil {
+			t.Fatal(err)
+		}
+		// What each stored byte must be: turn 1's fill for the tokens the
+		// rewind kept, turn 2's for the rest.
+		var want []byte
+		kept := rw.CachedTokens
+		if kept > 0 {
+			want = append(want, bytes.Repeat([]byte{1}, int(l.RangeBytes(kept)))...)
+		}
+		want = append(want, bytes.Repeat([]byte{2}, int(l.RangeBytes(155-kept)))...)
+		if !bytes.Equal(buf, want) {
+			t.Fatalf("%s: stored ranges %+v do not load the KV of the current conversation", order, p.Stored)
+		}
+		if err := ss.Delete(ctx, "s-"+order); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -49,6 +49,9 @@ if [ -z "${GD2FS_TEST_POSTGRES:-}" ]; then
   start_postgres
 fi
 export GD2FS_REQUIRE_POSTGRES=1
+# Every metadata store the tests open checks its invariants after each
+# transaction (internal/meta/invariants.go).
+export GD2FS_META_INVARIANTS=1
 
 echo "== gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))

@@ -146,15 +146,58 @@ var sessionSchema = []string{
 	`CREATE INDEX IF NOT EXISTS kv_plans_session ON kv_plans (session_id)`,
 }
 
+// sessionColumns are columns added after the first release of the session
+// tables; migrate adds them to databases made before.
+var sessionColumns = []struct{ table, column, ddl string }{
+	// version counts a session's commits: a plan commits only if none came
+	// between (token counts alone can come back to the same value after a
+	// rewind, with other tokens behind them).
+	{"kv_sessions", "version", "BIGINT NOT NULL DEFAULT 0"},
+	{"kv_plans", "base_version", "BIGINT NOT NULL DEFAULT -1"},
+}
+
+// lockSessions serialises the transactions that change sessions on
+// PostgreSQL (SQLite runs one transaction at a time anyway). Plans, commits,
+// quota evictions and deletions read several sessions' rows and files and
+// write others; under READ COMMITTED, two of them at once could evict a
+// session whose new file the other has just made, or deadlock on each
+// other's rows.
+func (s *sqlStore) lockSessions(ctx context.Context, tx *sql.Tx) error {
+	if !s.postgres {
+		return nil
+	}
+	_, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(7070002)`)
+	return wrapDB(err)
+}
+
 func (s *sqlStore) PutLayout(ctx context.Context, l Layout) error {
 	if err := l.Validate(); err != nil {
 		return err
 	}
-	_, err := s.db.ExecContext(ctx, s.q(`INSERT INTO kv_layouts (model, layers, kv_heads, head_dim, dtype, page_tokens, layout)
+	return s.tx(ctx, func(tx *sql.Tx) error {
+		if err := s.lockSessions(ctx, tx); err != nil {
+			return err
+		}
+		// Stored KV is only meaningful in the layout it was written with.
+		old, err := s.layoutTx(ctx, tx, l.Model)
+		if err == nil && old != l {
+			var n int64
+			if err := tx.QueryRowContext(ctx, s.q(`SELECT (SELECT COUNT(*) FROM kv_sessions WHERE model = ?) + (SELECT COUNT(*) FROM kv_prefixes WHERE model = ?)`),
+				l.Model, l.Model).Scan(&n); err != nil {
+				return wrapDB(err)
+			}
+			if n > 0 {
+				return errs.New(errs.ErrExists, "model %s has %d sessions and prefixes stored in its current layout: delete them, or register the new layout under another model name", l.Model, n)
+			}
+		} else if err != nil && !errors.Is(err, errs.ErrNotFound) {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, s.q(`INSERT INTO kv_layouts (model, layers, kv_heads, head_dim, dtype, page_tokens, layout)
 		VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (model) DO UPDATE SET layers = excluded.layers, kv_heads = excluded.kv_heads,
 		head_dim = excluded.head_dim, dtype = excluded.dtype, page_tokens = excluded.page_tokens, layout = excluded.layout`),
-		l.Model, l.Layers, l.KVHeads, l.HeadDim, l.DType, l.PageTokens, l.Order)
-	return wrapDB(err)
+			l.Model, l.Layers, l.KVHeads, l.HeadDim, l.DType, l.PageTokens, l.Order)
+		return wrapDB(err)
+	})
 }
 
 func (s *sqlStore) layoutTx(ctx context.Context, x execer, model string) (Layout, error) {
@@ -173,6 +216,9 @@ func (s *sqlStore) Layout(ctx context.Context, model string) (Layout, error) {
 
 func (s *sqlStore) PutPrefix(ctx context.Context, p Prefix) error {
 	return s.tx(ctx, func(tx *sql.Tx) error {
+		if err := s.lockSessions(ctx, tx); err != nil {
+			return err
+		}
 		l, err := s.layoutTx(ctx, tx, p.Model)
 		if err != nil {
 			return err
@@ -216,11 +262,12 @@ type sessionRow struct {
 	model   string
 	tokens  int64
 	fileSeq int64
+	version int64
 }
 
 func (s *sqlStore) sessionTx(ctx context.Context, x execer, id string) (sessionRow, bool, error) {
 	var r sessionRow
-	err := x.QueryRowContext(ctx, s.q(`SELECT model, tokens, file_seq FROM kv_sessions WHERE id = ?`), id).Scan(&r.model, &r.tokens, &r.fileSeq)
+	err := x.QueryRowContext(ctx, s.q(`SELECT model, tokens, file_seq, version FROM kv_sessions WHERE id = ?`), id).Scan(&r.model, &r.tokens, &r.fileSeq, &r.version)
 	if errors.Is(err, sql.ErrNoRows) {
 		return r, false, nil
 	}
@@ -250,6 +297,9 @@ func (s *sqlStore) PlanSession(ctx context.Context, in PlanInput) (Plan, error) 
 	var p Plan
 	err := s.tx(ctx, func(tx *sql.Tx) error {
 		p = Plan{}
+		if err := s.lockSessions(ctx, tx); err != nil {
+			return err
+		}
 		now := in.Now.UnixNano()
 		if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM kv_plans WHERE created < ?`), in.Now.Add(-in.PlanTTL).UnixNano()); err != nil {
 			return wrapDB(err)
@@ -274,35 +324,18 @@ func (s *sqlStore) PlanSession(ctx context.Context, in PlanInput) (Plan, error) 
 		if err != nil {
 			return err
 		}
-		// Stored: committed ranges inside the prompt. A range the prompt ends
-		// inside is used up to its last whole page when page_first (those
-		// bytes are contiguous), not at all when layer_first.
 		n := in.PromptTokens
-		for _, r := range ranges {
-			if r.TokenStart+r.TokenLength <= n {
-				p.Stored = append(p.Stored, r)
-				p.Cached = r.TokenStart + r.TokenLength
-				continue
-			}
-			if l.Order == "page_first" {
-				if pages := (n - r.TokenStart) / int64(l.PageTokens); pages > 0 {
-					r.TokenLength = pages * int64(l.PageTokens)
-					r.KVLength = pages * l.PageBytes()
-					p.Stored = append(p.Stored, r)
-					p.Cached = r.TokenStart + r.TokenLength
-				}
-			}
-			break
-		}
+		p.Stored, p.Cached = storedFor(l, ranges, n)
 		for _, r := range p.Stored {
 			p.Load += r.KVLength
 		}
 		p.Prefill = n - p.Cached
 		p.Decode = in.DecodeTokens
-		fresh := n + in.DecodeTokens - p.Cached
-		var fr Range
-		if fresh > 0 {
-			fr = Range{TokenStart: p.Cached, TokenLength: fresh, KVLength: l.RangeBytes(fresh)}
+		// The plan row remembers where its commit cuts the session (the
+		// cached tokens) and the fresh range, if any.
+		fr := Range{TokenStart: p.Cached}
+		if fresh := n + in.DecodeTokens - p.Cached; fresh > 0 {
+			fr.TokenLength, fr.KVLength = fresh, l.RangeBytes(fresh)
 			if fr.Path, fr.KVStart, err = s.reserveTx(ctx, tx, in, &sess, fr.KVLength); err != nil {
 				return err
 			}
@@ -314,8 +347,8 @@ func (s *sqlStore) PlanSession(ctx context.Context, in PlanInput) (Plan, error) 
 		if p.ID, err = s.counter(ctx, tx, "next_id", 1); err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO kv_plans (id, session_id, token_start, token_length, path, kv_start, kv_length, base_tokens, created)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`), p.ID, in.Session, fr.TokenStart, fr.TokenLength, fr.Path, fr.KVStart, fr.KVLength, sess.tokens, now); err != nil {
+		if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO kv_plans (id, session_id, token_start, token_length, path, kv_start, kv_length, base_tokens, base_version, created)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`), p.ID, in.Session, fr.TokenStart, fr.TokenLength, fr.Path, fr.KVStart, fr.KVLength, sess.tokens, sess.version, now); err != nil {
 			return wrapDB(err)
 		}
 		_, err = tx.ExecContext(ctx, s.q(`UPDATE kv_sessions SET last_used = ? WHERE id = ?`), now, in.Session)
@@ -469,16 +502,21 @@ func (s *sqlStore) deleteSessionTx(ctx context.Context, tx *sql.Tx, id string) e
 	return nil
 }
 
-// CommitSession records a plan's fresh range as stored. The bytes must have
-// been written (the file's committed size covers them) and the session must
-// not have changed since the plan.
+// CommitSession records a plan as the session's new state: the session
+// keeps the tokens the plan found cached and continues with the plan's fresh
+// range (afterCommit). The fresh bytes must have been written (the file's
+// committed size covers them) and no other commit may have come between
+// the plan and this one.
 func (s *sqlStore) CommitSession(ctx context.Context, id string, planID int64, now time.Time) (Session, error) {
 	err := s.tx(ctx, func(tx *sql.Tx) error {
-		var r Range
+		if err := s.lockSessions(ctx, tx); err != nil {
+			return err
+		}
+		var fr Range
 		var base int64
 		var sid string
-		err := tx.QueryRowContext(ctx, s.q(`SELECT session_id, token_start, token_length, path, kv_start, kv_length, base_tokens FROM kv_plans WHERE id = ?`), planID).
-			Scan(&sid, &r.TokenStart, &r.TokenLength, &r.Path, &r.KVStart, &r.KVLength, &base)
+		err := tx.QueryRowContext(ctx, s.q(`SELECT session_id, token_start, token_length, path, kv_start, kv_length, base_version FROM kv_plans WHERE id = ?`), planID).
+			Scan(&sid, &fr.TokenStart, &fr.TokenLength, &fr.Path, &fr.KVStart, &fr.KVLength, &base)
 		if errors.Is(err, sql.ErrNoRows) || (err == nil && sid != id) {
 			return errs.New(errs.ErrNotFound, "no outstanding plan %d for session %s (plans expire, and commit once): plan again", planID, id)
 		}
@@ -492,39 +530,71 @@ func (s *sqlStore) CommitSession(ctx context.Context, id string, planID int64, n
 		if !ok {
 			return errs.New(errs.ErrNotFound, "no session %s (was it evicted?)", id)
 		}
-		if sess.tokens != base {
-			return errs.New(errs.ErrExists, "session %s changed since plan %d (%d tokens then, %d now): plan again", id, planID, base, sess.tokens)
+		if sess.version != base {
+			return errs.New(errs.ErrExists, "session %s changed since plan %d (another plan committed in between): plan again", id, planID)
 		}
-		tokens := sess.tokens
-		if r.TokenLength > 0 {
-			f, err := s.fileBy(ctx, tx, "path", r.Path)
+		var fresh []Range
+		if fr.TokenLength > 0 {
+			f, err := s.fileBy(ctx, tx, "path", fr.Path)
 			if err != nil {
 				return err
 			}
-			if f.Size < r.KVStart+r.KVLength {
+			if f.Size < fr.KVStart+fr.KVLength {
 				return errs.New(errs.ErrBadRequest, "fresh range of plan %d not written: %s holds %d bytes, the range ends at %d; write it and Sync before commit",
-					planID, r.Path, f.Size, r.KVStart+r.KVLength)
+					planID, fr.Path, f.Size, fr.KVStart+fr.KVLength)
 			}
-			// A prompt shorter than the session rewinds it: later ranges go.
-			if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM kv_ranges WHERE session_id = ? AND token_start >= ?`), id, r.TokenStart); err != nil {
-				return wrapDB(err)
-			}
-			if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO kv_ranges (session_id, token_start, token_length, path, kv_start, kv_length)
-				VALUES (?, ?, ?, ?, ?, ?)`), id, r.TokenStart, r.TokenLength, r.Path, r.KVStart, r.KVLength); err != nil {
-				return wrapDB(err)
-			}
-			tokens = r.TokenStart + r.TokenLength
+			fresh = []Range{fr}
+		}
+		if err := s.replaceRangesTx(ctx, tx, id, sess.model, fr.TokenStart, fresh, now); err != nil {
+			return err
 		}
 		if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM kv_plans WHERE id = ?`), planID); err != nil {
 			return wrapDB(err)
 		}
-		_, err = tx.ExecContext(ctx, s.q(`UPDATE kv_sessions SET tokens = ?, last_used = ? WHERE id = ?`), tokens, now.UnixNano(), id)
-		return wrapDB(err)
+		return nil
 	})
 	if err != nil {
 		return Session{}, err
 	}
 	return s.Session(ctx, id)
+}
+
+// replaceRangesTx cuts session id at token keep and appends fresh
+// (afterCommit), writing only the rows that change, and counts the change
+// in the session's version.
+func (s *sqlStore) replaceRangesTx(ctx context.Context, tx *sql.Tx, id, model string, keep int64, fresh []Range, now time.Time) error {
+	l, err := s.layoutTx(ctx, tx, model)
+	if err != nil {
+		return err
+	}
+	ranges, err := s.rangesTx(ctx, tx, id)
+	if err != nil {
+		return err
+	}
+	next, err := afterCommit(l, ranges, keep, fresh)
+	if err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM kv_ranges WHERE session_id = ? AND token_start >= ?`), id, keep); err != nil {
+		return wrapDB(err)
+	}
+	var tokens int64
+	for i, r := range next {
+		tokens = r.TokenStart + r.TokenLength
+		switch {
+		case r.TokenStart >= keep:
+			_, err = tx.ExecContext(ctx, s.q(`INSERT INTO kv_ranges (session_id, token_start, token_length, path, kv_start, kv_length)
+				VALUES (?, ?, ?, ?, ?, ?)`), id, r.TokenStart, r.TokenLength, r.Path, r.KVStart, r.KVLength)
+		case r != ranges[i]: // the range cut at keep
+			_, err = tx.ExecContext(ctx, s.q(`UPDATE kv_ranges SET token_length = ?, kv_length = ? WHERE session_id = ? AND token_start = ?`),
+				r.TokenLength, r.KVLength, id, r.TokenStart)
+		}
+		if err != nil {
+			return wrapDB(err)
+		}
+	}
+	_, err = tx.ExecContext(ctx, s.q(`UPDATE kv_sessions SET tokens = ?, version = version + 1, last_used = ? WHERE id = ?`), tokens, now.UnixNano(), id)
+	return wrapDB(err)
 }
 
 // ForkSession makes dst share src's ranges (no bytes are copied).
@@ -533,6 +603,9 @@ func (s *sqlStore) ForkSession(ctx context.Context, src, dst string, now time.Ti
 		return err
 	}
 	return s.tx(ctx, func(tx *sql.Tx) error {
+		if err := s.lockSessions(ctx, tx); err != nil {
+			return err
+		}
 		sess, ok, err := s.sessionTx(ctx, tx, src)
 		if err != nil {
 			return err
@@ -556,7 +629,12 @@ func (s *sqlStore) ForkSession(ctx context.Context, src, dst string, now time.Ti
 }
 
 func (s *sqlStore) DeleteSession(ctx context.Context, id string) error {
-	return s.tx(ctx, func(tx *sql.Tx) error { return s.deleteSessionTx(ctx, tx, id) })
+	return s.tx(ctx, func(tx *sql.Tx) error {
+		if err := s.lockSessions(ctx, tx); err != nil {
+			return err
+		}
+		return s.deleteSessionTx(ctx, tx, id)
+	})
 }
 
 func (s *sqlStore) Session(ctx context.Context, id string) (Session, error) {

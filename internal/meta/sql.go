@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"os"
 	"path"
 	"sort"
 	"strconv"
@@ -20,6 +21,9 @@ type sqlStore struct {
 	db       *sql.DB
 	postgres bool
 	lead     leadership
+	// checks runs invariantsTx before every commit (GD2FS_META_INVARIANTS=1;
+	// the test suite sets it).
+	checks bool
 }
 
 // Open opens the store named by dsn:
@@ -29,6 +33,7 @@ type sqlStore struct {
 func Open(ctx context.Context, dsn string) (Store, error) {
 	var s sqlStore
 	var err error
+	s.checks = os.Getenv("GD2FS_META_INVARIANTS") == "1"
 	switch {
 	case strings.HasPrefix(dsn, "sqlite://"):
 		file := strings.TrimPrefix(dsn, "sqlite://")
@@ -108,11 +113,35 @@ func (s *sqlStore) migrate(ctx context.Context) error {
 				return fmt.Errorf("%s: %w", q, err)
 			}
 		}
+		if err := s.addColumns(ctx, tx); err != nil {
+			return err
+		}
 		return tx.Commit()
 	}
 	for _, q := range schema {
 		if _, err := s.db.ExecContext(ctx, q); err != nil {
 			return fmt.Errorf("%s: %w", q, err)
+		}
+	}
+	return s.addColumns(ctx, s.db)
+}
+
+// addColumns adds the columns of sessionColumns that a database made by an
+// earlier version lacks.
+func (s *sqlStore) addColumns(ctx context.Context, x execer) error {
+	for _, c := range sessionColumns {
+		var n int
+		q := `SELECT COUNT(*) FROM pragma_table_info(?) WHERE name = ?`
+		if s.postgres {
+			q = `SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = ? AND column_name = ?`
+		}
+		if err := x.QueryRowContext(ctx, s.q(q), c.table, c.column).Scan(&n); err != nil {
+			return fmt.Errorf("columns of %s: %w", c.table, err)
+		}
+		if n == 0 {
+			if _, err := x.ExecContext(ctx, fmt.Sprintf(`ALTER TABLE %s ADD COLUMN %s %s`, c.table, c.column, c.ddl)); err != nil {
+				return fmt.Errorf("add %s.%s: %w", c.table, c.column, err)
+			}
 		}
 	}
 	return nil
@@ -156,7 +185,13 @@ func (s *sqlStore) tx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	if err := fn(tx); err != nil {
 		return err
 	}
-	return wrapDB(tx.Commit())
+	if err := tx.Commit(); err != nil {
+		return wrapDB(err)
+	}
+	if s.checks {
+		return s.checkInvariants(ctx)
+	}
+	return nil
 }
 
 func wrapDB(err error) error {
@@ -430,10 +465,18 @@ func (s *sqlStore) List(ctx context.Context, dir string) ([]Entry, error) {
 
 func (s *sqlStore) RemoveFile(ctx context.Context, p string) error {
 	return s.tx(ctx, func(tx *sql.Tx) error {
+		if err := s.lockSessions(ctx, tx); err != nil {
+			return err
+		}
 		if by, err := s.inUseTx(ctx, tx, p); err != nil {
 			return err
 		} else if by != "" {
 			return errs.New(errs.ErrExists, "%s is in use by KV session %q: delete the session first (gd2fs session rm)", p, by)
+		}
+		// A shared prefix no session uses goes with its file, so no later
+		// session starts from KV that is gone.
+		if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM kv_prefixes WHERE path = ?`), p); err != nil {
+			return wrapDB(err)
 		}
 		return s.removeFileTx(ctx, tx, p)
 	})

@@ -1,0 +1,144 @@
+package meta
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+
+	"github.com/gd2fs/gd2fs/errs"
+)
+
+// checkInvariants checks, in a snapshot taken after a transaction
+// committed, what every transaction must leave true (invariantsTx). The
+// snapshot (REPEATABLE READ on PostgreSQL) sees one committed state even
+// while other transactions run.
+func (s *sqlStore) checkInvariants(ctx context.Context) error {
+	var opts *sql.TxOptions
+	if s.postgres {
+		opts = &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true}
+	}
+	tx, err := s.db.BeginTx(ctx, opts)
+	if err != nil {
+		return wrapDB(err)
+	}
+	defer tx.Rollback()
+	if err := s.invariantsTx(ctx, tx); err != nil {
+		return errs.New(errs.ErrInternal, "metadata invariant broken after a transaction: %v", err)
+	}
+	return nil
+}
+
+// invariantsTx checks what every transaction must leave true of
+// explicit-mode sessions. It reads every session, so it is for tests
+// (GD2FS_META_INVARIANTS=1), not production:
+//
+//   - a session's ranges are sorted, disjoint, contiguous from token 0 and
+//     sized by its model's layout (checkRanges), and its token count is
+//     where they end;
+//   - every range lies inside its file's committed bytes and, for a session
+//     file, inside the bytes reserved in it;
+//   - session files and plans belong to sessions that exist, and a plan was
+//     made from a version the session has had.
+func (s *sqlStore) invariantsTx(ctx context.Context, tx *sql.Tx) error {
+	type sess struct {
+		model           string
+		tokens, version int64
+	}
+	sessions := map[string]sess{}
+	rows, err := tx.QueryContext(ctx, `SELECT id, model, tokens, version FROM kv_sessions`)
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var id string
+		var x sess
+		if err := rows.Scan(&id, &x.model, &x.tokens, &x.version); err != nil {
+			rows.Close()
+			return err
+		}
+		sessions[id] = x
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	layouts := map[string]Layout{}
+	rows, err = tx.QueryContext(ctx, `SELECT model, layers, kv_heads, head_dim, dtype, page_tokens, layout FROM kv_layouts`)
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var l Layout
+		if err := rows.Scan(&l.Model, &l.Layers, &l.KVHeads, &l.HeadDim, &l.DType, &l.PageTokens, &l.Order); err != nil {
+			rows.Close()
+			return err
+		}
+		layouts[l.Model] = l
+	}
+	rows.Close()
+	// Every range with its file's written and reserved bytes, in one query
+	// (this runs after every transaction of the test suite).
+	ranges := map[string][]Range{}
+	rows, err = tx.QueryContext(ctx, `SELECT r.session_id, r.token_start, r.token_length, r.path, r.kv_start, r.kv_length, f.size, k.reserved
+		FROM kv_ranges r LEFT JOIN files f ON f.path = r.path LEFT JOIN kv_files k ON k.path = r.path
+		ORDER BY r.session_id, r.token_start`)
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var id string
+		var r Range
+		var size, reserved sql.NullInt64
+		if err := rows.Scan(&id, &r.TokenStart, &r.TokenLength, &r.Path, &r.KVStart, &r.KVLength, &size, &reserved); err != nil {
+			rows.Close()
+			return err
+		}
+		if _, ok := sessions[id]; !ok {
+			rows.Close()
+			return fmt.Errorf("range at token %d of %s belongs to no session %s", r.TokenStart, r.Path, id)
+		}
+		if !size.Valid || r.KVStart+r.KVLength > size.Int64 || (reserved.Valid && r.KVStart+r.KVLength > reserved.Int64) {
+			rows.Close()
+			return fmt.Errorf("session %s: range at token %d (bytes %d+%d) outside %s (%v bytes written, %v reserved)",
+				id, r.TokenStart, r.KVStart, r.KVLength, r.Path, size, reserved)
+		}
+		ranges[id] = append(ranges[id], r)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for id, x := range sessions {
+		l, ok := layouts[x.model]
+		if !ok {
+			return fmt.Errorf("session %s: no layout for model %s", id, x.model)
+		}
+		rs := ranges[id]
+		if err := checkRanges(l, rs); err != nil {
+			return fmt.Errorf("session %s: %w", id, err)
+		}
+		end := int64(0)
+		if len(rs) > 0 {
+			end = rs[len(rs)-1].TokenStart + rs[len(rs)-1].TokenLength
+		}
+		if end != x.tokens {
+			return fmt.Errorf("session %s holds %d tokens, its ranges end at %d", id, x.tokens, end)
+		}
+	}
+	var orphans int64
+	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM kv_files WHERE session_id NOT IN (SELECT id FROM kv_sessions)
+		OR path NOT IN (SELECT path FROM files)`).Scan(&orphans); err != nil {
+		return err
+	}
+	if orphans > 0 {
+		return fmt.Errorf("%d session files belong to no session or have no file", orphans)
+	}
+	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM kv_plans p LEFT JOIN kv_sessions s ON s.id = p.session_id
+		WHERE s.id IS NULL OR p.base_version > s.version`).Scan(&orphans); err != nil {
+		return err
+	}
+	if orphans > 0 {
+		return fmt.Errorf("%d plans belong to no session or to a version it never had", orphans)
+	}
+	return nil
+}

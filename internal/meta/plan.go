@@ -1,0 +1,110 @@
+package meta
+
+import (
+	"fmt"
+
+	"github.com/gd2fs/gd2fs/errs"
+)
+
+// The rules of explicit-mode sessions as pure functions over a session's
+// ranges, so they can be read and tested without a database; sessions.go
+// loads the ranges, calls these, and stores the result.
+//
+// A session's ranges always satisfy checkRanges: sorted, disjoint,
+// contiguous from token 0. A range's bytes are never rewritten (fresh bytes
+// are reserved at the end of a file), so a range keeps meaning the KV it was
+// committed with for as long as it exists.
+
+// storedFor is what a prompt of n tokens can load: the session's ranges that
+// end inside the prompt and, when the prompt ends inside a page_first range,
+// that range's whole pages (their bytes are a prefix of the range's bytes).
+// A layer_first range the prompt ends inside is not used at all: each layer
+// of it is laid out over all its pages, so no prefix of its bytes is a
+// prefix of its tokens. cached is where the stored ranges end.
+func storedFor(l Layout, ranges []Range, n int64) (stored []Range, cached int64) {
+	for _, r := range ranges {
+		if r.TokenStart+r.TokenLength <= n {
+			stored = append(stored, r)
+			cached = r.TokenStart + r.TokenLength
+			continue
+		}
+		if c, ok := clip(l, r, n-r.TokenStart); ok {
+			stored = append(stored, c)
+			cached = c.TokenStart + c.TokenLength
+		}
+		break
+	}
+	return stored, cached
+}
+
+// clip is the first tokens of r rounded down to whole pages, when the layout
+// allows using part of a range; ok is false when nothing of r is usable.
+func clip(l Layout, r Range, tokens int64) (Range, bool) {
+	if l.Order != "page_first" {
+		return Range{}, false
+	}
+	pages := tokens / int64(l.PageTokens)
+	if pages < 1 {
+		return Range{}, false
+	}
+	r.TokenLength = pages * int64(l.PageTokens)
+	r.KVLength = pages * l.PageBytes()
+	return r, true
+}
+
+// afterCommit is a session's ranges after committing a plan that kept the
+// first keep tokens (the plan's cached tokens) and wrote fresh, which must
+// start at keep and follow each other. Everything from keep on is dropped:
+// a rewind replaces the tokens after it, it does not patch them. A range
+// that straddles keep is cut to its first keep-start tokens, which is only
+// possible where storedFor could have stopped there (a page boundary of a
+// page_first range).
+func afterCommit(l Layout, ranges []Range, keep int64, fresh []Range) ([]Range, error) {
+	var out []Range
+	for _, r := range ranges {
+		end := r.TokenStart + r.TokenLength
+		switch {
+		case end <= keep:
+			out = append(out, r)
+		case r.TokenStart < keep:
+			c, ok := clip(l, r, keep-r.TokenStart)
+			if !ok || c.TokenStart+c.TokenLength != keep {
+				return nil, errs.New(errs.ErrInternal, "session ranges cannot be cut at token %d (range %d+%d, %s)", keep, r.TokenStart, r.TokenLength, l.Order)
+			}
+			out = append(out, c)
+		}
+	}
+	at := int64(0)
+	if len(out) > 0 {
+		at = out[len(out)-1].TokenStart + out[len(out)-1].TokenLength
+	}
+	if at != keep {
+		return nil, errs.New(errs.ErrInternal, "session ranges end at token %d, before the %d the plan kept", at, keep)
+	}
+	for _, f := range fresh {
+		if f.TokenStart != at || f.TokenLength < 1 {
+			return nil, errs.New(errs.ErrBadRequest, "fresh range %d+%d does not continue the session at token %d", f.TokenStart, f.TokenLength, at)
+		}
+		out = append(out, f)
+		at += f.TokenLength
+	}
+	return out, nil
+}
+
+// checkRanges is the invariant of a session's ranges: sorted, disjoint,
+// contiguous from token 0, each non-empty and sized by the layout (whole
+// pages, the last one padded).
+func checkRanges(l Layout, ranges []Range) error {
+	var at int64
+	for i, r := range ranges {
+		if r.TokenStart != at {
+			return fmt.Errorf("range %d starts at token %d, the previous one ends at %d", i, r.TokenStart, at)
+		}
+		if r.TokenLength < 1 || r.KVStart < 0 || r.KVLength != l.RangeBytes(r.TokenLength) {
+			return fmt.Errorf("range %d (%d+%d tokens, bytes %d+%d) is empty or not sized by the layout (%d bytes)",
+				i, r.TokenStart, r.TokenLength, r.KVStart, r.KVLength, l.RangeBytes(r.TokenLength))
+		}
+		at += r.TokenLength
+	}
+	return nil
+}

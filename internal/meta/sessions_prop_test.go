@@ -1,0 +1,485 @@
+package meta
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gd2fs/gd2fs/errs"
+	"github.com/gd2fs/gd2fs/kvlayout"
+)
+
+var long = flag.Bool("long", false, "run the long versions of the property tests (thousands of plans)")
+
+// TestSessionProperty drives random multi-turn traffic through the session
+// store (both layouts, several workers planning at once, forks, rewinds to
+// arbitrary token counts, abandoned and competing plans, deletes, quota
+// evictions) against a model that remembers the conversation behind every
+// committed token. The "disk" is a map holding the bytes each plan's fresh
+// range was written with, at the offsets the plan gave. After every plan:
+// each stored range reads back exactly the KV of the session's current
+// conversation for those tokens, ranges are contiguous from token 0, and
+// cached_tokens equals the model's.
+func TestSessionProperty(t *testing.T) {
+	plans := 240
+	if *long {
+		plans = 6000
+	}
+	for name, open := range engines(t) {
+		t.Run(name, func(t *testing.T) {
+			s := open(t)
+			runSessionProperty(t, s, plans, 4, uint64(len(name)))
+		})
+	}
+}
+
+// propLayouts: page sizes that put clip positions everywhere; prefix
+// lengths that end inside a page.
+var propLayouts = []struct {
+	l      Layout
+	prefix int64
+}{
+	{Layout{Model: "pf4", Layers: 2, KVHeads: 1, HeadDim: 4, DType: "bf16", PageTokens: 4, Order: "page_first"}, 13},
+	{Layout{Model: "pf16", Layers: 3, KVHeads: 1, HeadDim: 2, DType: "fp16", PageTokens: 16, Order: "page_first"}, 37},
+	{Layout{Model: "lf8", Layers: 2, KVHeads: 2, HeadDim: 2, DType: "fp32", PageTokens: 8, Order: "layer_first"}, 21},
+}
+
+// conv is a conversation: token ids and the running hash of every prefix,
+// so the KV of token i is a function of tokens 0..i, as in a transformer.
+type conv struct{ ids, h []uint64 }
+
+func (c conv) prefix(n int64) conv { return conv{ids: c.ids[:n:n], h: c.h[:n:n]} }
+
+func (c conv) push(id uint64) conv {
+	prev := uint64(0x9e3779b97f4a7c15)
+	if len(c.h) > 0 {
+		prev = c.h[len(c.h)-1]
+	}
+	return conv{ids: append(c.ids, id), h: append(c.h, mix(prev^id))}
+}
+
+func mix(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	return x ^ x>>31
+}
+
+// encode is the KV of tokens [start, start+n) of c in layout l, as an
+// engine would gather it from its paged memory: RangeBytes(n) bytes.
+func encode(l Layout, c conv, start, n int64) []byte {
+	d := kvlayout.Desc{Layers: l.Layers, KVHeads: l.KVHeads, HeadDim: l.HeadDim, DTypeSize: DTypeSize(l.DType), PageTokens: l.PageTokens}
+	d.Order, _ = kvlayout.ParseOrder(l.Order)
+	pages := int((n + int64(l.PageTokens) - 1) / int64(l.PageTokens))
+	p := kvlayout.NewPaged(d, pages)
+	tok := d.KVHeads * d.HeadDim * d.DTypeSize // one token of one layer's K or V
+	for i := int64(0); i < n; i++ {
+		x := c.h[start+i]
+		for ly := 0; ly < d.Layers; ly++ {
+			for _, side := range [][]byte{p.K[ly], p.V[ly]} {
+				b := side[int(i)*tok : int(i+1)*tok]
+				for j := range b {
+					x = mix(x + uint64(j))
+					b[j] = byte(x)
+				}
+			}
+		}
+	}
+	table := make([]int, pages)
+	for i := range table {
+		table[i] = i
+	}
+	out := make([]byte, l.RangeBytes(n))
+	if err := kvlayout.Gather(d, p, table, out); err != nil {
+		panic(err)
+	}
+	return out
+}
+
+type seg struct{ start, n int64 }
+
+// modelSession is what the test knows of a session: the conversation of
+// its committed tokens, the token runs commits made, and its generation
+// (creation time, which is unique per creation in this test).
+type modelSession struct {
+	layout  Layout
+	c       conv
+	segs    []seg
+	created time.Time
+}
+
+// cached is what a prompt of n tokens can use: whole runs, and of a
+// page_first run the prompt ends inside, its whole pages.
+func (m *modelSession) cached(n int64) int64 {
+	var got int64
+	for _, s := range m.segs {
+		if s.start+s.n <= n {
+			got = s.start + s.n
+			continue
+		}
+		if m.layout.Order == "page_first" {
+			got = s.start + (n-s.start)/int64(m.layout.PageTokens)*int64(m.layout.PageTokens)
+		}
+		break
+	}
+	return got
+}
+
+// commit keeps the first keep tokens and appends a run of n.
+func (m *modelSession) commit(keep, n int64, c conv) {
+	var out []seg
+	for _, s := range m.segs {
+		switch {
+		case s.start+s.n <= keep:
+			out = append(out, s)
+		case s.start < keep:
+			out = append(out, seg{s.start, keep - s.start})
+		}
+	}
+	if n > 0 {
+		out = append(out, seg{keep, n})
+	}
+	m.segs, m.c = out, c.prefix(keep+n)
+}
+
+// fakeDisk holds the bytes written to session and prefix files.
+type fakeDisk struct {
+	mu    sync.Mutex
+	files map[string][]byte
+}
+
+func (d *fakeDisk) write(path string, off int64, b []byte) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	f := d.files[path]
+	if need := off + int64(len(b)); int64(len(f)) < need {
+		f = append(f, make([]byte, need-int64(len(f)))...)
+	}
+	copy(f[off:], b)
+	d.files[path] = f
+}
+
+func (d *fakeDisk) read(path string, off, n int64) []byte {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	f := d.files[path]
+	if off+n > int64(len(f)) {
+		return nil
+	}
+	return append([]byte(nil), f[off:off+n]...)
+}
+
+func runSessionProperty(t *testing.T, s Store, plans, workers int, seed uint64) {
+	ctx := context.Background()
+	disk := &fakeDisk{files: map[string][]byte{}}
+	var clock atomic.Int64
+	clock.Store(now.UnixNano())
+	tick := func() time.Time { return time.Unix(0, clock.Add(1000)) }
+	prefixes := map[string]conv{}
+	for i, pl := range propLayouts {
+		if err := s.PutLayout(ctx, pl.l); err != nil {
+			t.Fatal(err)
+		}
+		var c conv
+		for j := int64(0); j < pl.prefix; j++ {
+			c = c.push(uint64(1000 + i*100 + int(j)))
+		}
+		path := "/prefixes/" + pl.l.Model
+		f, err := s.CreateFile(ctx, File{Path: path, Pool: "ha", ChunkSize: 1 << 20, Modified: tick()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := encode(pl.l, c, 0, pl.prefix)
+		disk.write(path, 0, b)
+		if _, err := s.Commit(ctx, f.ID, int64(len(b)), nil, true, tick()); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.PutPrefix(ctx, Prefix{Path: path, Model: pl.l.Model, Tokens: pl.prefix}); err != nil {
+			t.Fatal(err)
+		}
+		prefixes[pl.l.Model] = c
+	}
+	// A quota of a few sessions' worth, so evictions happen all the time.
+	quota := int64(0)
+	for _, pl := range propLayouts {
+		quota += 12 * pl.l.PageBytes()
+	}
+	var stats struct {
+		sync.Mutex
+		plans, checked, rewinds, forks, deletes, evicted, refused, abandoned, recreated int
+	}
+	errc := make(chan error, workers)
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(seed, uint64(w)))
+			sessions := map[string]*modelSession{}
+			var names []string
+			nextName := 0
+			newName := func() string {
+				nextName++
+				return fmt.Sprintf("w%d-s%d", w, nextName)
+			}
+			fail := func(format string, args ...any) {
+				errc <- fmt.Errorf("worker %d: "+format, append([]any{w}, args...)...)
+			}
+			var nextID uint64 = uint64(w) << 40
+			token := func() uint64 { nextID++; return nextID }
+			done := 0
+			for step := 0; done < plans/workers && step < 20*plans; step++ {
+				// Pick or make a session.
+				var id string
+				if len(names) == 0 || r.IntN(8) == 0 {
+					id = newName()
+					names = append(names, id)
+				} else {
+					id = names[r.IntN(len(names))]
+				}
+				m := sessions[id]
+				switch op := r.IntN(12); {
+				case op == 0 && m != nil: // fork
+					nid := newName()
+					if err := s.ForkSession(ctx, id, nid, tick()); err != nil {
+						if errors.Is(err, errs.ErrNotFound) { // evicted meanwhile
+							delete(sessions, id)
+							continue
+						}
+						fail("fork %s: %v", id, err)
+						return
+					}
+					got, err := s.Session(ctx, nid)
+					if errors.Is(err, errs.ErrNotFound) {
+						continue // evicted at once by another worker
+					} else if err != nil {
+						fail("session %s: %v", nid, err)
+						return
+					}
+					cp := *m
+					cp.segs = append([]seg(nil), m.segs...)
+					cp.created = got.Created
+					sessions[nid] = &cp
+					names = append(names, nid)
+					stats.Lock()
+					stats.forks++
+					stats.Unlock()
+					continue
+				case op == 1 && m != nil: // delete
+					if err := s.DeleteSession(ctx, id); err != nil && !errors.Is(err, errs.ErrNotFound) {
+						fail("delete %s: %v", id, err)
+						return
+					}
+					delete(sessions, id)
+					stats.Lock()
+					stats.deletes++
+					stats.Unlock()
+					continue
+				}
+				pl := propLayouts[r.IntN(len(propLayouts))]
+				if m != nil {
+					for _, x := range propLayouts {
+						if x.l.Model == m.layout.Model {
+							pl = x
+						}
+					}
+				}
+				// The engine's conversation for this request.
+				held := int64(0)
+				if m != nil {
+					held = int64(len(m.c.ids))
+				}
+				var prompt int64
+				rewind := false
+				switch {
+				case m == nil:
+					prompt = pl.prefix + 1 + r.Int64N(50)
+				case held > 1 && r.IntN(4) == 0:
+					rewind = true
+					switch r.IntN(5) {
+					case 0: // inside the first page (or to almost nothing)
+						prompt = 1 + r.Int64N(int64(pl.l.PageTokens))
+					case 1: // on a page boundary
+						prompt = max(1, r.Int64N(held)/int64(pl.l.PageTokens)*int64(pl.l.PageTokens))
+					case 2: // inside the prefix
+						prompt = 1 + r.Int64N(pl.prefix)
+					default:
+						prompt = 1 + r.Int64N(held-1)
+					}
+					prompt = min(prompt, held-1)
+				default:
+					prompt = held + r.Int64N(40) // 0 = the same prompt again
+					if prompt == 0 {
+						prompt = 1
+					}
+				}
+				decode := r.Int64N(20)
+				if r.IntN(5) == 0 {
+					decode = 0
+				}
+				in := PlanInput{Session: id, Model: pl.l.Model, Prefixes: []string{"/prefixes/" + pl.l.Model}, PromptTokens: prompt,
+					DecodeTokens: decode, NewFile: r.IntN(5) == 0, Dir: "/kv-sessions", Pool: "perf", ChunkSize: 1 << 20,
+					Quota: quota, PlanTTL: time.Duration(200*workers) * time.Microsecond, Now: tick()}
+				p, err := s.PlanSession(ctx, in)
+				if errors.Is(err, errs.ErrNoSpace) {
+					continue // every other session has a plan outstanding
+				}
+				if err != nil {
+					fail("plan %s (%d tokens): %v", id, prompt, err)
+					return
+				}
+				// The plan protects the session from eviction: its generation
+				// tells whether it was evicted (and made anew) before.
+				got, err := s.Session(ctx, id)
+				if err != nil {
+					fail("session %s after plan: %v", id, err)
+					return
+				}
+				if m == nil || !got.Created.Equal(m.created) {
+					if m != nil {
+						stats.Lock()
+						stats.recreated++
+						stats.Unlock()
+					}
+					m = &modelSession{layout: pl.l, c: prefixes[pl.l.Model], segs: []seg{{0, pl.prefix}}, created: got.Created}
+					sessions[id] = m
+					held = pl.prefix
+				}
+				c := m.c.prefix(min(prompt, held))
+				for int64(len(c.ids)) < prompt+decode {
+					c = c.push(token())
+				}
+				// Check the plan against the model.
+				want := m.cached(prompt)
+				if p.Cached != want || p.Prefill != prompt-want {
+					fail("session %s (%s, segs %v) prompt %d: plan caches %d tokens, model %d (stored %+v)", id, pl.l.Order, m.segs, prompt, p.Cached, want, p.Stored)
+					return
+				}
+				if err := checkPlanShape(pl.l, p, prompt+decode); err != nil {
+					fail("session %s prompt %d: %v", id, prompt, err)
+					return
+				}
+				for _, sr := range p.Stored {
+					if !bytes.Equal(disk.read(sr.Path, sr.KVStart, sr.KVLength), encode(pl.l, c, sr.TokenStart, sr.TokenLength)) {
+						fail("session %s (%s, segs %v) prompt %d: stored range %+v does not hold the KV of tokens %d..%d of this conversation",
+							id, pl.l.Order, m.segs, prompt, sr, sr.TokenStart, sr.TokenStart+sr.TokenLength)
+						return
+					}
+				}
+				done++
+				stats.Lock()
+				stats.plans++
+				stats.checked += len(p.Stored)
+				stats.evicted += len(p.Evicted)
+				if rewind {
+					stats.rewinds++
+				}
+				stats.Unlock()
+				if r.IntN(10) == 0 { // abandoned: never written or committed
+					stats.Lock()
+					stats.abandoned++
+					stats.Unlock()
+					continue
+				}
+				// The engine writes the fresh KV.
+				for _, fr := range p.Fresh {
+					disk.write(fr.Path, fr.KVStart, encode(pl.l, c, fr.TokenStart, fr.TokenLength))
+					f, err := s.File(ctx, fr.Path)
+					if err != nil {
+						fail("file %s: %v", fr.Path, err)
+						return
+					}
+					if _, err := s.Commit(ctx, f.ID, fr.KVStart+fr.KVLength, nil, false, tick()); err != nil {
+						fail("size of %s: %v", fr.Path, err)
+						return
+					}
+				}
+				// Sometimes a second plan competes; only one may commit.
+				var rival Plan
+				if r.IntN(6) == 0 {
+					in.Now = tick()
+					in.PromptTokens = min(prompt+5, int64(len(c.ids)))
+					if rival, err = s.PlanSession(ctx, in); err != nil && !errors.Is(err, errs.ErrNoSpace) {
+						fail("rival plan %s: %v", id, err)
+						return
+					}
+				}
+				if _, err := s.CommitSession(ctx, id, p.ID, tick()); err != nil {
+					if errors.Is(err, errs.ErrNotFound) { // the plan expired
+						stats.Lock()
+						stats.refused++
+						stats.Unlock()
+						continue
+					}
+					fail("commit %s plan %d: %v", id, p.ID, err)
+					return
+				}
+				var freshN int64
+				for _, fr := range p.Fresh {
+					freshN += fr.TokenLength
+				}
+				m.commit(p.Cached, freshN, c)
+				if rival.ID != 0 {
+					for _, fr := range rival.Fresh {
+						disk.write(fr.Path, fr.KVStart, make([]byte, fr.KVLength)) // wrong bytes: must never be served
+						f, _ := s.File(ctx, fr.Path)
+						if _, err := s.Commit(ctx, f.ID, fr.KVStart+fr.KVLength, nil, false, tick()); err != nil {
+							fail("size of %s: %v", fr.Path, err)
+							return
+						}
+					}
+					if _, err := s.CommitSession(ctx, id, rival.ID, tick()); err == nil {
+						fail("session %s: a plan made before another commit committed too", id)
+						return
+					}
+					stats.Lock()
+					stats.refused++
+					stats.Unlock()
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Fatal(err)
+	}
+	t.Logf("%d plans (%d rewinds), %d stored ranges checked byte for byte, %d forks, %d deletes, %d evictions (%d noticed by their owner), %d abandoned plans, %d commits refused",
+		stats.plans, stats.rewinds, stats.checked, stats.forks, stats.deletes, stats.evicted, stats.recreated, stats.abandoned, stats.refused)
+	if stats.plans < plans/2 || stats.rewinds == 0 || stats.forks == 0 || stats.evicted == 0 || stats.refused == 0 {
+		t.Fatalf("the traffic did not exercise the store: %+v", &stats)
+	}
+}
+
+// checkPlanShape: stored ranges contiguous from 0 and ending at cached;
+// fresh contiguous from cached to the prompt plus decode room.
+func checkPlanShape(l Layout, p Plan, total int64) error {
+	var at int64
+	for _, r := range p.Stored {
+		if r.TokenStart != at || r.TokenLength < 1 || r.KVLength != l.RangeBytes(r.TokenLength) {
+			return fmt.Errorf("stored ranges not contiguous from 0 or sized wrong: %+v", p.Stored)
+		}
+		at += r.TokenLength
+	}
+	if at != p.Cached {
+		return fmt.Errorf("stored ranges end at %d, cached %d", at, p.Cached)
+	}
+	for _, r := range p.Fresh {
+		if r.TokenStart != at || r.KVLength != l.RangeBytes(r.TokenLength) {
+			return fmt.Errorf("fresh ranges %+v do not follow the stored ones", p.Fresh)
+		}
+		at += r.TokenLength
+	}
+	if at != total {
+		return fmt.Errorf("plan covers %d tokens, prompt+decode is %d", at, total)
+	}
+	return nil
+}
