@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/url"
 	"strconv"
-	"strings"
 	"sync"
 
 	"github.com/gd2fs/gd2fs/errs"
@@ -26,7 +25,18 @@ type (
 	KVRange = api.KVRange
 	// Session is a session and its committed ranges.
 	Session = api.Session
+	// EnginePlan is a plan in the vllm format: kvcache_params to pass as
+	// the request's kv_transfer_params, whole blocks, dialable kv_uris.
+	EnginePlan = api.EnginePlan
+	// KVCacheParams is vLLM's kvcache_params.
+	KVCacheParams = api.KVCacheParams
+	// URI is a parsed gd2fs:// URI (either form).
+	URI = api.URI
 )
+
+// ParseURI parses gd2fs://<cluster>/<path> and
+// gd2fs://<host:port>[,<host:port>...]/<path>?cluster=<name>.
+func ParseURI(s string) (URI, error) { return api.ParseURI(s) }
 
 // Sessions is the explicit-mode API.
 type Sessions struct{ c *Client }
@@ -70,6 +80,28 @@ func (s *Sessions) Commit(ctx context.Context, id string, planID int64) (Session
 	return out, err
 }
 
+// PlanEngine is Plan in the vllm format (req.Format is set): whole blocks
+// of the layout's page_tokens, stored segments contiguous from token 0,
+// fresh segments rounded up to whole blocks, kv_uris an engine can dial.
+func (s *Sessions) PlanEngine(ctx context.Context, id string, req PlanRequest) (EnginePlan, error) {
+	req.Format = "vllm"
+	var p EnginePlan
+	err := s.c.api.Do(ctx, "POST", "/v1/sessions/"+esc(id)+"/plan", req, &p)
+	return p, err
+}
+
+// CommitSaved records what the engine saved of plan planID's fresh
+// segments (its answer's fresh_kvcache; empty when it saved nothing). With
+// planID 0 the plan is found by the first saved segment.
+func (s *Sessions) CommitSaved(ctx context.Context, id string, planID int64, saved []KVRange) (Session, error) {
+	var out Session
+	if saved == nil {
+		saved = []KVRange{}
+	}
+	err := s.c.api.Do(ctx, "POST", "/v1/sessions/"+esc(id)+"/commit", api.CommitSessionRequest{PlanID: planID, Fresh: &saved}, &out)
+	return out, err
+}
+
 // Fork makes newID a session sharing id's stored ranges, without copying bytes.
 func (s *Sessions) Fork(ctx context.Context, id, newID string) (Session, error) {
 	var out Session
@@ -96,17 +128,10 @@ func (s *Sessions) Delete(ctx context.Context, id string) error {
 	return s.c.api.Do(ctx, "DELETE", "/v1/sessions/"+esc(id), nil, nil)
 }
 
-// uriPath turns gd2fs://<cluster>/path into /path.
+// uriPath is the path of a gd2fs:// URI of either form.
 func uriPath(uri string) (string, error) {
-	rest, ok := strings.CutPrefix(uri, "gd2fs://")
-	if !ok {
-		return "", errs.New(errs.ErrBadRequest, "%q is not a gd2fs:// URI", uri)
-	}
-	i := strings.IndexByte(rest, '/')
-	if i < 0 {
-		return "", errs.New(errs.ErrBadRequest, "%q has no path", uri)
-	}
-	return rest[i:], nil
+	u, err := api.ParseURI(uri)
+	return u.Path, err
 }
 
 // WriteFresh writes kv (the fresh ranges' bytes back to back, exactly their

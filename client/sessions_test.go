@@ -145,10 +145,13 @@ func TestSessionErrors(t *testing.T) {
 	if _, err := ss.Plan(ctx, "s", client.PlanRequest{Model: "tiny", PromptTokens: -1}); !errors.Is(err, errs.ErrBadRequest) {
 		t.Fatalf("negative tokens: %v", err)
 	}
+	if _, err := ss.Commit(ctx, "s", 12345); !errors.Is(err, errs.ErrExists) {
+		t.Fatalf("commit for a session that is gone: %v", err)
+	}
+	p, _ := ss.Plan(ctx, "s", client.PlanRequest{Model: "tiny", PromptTokens: 40})
 	if _, err := ss.Commit(ctx, "s", 12345); !errors.Is(err, errs.ErrNotFound) {
 		t.Fatalf("unknown plan: %v", err)
 	}
-	p, _ := ss.Plan(ctx, "s", client.PlanRequest{Model: "tiny", PromptTokens: 40})
 	if _, err := ss.Commit(ctx, "s", p.PlanID); !errors.Is(err, errs.ErrBadRequest) {
 		t.Fatalf("commit before writing: %v", err)
 	}

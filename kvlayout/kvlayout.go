@@ -6,6 +6,10 @@
 //     block-table order: [layer][k|v][page][token][head][dim]
 //   - page_first:  for each page in block-table order, every layer's K and V:
 //     [page][layer][k|v][token][head][dim]
+//   - kv_first:    every layer's K pages, then every layer's V pages:
+//     [k|v][layer][page][token][head][dim] — what an engine holding per-layer
+//     K and V tensors writes when it copies each layer's run of blocks in
+//     turn, K tensors first (vLLM's explicit-offloading connector)
 //
 // The paged side is what vLLM-style engines hold: per layer, one K and one V
 // array of fixed-size pages ([page][token][head][dim]), and a block table
@@ -24,17 +28,20 @@ type Order int
 const (
 	LayerFirst Order = iota
 	PageFirst
+	KVFirst
 )
 
-// ParseOrder reads "layer_first" or "page_first".
+// ParseOrder reads "layer_first", "page_first" or "kv_first".
 func ParseOrder(s string) (Order, error) {
 	switch s {
 	case "layer_first":
 		return LayerFirst, nil
 	case "page_first":
 		return PageFirst, nil
+	case "kv_first":
+		return KVFirst, nil
 	}
-	return 0, fmt.Errorf("kvlayout: unknown layout %q (layer_first or page_first)", s)
+	return 0, fmt.Errorf("kvlayout: unknown layout %q (layer_first, page_first or kv_first)", s)
 }
 
 // Desc describes a model's KV shape.
@@ -98,8 +105,11 @@ func (d Desc) check(p Paged, table []int, n int) error {
 // the contiguous bytes of n pages.
 func (d Desc) offset(i, l, kv, n int) int {
 	u := d.UnitBytes()
-	if d.Order == LayerFirst {
+	switch d.Order {
+	case LayerFirst:
 		return ((l*2+kv)*n + i) * u
+	case KVFirst:
+		return ((kv*d.Layers+l)*n + i) * u
 	}
 	return ((i*d.Layers+l)*2 + kv) * u
 }
@@ -116,9 +126,19 @@ func (d Desc) each(p Paged, table []int, fn func(o int, unit []byte)) {
 		}
 		return side[pg*u : (pg+1)*u]
 	}
-	if d.Order == LayerFirst {
+	switch d.Order {
+	case LayerFirst:
 		for l := 0; l < d.Layers; l++ {
 			for kv := 0; kv < 2; kv++ {
+				for i, pg := range table {
+					fn(d.offset(i, l, kv, n), unit(l, kv, pg))
+				}
+			}
+		}
+		return
+	case KVFirst:
+		for kv := 0; kv < 2; kv++ {
+			for l := 0; l < d.Layers; l++ {
 				for i, pg := range table {
 					fn(d.offset(i, l, kv, n), unit(l, kv, pg))
 				}

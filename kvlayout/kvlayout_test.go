@@ -17,11 +17,11 @@ func fill(p Paged, seed uint64) {
 	}
 }
 
-// TestGatherScatterRoundTrip: for both layouts, several page sizes and any
+// TestGatherScatterRoundTrip: for every layout, several page sizes and any
 // subset of pages in any order, scatter(gather(x)) restores x's pages, and
 // the contiguous bytes sit exactly where the layout says.
 func TestGatherScatterRoundTrip(t *testing.T) {
-	for _, order := range []Order{LayerFirst, PageFirst} {
+	for _, order := range []Order{LayerFirst, PageFirst, KVFirst} {
 		for _, pt := range []int{1, 16, 64} {
 			d := Desc{Layers: 3, KVHeads: 2, HeadDim: 4, DTypeSize: 2, PageTokens: pt, Order: order}
 			src := NewPaged(d, 10)
@@ -35,9 +35,12 @@ func TestGatherScatterRoundTrip(t *testing.T) {
 			// Spot-check the layout: page index 1 of the table (page 2),
 			// layer 2, V.
 			var o int
-			if order == LayerFirst {
+			switch order {
+			case LayerFirst:
 				o = ((2*2+1)*len(table) + 1) * u
-			} else {
+			case KVFirst: // after all 3 layers of K and 2 layers of V
+				o = ((1*3+2)*len(table) + 1) * u
+			default:
 				o = ((1*3+2)*2 + 1) * u
 			}
 			if !bytes.Equal(buf[o:o+u], src.V[2][2*u:3*u]) {
@@ -83,7 +86,7 @@ func TestErrors(t *testing.T) {
 // pages scattered over a 256-page buffer.
 func BenchmarkGather(b *testing.B) {
 	for _, pt := range []int{16, 64} {
-		for _, order := range []Order{LayerFirst, PageFirst} {
+		for _, order := range []Order{LayerFirst, PageFirst, KVFirst} {
 			d := Desc{Layers: 32, KVHeads: 8, HeadDim: 128, DTypeSize: 2, PageTokens: pt, Order: order}
 			pages := 256
 			if pt == 64 {
@@ -97,7 +100,7 @@ func BenchmarkGather(b *testing.B) {
 			for i := range buf {
 				buf[i] = byte(i)
 			}
-			name := map[Order]string{LayerFirst: "layer_first", PageFirst: "page_first"}[order]
+			name := map[Order]string{LayerFirst: "layer_first", PageFirst: "page_first", KVFirst: "kv_first"}[order]
 			b.Run(name+"/page"+itoa(pt)+"/gather", func(b *testing.B) {
 				b.SetBytes(int64(len(buf)))
 				for i := 0; i < b.N; i++ {

@@ -72,7 +72,7 @@ func newBenchPlan(g *globals) *cobra.Command {
 							var f meta.File
 							if f, err = ms.File(ctx, p.Fresh[0].Path); err == nil {
 								if _, err = ms.Commit(ctx, f.ID, p.Fresh[0].KVStart+p.Fresh[0].KVLength, nil, false, time.Now()); err == nil {
-									_, err = ms.CommitSession(ctx, id, p.ID, time.Now())
+									_, err = ms.CommitSession(ctx, meta.CommitInput{Session: id, PlanID: p.ID, Now: time.Now()})
 								}
 							}
 						}

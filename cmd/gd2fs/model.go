@@ -20,10 +20,11 @@ func newModel(g *globals) *cobra.Command {
 	layout := &cobra.Command{Use: "layout", Short: "Set or show a model's KV layout"}
 	var l client.Layout
 	set := &cobra.Command{
-		Use:     "set MODEL",
-		Short:   "Register a model's KV layout (bytes per token and every offset follow from it)",
-		Example: "  gd2fs model layout set llama-3-8b --layers 32 --kv-heads 8 --head-dim 128 --dtype bf16 --page-tokens 16 --layout layer_first",
-		Args:    cobra.ExactArgs(1),
+		Use:   "set MODEL",
+		Short: "Register a model's KV layout (bytes per token and every offset follow from it)",
+		Example: `  gd2fs model layout set llama-3-8b --layers 32 --kv-heads 8 --head-dim 128 --dtype bf16 --page-tokens 16 --layout layer_first
+  gd2fs model layout set llama-3-70b-tp4 --layers 80 --kv-heads 8 --head-dim 128 --dtype bf16 --page-tokens 16 --layout kv_first --tp-size 4`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := g.client()
 			if err != nil {
@@ -43,7 +44,9 @@ func newModel(g *globals) *cobra.Command {
 	f.IntVar(&l.HeadDim, "head-dim", 0, "head dimension")
 	f.StringVar(&l.DType, "dtype", "bf16", "element type: fp32, fp16, bf16, fp8, int8")
 	f.IntVar(&l.PageTokens, "page-tokens", 16, "tokens per page (the engine's block size)")
-	f.StringVar(&l.Order, "layout", "layer_first", "byte layout: layer_first or page_first")
+	f.StringVar(&l.Order, "layout", "layer_first", "byte layout: layer_first, page_first or kv_first (what vLLM's connector writes)")
+	f.IntVar(&l.TPSize, "tp-size", 1, "tensor-parallel ranks the engine shards KV heads over (a range holds one region per rank)")
+	f.BoolVar(&l.Replicated, "replicated", false, "every rank holds the same KV (MLA): store it once")
 	get := &cobra.Command{
 		Use:     "get MODEL",
 		Short:   "Show a model's KV layout",
@@ -69,7 +72,7 @@ func newModel(g *globals) *cobra.Command {
 
 // printLayout shows a layout with the sizes that follow from it.
 func printLayout(l client.Layout) error {
-	return printJSON(map[string]any{"model": l.Model, "token_bytes": l.TokenBytes(), "page_bytes": l.PageBytes(), "layout": l})
+	return printJSON(map[string]any{"model": l.Model, "token_bytes": l.TokenBytes(), "rank_token_bytes": l.RankTokenBytes(), "page_bytes": l.PageBytes(), "layout": l})
 }
 
 func printJSON(v any) error {

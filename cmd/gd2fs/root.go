@@ -9,13 +9,15 @@ import (
 	"strings"
 
 	"github.com/gd2fs/gd2fs/client"
+	"github.com/gd2fs/gd2fs/internal/api"
 	"github.com/spf13/cobra"
 )
 
 type globals struct {
-	master string
-	token  string
-	debug  bool
+	master    string
+	masterSet bool // --master or GD2FS_MASTER given
+	token     string
+	debug     bool
 
 	cluster string // the master's cluster name, once asked
 }
@@ -35,6 +37,9 @@ func newRoot() *cobra.Command {
 	root.PersistentFlags().StringVar(&g.master, "master", envOr("GD2FS_MASTER", client.DefaultMaster), "master URL (env GD2FS_MASTER)")
 	root.PersistentFlags().StringVar(&g.token, "token", os.Getenv("GD2FS_TOKEN"), "cluster token (env GD2FS_TOKEN)")
 	root.PersistentFlags().BoolVar(&g.debug, "debug", false, "debug logging")
+	root.PersistentPreRun = func(cmd *cobra.Command, args []string) {
+		g.masterSet = cmd.Flags().Changed("master") || os.Getenv("GD2FS_MASTER") != ""
+	}
 	root.AddCommand(newUp(g), newMaster(g), newServer(g), newCp(g), newLs(g), newStat(g), newCat(g),
 		newRm(g), newMkdir(g), newStatus(g), newBench(g), newKV(g), newModel(g), newSession(g), newWarmup(g), newCache(g))
 	return root
@@ -64,6 +69,7 @@ func (g *globals) withRemote(uri string, fn func(c *client.Client, path string) 
 	if _, err := remotePath(uri); err != nil {
 		return err
 	}
+	g.mastersFrom(uri)
 	c, err := g.client()
 	if err != nil {
 		return err
@@ -79,11 +85,14 @@ func (g *globals) withRemote(uri string, fn func(c *client.Client, path string) 
 // remote is remotePath that also checks the URI names the cluster the
 // master serves, so gd2fs://prod/... never lands in a test cluster.
 func (g *globals) remote(c *client.Client, uri string) (string, error) {
-	p, err := remotePath(uri)
+	u, err := api.ParseURI(uri)
 	if err != nil {
 		return "", err
 	}
-	name, _, _ := strings.Cut(strings.TrimPrefix(uri, "gd2fs://"), "/")
+	p, name := u.Path, u.Cluster
+	if name == "" { // gd2fs://host:port/path without ?cluster=: the master named is the cluster
+		return p, nil
+	}
 	if g.cluster == "" {
 		st, err := c.Status(context.Background())
 		if err != nil {
@@ -104,6 +113,9 @@ func (g *globals) eachRemote(uris []string, fn func(c *client.Client, path strin
 		if _, err := remotePath(u); err != nil {
 			return err
 		}
+	}
+	if len(uris) > 0 {
+		g.mastersFrom(uris[0])
 	}
 	c, err := g.client()
 	if err != nil {
@@ -129,17 +141,31 @@ func (g *globals) eachRemote(uris []string, fn func(c *client.Client, path strin
 // isRemote tells a gd2fs URI (or absolute namespace path after "gd2fs:") from a local path.
 func isRemote(s string) bool { return strings.HasPrefix(s, "gd2fs://") }
 
-// remotePath turns gd2fs://<cluster>/<path> into /<path>.
+// remotePath turns gd2fs://<cluster>/<path> (or the engine form
+// gd2fs://<host:port>[,...]/<path>?cluster=<name>) into /<path>.
 func remotePath(s string) (string, error) {
 	if !isRemote(s) {
 		return "", fmt.Errorf("%q is not a gd2fs URI: write gd2fs://<cluster>/<path>, e.g. gd2fs://local/models/m", s)
 	}
-	rest := strings.TrimPrefix(s, "gd2fs://")
-	i := strings.IndexByte(rest, '/')
-	if i < 0 {
-		return "/", nil
+	if !strings.Contains(strings.TrimPrefix(s, "gd2fs://"), "/") {
+		s += "/"
 	}
-	return rest[i:], nil
+	u, err := api.ParseURI(s)
+	return u.Path, err
+}
+
+// mastersFrom makes a URI of the engine form (which names its masters)
+// choose the masters, unless --master or GD2FS_MASTER named them.
+func (g *globals) mastersFrom(uri string) {
+	u, err := api.ParseURI(uri)
+	if err != nil || len(u.Masters) == 0 || g.masterSet {
+		return
+	}
+	urls := make([]string, len(u.Masters))
+	for i, m := range u.Masters {
+		urls[i] = "http://" + m
+	}
+	g.master = strings.Join(urls, ",")
 }
 
 // parseSize reads 123, 64KiB, 16MiB, 8GiB, 2TiB (and KB/MB/GB/TB as powers of 10).

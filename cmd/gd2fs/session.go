@@ -1,7 +1,9 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"text/tabwriter"
 
@@ -32,11 +34,19 @@ func newSession(g *globals) *cobra.Command {
 	}
 	var req client.PlanRequest
 	plan := &cobra.Command{
-		Use:     "plan SESSION",
-		Short:   "Ask which tokens are stored and where new KV goes (prints the plan as JSON)",
-		Example: "  gd2fs session plan chat-42 --model llama-3-8b --prompt-tokens 8192",
-		Args:    cobra.ExactArgs(1),
+		Use:   "plan SESSION",
+		Short: "Ask which tokens are stored and where new KV goes (prints the plan as JSON)",
+		Example: `  gd2fs session plan chat-42 --model llama-3-8b --prompt-tokens 8192
+  gd2fs session plan chat-42 --model llama-3-8b --prompt-tokens 8192 --decode-tokens 512 --format vllm   # kvcache_params for vLLM`,
+		Args: cobra.ExactArgs(1),
 		RunE: with(func(s *client.Sessions, cmd *cobra.Command, args []string) error {
+			if req.Format == "vllm" {
+				p, err := s.PlanEngine(cmd.Context(), args[0], req)
+				if err != nil {
+					return err
+				}
+				return printJSON(p)
+			}
 			p, err := s.Plan(cmd.Context(), args[0], req)
 			if err != nil {
 				return err
@@ -50,14 +60,29 @@ func newSession(g *globals) *cobra.Command {
 	pf.Int64Var(&req.DecodeTokens, "decode-tokens", 0, "room for generated tokens in the fresh range")
 	pf.StringSliceVar(&req.Prefixes, "prefix", nil, "shared prefix file(s), applied when the session is created")
 	pf.BoolVar(&req.NewFile, "new-file", false, "put this turn's KV in a new file")
+	pf.StringVar(&req.Format, "format", "", "gd2fs (default) or vllm: whole blocks and kv_transfer_params's kvcache_params")
+	pf.Int64Var(&req.LoadThreshold, "load-threshold", 0, "vllm format: load_threshold passed to the engine")
 	var planID int64
+	var saved string
 	commit := &cobra.Command{
-		Use:     "commit SESSION --plan ID",
-		Short:   "Record a plan's fresh range as stored (after the engine wrote it)",
-		Example: "  gd2fs session commit chat-42 --plan 1234",
-		Args:    cobra.ExactArgs(1),
+		Use:   "commit SESSION --plan ID [--saved FILE]",
+		Short: "Record a plan's fresh range as stored (after the engine wrote it), or what the engine saved of it",
+		Example: `  gd2fs session commit chat-42 --plan 1234
+  gd2fs session commit chat-42 --plan 1234 --saved response-kv-params.json   # the engine's kv_transfer_params
+  echo '{"fresh_kvcache": []}' | gd2fs session commit chat-42 --plan 1234 --saved -   # it saved nothing`,
+		Args: cobra.ExactArgs(1),
 		RunE: with(func(s *client.Sessions, cmd *cobra.Command, args []string) error {
-			out, err := s.Commit(cmd.Context(), args[0], planID)
+			var out client.Session
+			var err error
+			if saved == "" {
+				out, err = s.Commit(cmd.Context(), args[0], planID)
+			} else {
+				var segs []client.KVRange
+				if segs, err = readSaved(saved); err != nil {
+					return err
+				}
+				out, err = s.CommitSaved(cmd.Context(), args[0], planID, segs)
+			}
 			if err != nil {
 				return err
 			}
@@ -66,6 +91,7 @@ func newSession(g *globals) *cobra.Command {
 		}),
 	}
 	commit.Flags().Int64Var(&planID, "plan", 0, "plan id from 'session plan'")
+	commit.Flags().StringVar(&saved, "saved", "", "JSON file (- for stdin) of what the engine saved: its kv_transfer_params, kvcache_params or a fresh_kvcache list")
 	ls := &cobra.Command{
 		Use:     "ls",
 		Short:   "List sessions",
@@ -149,4 +175,40 @@ func newSession(g *globals) *cobra.Command {
 	prefix.Flags().Int64Var(&tokens, "tokens", 0, "tokens the file covers")
 	cmd.AddCommand(plan, commit, ls, show, fork, rm, prefix)
 	return cmd
+}
+
+// readSaved reads the segments an engine saved from a JSON file: its
+// kv_transfer_params ({"kvcache_params": {...}}), the kvcache_params
+// themselves, {"fresh_kvcache": [...]}, or a bare list.
+func readSaved(name string) ([]client.KVRange, error) {
+	var b []byte
+	var err error
+	if name == "-" {
+		b, err = io.ReadAll(os.Stdin)
+	} else {
+		b, err = os.ReadFile(name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var list []client.KVRange
+	if json.Unmarshal(b, &list) == nil {
+		return list, nil
+	}
+	var doc struct {
+		KVCacheParams *struct {
+			Fresh *[]client.KVRange `json:"fresh_kvcache"`
+		} `json:"kvcache_params"`
+		Fresh *[]client.KVRange `json:"fresh_kvcache"`
+	}
+	if err := json.Unmarshal(b, &doc); err != nil {
+		return nil, fmt.Errorf("%s: not JSON of saved segments: %w", name, err)
+	}
+	switch {
+	case doc.KVCacheParams != nil && doc.KVCacheParams.Fresh != nil:
+		return *doc.KVCacheParams.Fresh, nil
+	case doc.Fresh != nil:
+		return *doc.Fresh, nil
+	}
+	return nil, fmt.Errorf("%s holds no fresh_kvcache: give the engine's kv_transfer_params, its kvcache_params or a list of segments", name)
 }

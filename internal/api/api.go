@@ -9,8 +9,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -321,6 +323,33 @@ type PlanRequest struct {
 	PromptTokens int64    `json:"prompt_tokens"`
 	DecodeTokens int64    `json:"decode_tokens,omitempty"` // room for generated tokens in the fresh range
 	NewFile      bool     `json:"new_file,omitempty"`      // put this turn's KV in a new file
+	// Format "vllm" answers an EnginePlan: whole blocks, kvcache_params as
+	// vLLM's explicit-offloading connector takes it (docs/kv-cache.md).
+	Format        string `json:"format,omitempty"`
+	LoadThreshold int64  `json:"load_threshold,omitempty"` // passed through in kvcache_params
+}
+
+// KVCacheParams is vLLM's kv_transfer_params["kvcache_params"]: what to load
+// before prefill (stored_kvcache) and where to save new KV (fresh_kvcache);
+// in the engine's answer, fresh_kvcache is what it actually saved.
+type KVCacheParams struct {
+	ID            string    `json:"id"`
+	Stored        []KVRange `json:"stored_kvcache"`
+	Fresh         []KVRange `json:"fresh_kvcache"`
+	LoadThreshold int64     `json:"load_threshold"`
+}
+
+// EnginePlan is a plan in the vllm format: pass it (or just its
+// kvcache_params) as the request's kv_transfer_params.
+type EnginePlan struct {
+	KVCacheParams KVCacheParams `json:"kvcache_params"`
+	PlanID        int64         `json:"plan_id"`
+	CachedTokens  int64         `json:"cached_tokens"`
+	PrefillTokens int64         `json:"prefill_tokens"`
+	DecodeTokens  int64         `json:"decode_tokens"`
+	LoadBytes     int64         `json:"load_bytes"`
+	HitRate       float64       `json:"hit_rate"`
+	Evicted       []string      `json:"evicted_sessions,omitempty"`
 }
 
 // Plan is the answer: exactly which ranges are stored and where new KV goes.
@@ -336,9 +365,14 @@ type Plan struct {
 	Evicted       []string  `json:"evicted_sessions,omitempty"`
 }
 
-// CommitSessionRequest commits a plan's fresh range.
+// CommitSessionRequest commits a plan: its whole fresh range, or what the
+// engine saved of it — the kvcache_params of the engine's kv_transfer_params,
+// or a fresh_kvcache list (present and empty: nothing was saved). Without a
+// plan_id the plan is found by the first saved segment.
 type CommitSessionRequest struct {
-	PlanID int64 `json:"plan_id"`
+	PlanID        int64          `json:"plan_id,omitempty"`
+	KVCacheParams *KVCacheParams `json:"kvcache_params,omitempty"`
+	Fresh         *[]KVRange     `json:"fresh_kvcache,omitempty"`
 }
 
 // ForkRequest names the new session of a fork.
@@ -360,4 +394,64 @@ type Session struct {
 // SessionList is a page of sessions ordered by id.
 type SessionList struct {
 	Sessions []Session `json:"sessions"`
+}
+
+// URI is a parsed gd2fs:// URI. Two forms name a file:
+//
+//	gd2fs://<cluster>/<path>                                  (Cluster set)
+//	gd2fs://<host:port>[,<host:port>...]/<path>?cluster=<name> (Masters set; Cluster from the query, may be empty)
+//
+// The second is what engine-format plans hand out: everything a process
+// needs to connect. An authority with a ':' or ',' is a master list.
+type URI struct {
+	Masters []string // host:port of masters, in order
+	Cluster string
+	Path    string // absolute, as written (not cleaned)
+}
+
+// ParseURI parses a gd2fs:// URI of either form.
+func ParseURI(s string) (URI, error) {
+	rest, ok := strings.CutPrefix(s, "gd2fs://")
+	if !ok {
+		return URI{}, errs.New(errs.ErrBadRequest, "%q is not a gd2fs:// URI: write gd2fs://<cluster>/<path> or gd2fs://<host:port>[,<host:port>]/<path>?cluster=<name>", s)
+	}
+	if i := strings.IndexByte(rest, '#'); i >= 0 {
+		return URI{}, errs.New(errs.ErrBadRequest, "%q: a gd2fs URI has no #fragment", s)
+	}
+	rest, query, hasQuery := strings.Cut(rest, "?")
+	auth, path, ok := strings.Cut(rest, "/")
+	if !ok || auth == "" {
+		return URI{}, errs.New(errs.ErrBadRequest, "%q needs a cluster or master address and a path: gd2fs://<cluster>/<path>", s)
+	}
+	u := URI{Path: "/" + path}
+	if strings.ContainsAny(auth, ":,") {
+		for _, a := range strings.Split(auth, ",") {
+			host, port, err := net.SplitHostPort(a)
+			if err != nil || host == "" {
+				return URI{}, errs.New(errs.ErrBadRequest, "%q: master address %q is not host:port", s, a)
+			}
+			if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+				return URI{}, errs.New(errs.ErrBadRequest, "%q: master address %q has no valid port", s, a)
+			}
+			u.Masters = append(u.Masters, a)
+		}
+	} else {
+		u.Cluster = auth
+	}
+	if hasQuery {
+		q, err := url.ParseQuery(query)
+		if err != nil {
+			return URI{}, errs.New(errs.ErrBadRequest, "%q: bad query: %v", s, err)
+		}
+		for k, v := range q {
+			switch {
+			case k != "cluster" || len(v) != 1:
+				return URI{}, errs.New(errs.ErrBadRequest, "%q: the only query parameter is one cluster=<name>, not %q", s, k)
+			case u.Cluster != "" && u.Cluster != v[0]:
+				return URI{}, errs.New(errs.ErrBadRequest, "%q names cluster %q twice differently", s, u.Cluster)
+			}
+			u.Cluster = v[0]
+		}
+	}
+	return u, nil
 }

@@ -46,6 +46,9 @@ type Config struct {
 	// Advertise is the URL other masters and clients are told to use for
 	// this master when it leads (default: its listen address).
 	Advertise string
+	// PublicMasters are the host:port of every master, named in the
+	// kv_uris of engine-format plans (default: this master's Advertise).
+	PublicMasters []string
 }
 
 // DefaultChunkSize is used when a create asks for none.

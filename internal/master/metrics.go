@@ -16,6 +16,8 @@ type metrics struct {
 	latency   *prometheus.HistogramVec
 	repairs   *prometheus.CounterVec
 	evictions prometheus.Counter
+	// Explicit-mode plans, the tokens they found cached, and commits refused.
+	plans, cachedTokens, commitFailures prometheus.Counter
 }
 
 func newMetrics(m *Master) *metrics {
@@ -29,6 +31,9 @@ func newMetrics(m *Master) *metrics {
 			Help: "HA chunk re-replications by outcome."}, []string{"outcome"}),
 		evictions: prometheus.NewCounter(prometheus.CounterOpts{Name: "gd2fs_master_session_evictions_total",
 			Help: "KV sessions evicted to keep session files within the quota."}),
+		plans:          prometheus.NewCounter(prometheus.CounterOpts{Name: "gd2fs_master_session_plans_total", Help: "Explicit-mode plans made."}),
+		cachedTokens:   prometheus.NewCounter(prometheus.CounterOpts{Name: "gd2fs_master_session_cached_tokens_total", Help: "Tokens plans found stored."}),
+		commitFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "gd2fs_master_session_commit_failures_total", Help: "Session commits refused."}),
 	}
 	up := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gd2fs_master_servers_up", Help: "Servers heartbeating."}, func() float64 {
 		m.mu.Lock()
@@ -46,7 +51,7 @@ func newMetrics(m *Master) *metrics {
 		defer m.mu.Unlock()
 		return float64(m.epoch)
 	})
-	x.reg.MustRegister(x.requests, x.latency, x.repairs, x.evictions, up, epoch, collectors.NewGoCollector(),
+	x.reg.MustRegister(x.requests, x.latency, x.repairs, x.evictions, x.plans, x.cachedTokens, x.commitFailures, up, epoch, collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return x
 }

@@ -2,7 +2,9 @@ package master
 
 import (
 	"net/http"
+	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gd2fs/gd2fs/errs"
@@ -35,14 +37,7 @@ func (m *Master) sessionRoutes(h func(pattern string, fn func(r *http.Request) (
 		return p, m.meta.PutPrefix(r.Context(), p)
 	})
 	h("POST /v1/sessions/{id}/plan", m.plan)
-	h("POST /v1/sessions/{id}/commit", func(r *http.Request) (any, error) {
-		var req api.CommitSessionRequest
-		if err := readJSON(r, &req); err != nil {
-			return nil, err
-		}
-		s, err := m.meta.CommitSession(r.Context(), r.PathValue("id"), req.PlanID, time.Now())
-		return m.sessionOut(s), err
-	})
+	h("POST /v1/sessions/{id}/commit", m.commitSession)
 	h("POST /v1/sessions/{id}/fork", func(r *http.Request) (any, error) {
 		var req api.ForkRequest
 		if err := readJSON(r, &req); err != nil {
@@ -77,10 +72,30 @@ func (m *Master) sessionRoutes(h func(pattern string, fn func(r *http.Request) (
 
 func (m *Master) uri(path string) string { return "gd2fs://" + m.cfg.Cluster + path }
 
-func (m *Master) rangesOut(rs []meta.Range) []api.KVRange {
+// engineURI is the kv_uri form a process can dial without other
+// configuration: gd2fs://<master host:port>[,...]/<path>?cluster=<name>.
+func (m *Master) engineURI(path string) string {
+	return "gd2fs://" + strings.Join(m.publicMasters(), ",") + path + "?cluster=" + url.QueryEscape(m.cfg.Cluster)
+}
+
+// publicMasters are the host:port of the masters named in engine kv_uris:
+// Config.PublicMasters, or this master's advertised address.
+func (m *Master) publicMasters() []string {
+	if len(m.cfg.PublicMasters) > 0 {
+		return m.cfg.PublicMasters
+	}
+	if u, err := url.Parse(m.url); err == nil && u.Host != "" {
+		return []string{u.Host}
+	}
+	return []string{m.ln.Addr().String()}
+}
+
+func (m *Master) rangesOut(rs []meta.Range) []api.KVRange { return m.rangesAs(rs, m.uri) }
+
+func (m *Master) rangesAs(rs []meta.Range, uri func(string) string) []api.KVRange {
 	out := make([]api.KVRange, 0, len(rs))
 	for _, r := range rs {
-		out = append(out, api.KVRange{TokenStart: r.TokenStart, TokenLength: r.TokenLength, KVURI: m.uri(r.Path),
+		out = append(out, api.KVRange{TokenStart: r.TokenStart, TokenLength: r.TokenLength, KVURI: uri(r.Path),
 			KVStart: r.KVStart, KVLength: r.KVLength})
 	}
 	return out
@@ -99,6 +114,20 @@ func (m *Master) plan(r *http.Request) (any, error) {
 	if req.Model == "" {
 		return nil, errs.New(errs.ErrBadRequest, "plan needs a model")
 	}
+	engine := false
+	switch req.Format {
+	case "", "gd2fs":
+	case "vllm":
+		engine = true
+		if err := checkURISafe(r.PathValue("id")); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, errs.New(errs.ErrBadRequest, "unknown plan format %q: gd2fs (the default) or vllm", req.Format)
+	}
+	if req.LoadThreshold < 0 {
+		return nil, errs.New(errs.ErrBadRequest, "load_threshold must not be negative")
+	}
 	prefixes := make([]string, len(req.Prefixes))
 	for i, p := range req.Prefixes {
 		var err error
@@ -109,13 +138,24 @@ func (m *Master) plan(r *http.Request) (any, error) {
 	p, err := m.meta.PlanSession(r.Context(), meta.PlanInput{
 		Session: r.PathValue("id"), Model: req.Model, Prefixes: prefixes, PromptTokens: req.PromptTokens,
 		DecodeTokens: req.DecodeTokens, NewFile: req.NewFile, Dir: "/kv-sessions", Pool: m.cfg.SessionPool,
-		ChunkSize: DefaultChunkSize, Quota: m.cfg.SessionQuota, PlanTTL: 10 * time.Minute, Now: time.Now(),
+		ChunkSize: DefaultChunkSize, Quota: m.cfg.SessionQuota, PlanTTL: 10 * time.Minute, Now: time.Now(), Aligned: engine,
 	})
 	if err != nil {
 		return nil, err
 	}
 	if len(p.Evicted) > 0 {
 		m.metrics.evictions.Add(float64(len(p.Evicted)))
+	}
+	m.metrics.plans.Inc()
+	m.metrics.cachedTokens.Add(float64(p.Cached))
+	if engine {
+		out := api.EnginePlan{PlanID: p.ID, CachedTokens: p.Cached, PrefillTokens: p.Prefill, DecodeTokens: p.Decode,
+			LoadBytes: p.Load, Evicted: p.Evicted, KVCacheParams: api.KVCacheParams{ID: r.PathValue("id"),
+				Stored: m.rangesAs(p.Stored, m.engineURI), Fresh: m.rangesAs(p.Fresh, m.engineURI), LoadThreshold: req.LoadThreshold}}
+		if req.PromptTokens > 0 {
+			out.HitRate = float64(p.Cached) / float64(req.PromptTokens)
+		}
+		return out, nil
 	}
 	out := api.Plan{PlanID: p.ID, Stored: m.rangesOut(p.Stored), Fresh: m.rangesOut(p.Fresh), CachedTokens: p.Cached,
 		PrefillTokens: p.Prefill, DecodeTokens: p.Decode, LoadBytes: p.Load, Evicted: p.Evicted}
@@ -125,24 +165,62 @@ func (m *Master) plan(r *http.Request) (any, error) {
 	return out, nil
 }
 
-// localPath accepts a namespace path or a gd2fs://<cluster>/path URI of this cluster.
+// localPath accepts a namespace path or a gd2fs:// URI of this cluster, in
+// either form (api.ParseURI).
 func (m *Master) localPath(p string) (string, error) {
-	if rest, ok := cutPrefix(p, "gd2fs://"); ok {
-		i := 0
-		for i < len(rest) && rest[i] != '/' {
-			i++
+	if strings.HasPrefix(p, "gd2fs://") {
+		u, err := api.ParseURI(p)
+		if err != nil {
+			return "", err
 		}
-		if rest[:i] != m.cfg.Cluster {
-			return "", errs.New(errs.ErrBadRequest, "%s names cluster %q; this is %q", p, rest[:i], m.cfg.Cluster)
+		if u.Cluster != "" && u.Cluster != m.cfg.Cluster {
+			return "", errs.New(errs.ErrBadRequest, "%s names cluster %q; this is %q", p, u.Cluster, m.cfg.Cluster)
 		}
-		p = rest[i:]
+		p = u.Path
 	}
 	return meta.CleanPath(p)
 }
 
-func cutPrefix(s, prefix string) (string, bool) {
-	if len(s) >= len(prefix) && s[:len(prefix)] == prefix {
-		return s[len(prefix):], true
+// checkURISafe refuses session ids that cannot stand unescaped in a kv_uri
+// path (engines pass the URI's path through as it is).
+func checkURISafe(id string) error {
+	for _, c := range id {
+		if c <= ' ' || c == 0x7f || strings.ContainsRune("?#%\\\"<>`^{|}", c) {
+			return errs.New(errs.ErrBadRequest, "session id %q cannot stand in a kv_uri: use letters, digits and -._~:@!$&'()*+,;=", id)
+		}
 	}
-	return s, false
+	return nil
+}
+
+// commitSession records a plan, or what its engine saved (docs/api.md).
+func (m *Master) commitSession(r *http.Request) (any, error) {
+	var req api.CommitSessionRequest
+	if err := readJSON(r, &req); err != nil {
+		return nil, err
+	}
+	in := meta.CommitInput{Session: r.PathValue("id"), PlanID: req.PlanID, Now: time.Now()}
+	var saved []api.KVRange
+	switch {
+	case req.KVCacheParams != nil && req.Fresh != nil:
+		return nil, errs.New(errs.ErrBadRequest, "give kvcache_params or fresh_kvcache, not both")
+	case req.KVCacheParams != nil:
+		if id := req.KVCacheParams.ID; id != "" && id != in.Session {
+			return nil, errs.New(errs.ErrBadRequest, "kvcache_params are of session %q, not %q", id, in.Session)
+		}
+		in.Partial, saved = true, req.KVCacheParams.Fresh
+	case req.Fresh != nil:
+		in.Partial, saved = true, *req.Fresh
+	}
+	for i, k := range saved {
+		path, err := m.localPath(k.KVURI)
+		if err != nil {
+			return nil, errs.New(errs.ErrBadRequest, "saved segment %d: kv_uri %q: %v", i, k.KVURI, err)
+		}
+		in.Saved = append(in.Saved, meta.Range{TokenStart: k.TokenStart, TokenLength: k.TokenLength, Path: path, KVStart: k.KVStart, KVLength: k.KVLength})
+	}
+	s, err := m.meta.CommitSession(r.Context(), in)
+	if err != nil {
+		m.metrics.commitFailures.Inc()
+	}
+	return m.sessionOut(s), err
 }

@@ -104,6 +104,7 @@ func TestConformance(t *testing.T) {
 				{"model", testRandomModel},
 				{"sessions", testSessions},
 				{"session-quota", testSessionQuota},
+				{"session-engine", testSessionEngine},
 				{"lead", testLead},
 			} {
 				t.Run(tc.name, func(t *testing.T) { tc.fn(t, open(t)) })
@@ -389,14 +390,14 @@ func testSessions(t *testing.T, s Store) {
 		len(p1.Fresh) != 1 || p1.Fresh[0].TokenStart != 32 || p1.Fresh[0].KVLength != llama.RangeBytes(68) || p1.Fresh[0].KVStart != 0 {
 		t.Fatalf("first plan %+v", p1)
 	}
-	_, err = s.CommitSession(ctx, "s1", p1.ID, now)
+	_, err = s.CommitSession(ctx, CommitInput{Session: "s1", PlanID: p1.ID, Now: now})
 	mustIs(t, err, errs.ErrBadRequest) // not written yet
 	written(t, s, p1)
-	sess, err := s.CommitSession(ctx, "s1", p1.ID, now)
+	sess, err := s.CommitSession(ctx, CommitInput{Session: "s1", PlanID: p1.ID, Now: now})
 	if err != nil || sess.Tokens != 100 || len(sess.Ranges) != 2 {
 		t.Fatalf("commit: %v %+v", err, sess)
 	}
-	_, err = s.CommitSession(ctx, "s1", p1.ID, now)
+	_, err = s.CommitSession(ctx, CommitInput{Session: "s1", PlanID: p1.ID, Now: now})
 	mustIs(t, err, errs.ErrNotFound) // a plan commits once
 	mustIs(t, s.RemoveFile(ctx, "/prefixes/sys"), errs.ErrExists)
 	mustIs(t, s.RemoveFile(ctx, p1.Fresh[0].Path), errs.ErrExists)
@@ -408,10 +409,10 @@ func testSessions(t *testing.T, s Store) {
 		t.Fatalf("overlapping fresh ranges: %+v %+v", a.Fresh, b.Fresh)
 	}
 	written(t, s, b)
-	if _, err := s.CommitSession(ctx, "s1", a.ID, now); err != nil {
+	if _, err := s.CommitSession(ctx, CommitInput{Session: "s1", PlanID: a.ID, Now: now}); err != nil {
 		t.Fatal(err)
 	}
-	_, err = s.CommitSession(ctx, "s1", b.ID, now)
+	_, err = s.CommitSession(ctx, CommitInput{Session: "s1", PlanID: b.ID, Now: now})
 	mustIs(t, err, errs.ErrExists)
 
 	// Wrong model, bad token counts, bad ids.
@@ -465,7 +466,7 @@ func testSessions(t *testing.T, s Store) {
 	in.Model = "pf"
 	x, _ := s.PlanSession(ctx, in)
 	written(t, s, x)
-	s.CommitSession(ctx, "p1", x.ID, now)
+	s.CommitSession(ctx, CommitInput{Session: "p1", PlanID: x.ID, Now: now})
 	in.PromptTokens = 40
 	y, _ := s.PlanSession(ctx, in)
 	if y.Cached != 32 || y.Stored[0].TokenLength != 32 || y.Stored[0].KVLength != 2*pfl.PageBytes() || y.Fresh[0].TokenLength != 8 {
@@ -491,7 +492,7 @@ func testSessionQuota(t *testing.T, s Store) {
 			t.Fatalf("plan %s: %v", id, err)
 		}
 		written(t, s, p)
-		if _, err := s.CommitSession(ctx, id, p.ID, at); err != nil {
+		if _, err := s.CommitSession(ctx, CommitInput{Session: id, PlanID: p.ID, Now: at}); err != nil {
 			t.Fatal(err)
 		}
 		return p
@@ -529,4 +530,93 @@ func testLead(t *testing.T, s Store) {
 	if u, err := s.Leader(ctx); err != nil || u != "http://m1:7070" {
 		t.Fatalf("leader url %q %v", u, err)
 	}
+}
+
+// testSessionEngine: plans for an engine of whole blocks with tensor
+// parallelism, and commits of what it saved, good and bad.
+func testSessionEngine(t *testing.T, s Store) {
+	ctx := context.Background()
+	// A leading master's store: session transactions must not wait on the
+	// leadership lock.
+	if ok, err := s.Lead(ctx, "http://m"); !ok || err != nil {
+		t.Fatalf("lead: %v %v", ok, err)
+	}
+	l := Layout{Model: "tp", Layers: 2, KVHeads: 4, HeadDim: 8, DType: "bf16", PageTokens: 16, Order: "kv_first", TPSize: 2}
+	if err := s.PutLayout(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.Layout(ctx, "tp"); got != l || l.TokenBytes() != 2*l.RankTokenBytes() || l.RankTokenBytes() != 2*2*2*8*2 {
+		t.Fatalf("layout %+v, token bytes %d", got, l.TokenBytes())
+	}
+	for _, bad := range []Layout{
+		{Model: "x", Layers: 1, KVHeads: 3, HeadDim: 8, DType: "bf16", PageTokens: 16, Order: "kv_first", TPSize: 2},
+		{Model: "x", Layers: 1, KVHeads: 2, HeadDim: 8, DType: "bf16", PageTokens: 16, Order: "kv_first", TPSize: 5000},
+		{Model: "x", Layers: 1 << 62, KVHeads: 2, HeadDim: 8, DType: "bf16", PageTokens: 16, Order: "kv_first"},
+	} {
+		mustIs(t, s.PutLayout(ctx, bad), errs.ErrBadRequest)
+	}
+	in := planIn("e1", 40)
+	in.Model, in.DecodeTokens, in.Aligned = "tp", 10, true
+	p, err := s.PlanSession(ctx, in)
+	if err != nil || p.Cached != 0 || len(p.Fresh) != 1 || p.Fresh[0].TokenLength != 64 || p.Fresh[0].KVLength != 64*l.TokenBytes() {
+		t.Fatalf("plan %+v %v", p, err)
+	}
+	fr := p.Fresh[0]
+	written(t, s, p)
+	// Another session's file, for the bad commit below.
+	other, err := s.PlanSession(ctx, func() PlanInput { x := in; x.Session = "e2"; return x }())
+	if err != nil {
+		t.Fatal(err)
+	}
+	seg := func(start, n, kv int64) Range {
+		return Range{TokenStart: start, TokenLength: n, Path: fr.Path, KVStart: kv, KVLength: l.RangeBytes(n)}
+	}
+	bad := map[string][]Range{
+		"overlapping":        {seg(0, 32, fr.KVStart), seg(16, 16, fr.KVStart+l.RangeBytes(32))},
+		"not block-aligned":  {seg(0, 10, fr.KVStart)},
+		"outside the plan":   {seg(0, 32, fr.KVStart+fr.KVLength)},
+		"over the reserved":  {seg(0, 80, fr.KVStart)},
+		"bytes overlap":      {seg(0, 16, fr.KVStart), seg(16, 16, fr.KVStart+8)},
+		"another session's":  {{TokenStart: 0, TokenLength: 16, Path: other.Fresh[0].Path, KVStart: other.Fresh[0].KVStart, KVLength: l.RangeBytes(16)}},
+		"wrong size":         {{TokenStart: 0, TokenLength: 16, Path: fr.Path, KVStart: fr.KVStart, KVLength: 7}},
+		"not from the start": {seg(16, 16, fr.KVStart)},
+		"negative":           {seg(0, -16, fr.KVStart)},
+	}
+	for name, saved := range bad {
+		_, err := s.CommitSession(ctx, CommitInput{Session: "e1", PlanID: p.ID, Partial: true, Saved: saved, Now: now})
+		if !errors.Is(err, errs.ErrBadRequest) {
+			t.Fatalf("%s segments: %v", name, err)
+		}
+	}
+	if sess, _ := s.Session(ctx, "e1"); sess.Tokens != 0 || len(sess.Ranges) != 0 {
+		t.Fatalf("a refused commit recorded something: %+v", sess)
+	}
+	// The engine saved 2 of the 4 blocks; the commit finds the plan by them.
+	sess, err := s.CommitSession(ctx, CommitInput{Session: "e1", Partial: true, Saved: []Range{seg(0, 32, fr.KVStart)}, Now: now})
+	if err != nil || sess.Tokens != 32 || len(sess.Ranges) != 1 || sess.Ranges[0] != seg(0, 32, fr.KVStart) {
+		t.Fatalf("partial commit: %+v %v", sess, err)
+	}
+	// A prompt of 33 tokens may use both blocks; one of 32 none: the engine
+	// must compute the last token, and a kv_first range is not cut inside.
+	in.DecodeTokens = 0
+	for prompt, want := range map[int64]int64{33: 32, 32: 0, 17: 0, 100: 32} {
+		in.PromptTokens = prompt
+		q, err := s.PlanSession(ctx, in)
+		if err != nil || q.Cached != want {
+			t.Fatalf("prompt %d: cached %d, want %d (%v)", prompt, q.Cached, want, err)
+		}
+	}
+	// Committing nothing saved of a plan cuts the session where it kept.
+	in.PromptTokens = 20
+	q, _ := s.PlanSession(ctx, in)
+	if sess, err := s.CommitSession(ctx, CommitInput{Session: "e1", PlanID: q.ID, Partial: true, Now: now}); err != nil || sess.Tokens != 0 {
+		t.Fatalf("empty commit of a rewind: %+v %v", sess, err)
+	}
+	// Nothing saved and no plan named: nothing to commit.
+	_, err = s.CommitSession(ctx, CommitInput{Session: "e1", Partial: true, Now: now})
+	mustIs(t, err, errs.ErrBadRequest)
+	// A commit for a session evicted or deleted meanwhile: plan again.
+	mustIs(t, s.DeleteSession(ctx, "e2"), nil)
+	_, err = s.CommitSession(ctx, CommitInput{Session: "e2", PlanID: other.ID, Now: now})
+	mustIs(t, err, errs.ErrExists)
 }

@@ -63,19 +63,24 @@ func (s *sqlStore) invariantsTx(ctx context.Context, tx *sql.Tx) error {
 		return err
 	}
 	layouts := map[string]Layout{}
-	rows, err = tx.QueryContext(ctx, `SELECT model, layers, kv_heads, head_dim, dtype, page_tokens, layout FROM kv_layouts`)
+	rows, err = tx.QueryContext(ctx, `SELECT model FROM kv_layouts`)
 	if err != nil {
 		return err
 	}
 	for rows.Next() {
-		var l Layout
-		if err := rows.Scan(&l.Model, &l.Layers, &l.KVHeads, &l.HeadDim, &l.DType, &l.PageTokens, &l.Order); err != nil {
+		var model string
+		if err := rows.Scan(&model); err != nil {
 			rows.Close()
 			return err
 		}
-		layouts[l.Model] = l
+		layouts[model] = Layout{}
 	}
 	rows.Close()
+	for model := range layouts {
+		if layouts[model], err = s.layoutTx(ctx, tx, model); err != nil {
+			return err
+		}
+	}
 	// Every range with its file's written and reserved bytes, in one query
 	// (this runs after every transaction of the test suite).
 	ranges := map[string][]Range{}

@@ -17,7 +17,12 @@ import (
 // use a database file: an exclusive flock on <file>.lock makes a second one
 // a standby instead of a second writer.
 
-const leaderLockKey = 7070002
+// Advisory lock keys are (hash of the schema, key), so clusters (and
+// tests) in different schemas of one database never contend.
+const (
+	leaderLockKey   = 7070002
+	sessionsLockKey = 7070003
+)
 
 type leadership struct {
 	mu     sync.Mutex
@@ -50,7 +55,7 @@ func (s *sqlStore) Lead(ctx context.Context, url string) (bool, error) {
 			return false, wrapDB(err)
 		}
 		var got bool
-		if err := c.QueryRowContext(ctx, `SELECT pg_try_advisory_lock($1)`, leaderLockKey).Scan(&got); err != nil {
+		if err := c.QueryRowContext(ctx, `SELECT pg_try_advisory_lock(hashtext(current_schema()), $1)`, leaderLockKey).Scan(&got); err != nil {
 			c.Close()
 			return false, wrapDB(err)
 		}
@@ -94,7 +99,7 @@ func (l *leadership) release() {
 	if l.conn != nil {
 		// Unlock before the connection goes back to the pool: a pooled
 		// session would keep the lock until the pool closes it.
-		l.conn.ExecContext(context.Background(), `SELECT pg_advisory_unlock($1)`, leaderLockKey)
+		l.conn.ExecContext(context.Background(), `SELECT pg_advisory_unlock(hashtext(current_schema()), $1)`, leaderLockKey)
 		l.conn.Close()
 	}
 	if l.lock != nil {

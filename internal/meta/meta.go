@@ -111,7 +111,7 @@ type Store interface {
 	Layout(ctx context.Context, model string) (Layout, error)
 	PutPrefix(ctx context.Context, p Prefix) error
 	PlanSession(ctx context.Context, in PlanInput) (Plan, error)
-	CommitSession(ctx context.Context, id string, planID int64, now time.Time) (Session, error)
+	CommitSession(ctx context.Context, in CommitInput) (Session, error)
 	ForkSession(ctx context.Context, src, dst string, now time.Time) error
 	DeleteSession(ctx context.Context, id string) error
 	Session(ctx context.Context, id string) (Session, error)

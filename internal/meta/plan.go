@@ -40,7 +40,9 @@ func storedFor(l Layout, ranges []Range, n int64) (stored []Range, cached int64)
 // clip is the first tokens of r rounded down to whole pages, when the layout
 // allows using part of a range; ok is false when nothing of r is usable.
 func clip(l Layout, r Range, tokens int64) (Range, bool) {
-	if l.Order != "page_first" {
+	// Per-rank regions are laid out by the range's full length, so only a
+	// single-region page_first range has its pages as a byte prefix.
+	if l.Order != "page_first" || l.Regions() != 1 {
 		return Range{}, false
 	}
 	pages := tokens / int64(l.PageTokens)
@@ -50,6 +52,63 @@ func clip(l Layout, r Range, tokens int64) (Range, bool) {
 	r.TokenLength = pages * int64(l.PageTokens)
 	r.KVLength = pages * l.PageBytes()
 	return r, true
+}
+
+// storedAligned is storedFor for engines that load and save whole blocks
+// (the vllm format): every stored range starts and ends on a page boundary,
+// and the stored tokens end at or before the last whole page that leaves the
+// prompt's last token to compute (engines need at least one token to
+// prefill to produce logits). A range of the session that is not whole
+// pages ends the stored run there (cut to whole pages where clip allows).
+func storedAligned(l Layout, ranges []Range, n int64) (stored []Range, cached int64) {
+	pt := int64(l.PageTokens)
+	limit := (n - 1) / pt * pt
+	for _, r := range ranges {
+		end := r.TokenStart + r.TokenLength
+		if r.TokenStart%pt != 0 || r.TokenStart >= limit {
+			break
+		}
+		if end <= limit && end%pt == 0 {
+			stored = append(stored, r)
+			cached = end
+			continue
+		}
+		if c, ok := clip(l, r, min(end, limit)-r.TokenStart); ok {
+			stored = append(stored, c)
+			cached = c.TokenStart + c.TokenLength
+		}
+		break
+	}
+	return stored, cached
+}
+
+// checkSaved checks what an engine reports it saved of a plan's fresh
+// range fr: segments that follow each other from fr's first token, whole
+// pages (but for one that ends exactly where fr ends), sized by the layout,
+// in fr's file, inside fr's reserved bytes and not overlapping.
+func checkSaved(l Layout, fr Range, saved []Range) error {
+	pt := int64(l.PageTokens)
+	at, kvAt := fr.TokenStart, fr.KVStart
+	for i, s := range saved {
+		switch {
+		case s.Path != fr.Path:
+			return errs.New(errs.ErrBadRequest, "saved segment %d names %s; the plan reserved %s", i, s.Path, fr.Path)
+		case s.TokenStart != at:
+			return errs.New(errs.ErrBadRequest, "saved segment %d starts at token %d; it must continue at %d (segments in order, no gaps or overlaps)", i, s.TokenStart, at)
+		case s.TokenLength < 1 || s.TokenLength > fr.TokenStart+fr.TokenLength-at:
+			return errs.New(errs.ErrBadRequest, "saved segment %d has %d tokens; the plan reserved tokens %d to %d", i, s.TokenLength, fr.TokenStart, fr.TokenStart+fr.TokenLength)
+		case s.TokenLength%pt != 0 && s.TokenStart+s.TokenLength != fr.TokenStart+fr.TokenLength:
+			return errs.New(errs.ErrBadRequest, "saved segment %d has %d tokens, not whole blocks of %d", i, s.TokenLength, pt)
+		case s.KVLength != l.RangeBytes(s.TokenLength):
+			return errs.New(errs.ErrBadRequest, "saved segment %d: %d tokens take %d bytes in this layout, not %d", i, s.TokenLength, l.RangeBytes(s.TokenLength), s.KVLength)
+		case s.KVStart < kvAt || s.KVStart > fr.KVStart+fr.KVLength-s.KVLength:
+			return errs.New(errs.ErrBadRequest, "saved segment %d (bytes %d+%d) lies outside the plan's reserved bytes %d+%d or overlaps the previous segment",
+				i, s.KVStart, s.KVLength, fr.KVStart, fr.KVLength)
+		}
+		at += s.TokenLength
+		kvAt = s.KVStart + s.KVLength
+	}
+	return nil
 }
 
 // afterCommit is a session's ranges after committing a plan that kept the

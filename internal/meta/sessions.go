@@ -25,7 +25,13 @@ type Layout struct {
 	HeadDim    int    `json:"head_dim"`
 	DType      string `json:"dtype"` // fp32, fp16, bf16, fp8, int8
 	PageTokens int    `json:"page_tokens"`
-	Order      string `json:"layout"` // layer_first or page_first
+	Order      string `json:"layout"` // layer_first, page_first or kv_first
+	// TPSize is the number of tensor-parallel ranks the engine shards the
+	// KV heads over (default 1). A range then holds one region per rank,
+	// back to back: rank r's at kv_start + r × kv_length/regions.
+	TPSize int `json:"tp_size,omitempty"`
+	// Replicated: every rank holds the same KV (MLA), stored once.
+	Replicated bool `json:"replicated,omitempty"`
 }
 
 // DTypeSize is the size in bytes of one element of dtype, or 0 if unknown.
@@ -50,18 +56,53 @@ func (l Layout) Validate() error {
 		return errs.New(errs.ErrBadRequest, "layout of %s: layers, kv_heads, head_dim and page_tokens must be positive", l.Model)
 	case DTypeSize(l.DType) == 0:
 		return errs.New(errs.ErrBadRequest, "layout of %s: unknown dtype %q (fp32, fp16, bf16, fp8, int8)", l.Model, l.DType)
-	case l.Order != "layer_first" && l.Order != "page_first":
-		return errs.New(errs.ErrBadRequest, "layout of %s: layout must be layer_first or page_first, not %q", l.Model, l.Order)
+	case l.Order != "layer_first" && l.Order != "page_first" && l.Order != "kv_first":
+		return errs.New(errs.ErrBadRequest, "layout of %s: layout must be layer_first, page_first or kv_first, not %q", l.Model, l.Order)
+	case l.TPSize < 0 || l.TPSize > 1024:
+		return errs.New(errs.ErrBadRequest, "layout of %s: tp_size must be 1 to 1024, not %d", l.Model, l.TPSize)
+	case l.Layers > 1<<16 || l.KVHeads > 1<<16 || l.HeadDim > 1<<16 || l.PageTokens > 1<<20:
+		return errs.New(errs.ErrBadRequest, "layout of %s: layers, kv_heads and head_dim are at most 65536, page_tokens at most 2^20", l.Model)
+	case l.rankHeads() == 0:
+		return errs.New(errs.ErrBadRequest, "layout of %s: %d KV heads cannot be split over %d ranks (one must divide the other)", l.Model, l.KVHeads, l.TPSize)
 	case l.PageBytes() > 1<<30:
 		return errs.New(errs.ErrBadRequest, "layout of %s: a page of %d bytes is too large", l.Model, l.PageBytes())
 	}
 	return nil
 }
 
-// TokenBytes is the KV size of one token: K and V, every layer and head.
-func (l Layout) TokenBytes() int64 {
-	return 2 * int64(l.Layers) * int64(l.KVHeads) * int64(l.HeadDim) * int64(DTypeSize(l.DType))
+// Regions is how many per-rank regions a range holds: the TP size, or 1
+// when the KV is replicated on every rank.
+func (l Layout) Regions() int {
+	if l.Replicated || l.TPSize < 2 {
+		return 1
+	}
+	return l.TPSize
 }
+
+// rankHeads is the KV heads one rank holds: kv_heads/tp_size, or 1 when
+// there are fewer heads than ranks (engines then replicate heads), or 0
+// when neither divides the other.
+func (l Layout) rankHeads() int {
+	tp := max(l.TPSize, 1)
+	switch {
+	case l.Replicated || tp == 1:
+		return l.KVHeads
+	case l.KVHeads%tp == 0:
+		return l.KVHeads / tp
+	case tp%l.KVHeads == 0:
+		return 1
+	}
+	return 0
+}
+
+// RankTokenBytes is the KV size of one token on one rank: K and V, every
+// layer, the rank's heads.
+func (l Layout) RankTokenBytes() int64 {
+	return 2 * int64(l.Layers) * int64(l.rankHeads()) * int64(l.HeadDim) * int64(DTypeSize(l.DType))
+}
+
+// TokenBytes is the KV size of one token as stored: every rank's region.
+func (l Layout) TokenBytes() int64 { return int64(l.Regions()) * l.RankTokenBytes() }
 
 // PageBytes is the size of one page of PageTokens tokens.
 func (l Layout) PageBytes() int64 { return int64(l.PageTokens) * l.TokenBytes() }
@@ -107,13 +148,16 @@ type PlanInput struct {
 	Prefixes     []string // applied when the session is created
 	PromptTokens int64
 	DecodeTokens int64
-	NewFile      bool   // put the fresh range in a new file of the session
-	Dir          string // where session files live, e.g. /kv-sessions
-	Pool         string // pool of session files
-	ChunkSize    int64
-	Quota        int64 // bytes of session files allowed; 0 = no limit
-	PlanTTL      time.Duration
-	Now          time.Time
+	NewFile      bool // put the fresh range in a new file of the session
+	// Aligned: plan in whole pages for an engine that loads and saves whole
+	// blocks (storedAligned; the fresh range is rounded up to whole pages).
+	Aligned   bool
+	Dir       string // where session files live, e.g. /kv-sessions
+	Pool      string // pool of session files
+	ChunkSize int64
+	Quota     int64 // bytes of session files allowed; 0 = no limit
+	PlanTTL   time.Duration
+	Now       time.Time
 }
 
 // Plan says which token ranges are stored and where the new KV goes.
@@ -154,6 +198,8 @@ var sessionColumns = []struct{ table, column, ddl string }{
 	// rewind, with other tokens behind them).
 	{"kv_sessions", "version", "BIGINT NOT NULL DEFAULT 0"},
 	{"kv_plans", "base_version", "BIGINT NOT NULL DEFAULT -1"},
+	{"kv_layouts", "tp_size", "INTEGER NOT NULL DEFAULT 1"},
+	{"kv_layouts", "replicated", "INTEGER NOT NULL DEFAULT 0"},
 }
 
 // lockSessions serialises the transactions that change sessions on
@@ -166,14 +212,22 @@ func (s *sqlStore) lockSessions(ctx context.Context, tx *sql.Tx) error {
 	if !s.postgres {
 		return nil
 	}
-	_, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(7070002)`)
+	_, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtext(current_schema()), $1)`, sessionsLockKey)
 	return wrapDB(err)
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func (s *sqlStore) PutLayout(ctx context.Context, l Layout) error {
 	if err := l.Validate(); err != nil {
 		return err
 	}
+	l.TPSize = max(l.TPSize, 1)
 	return s.tx(ctx, func(tx *sql.Tx) error {
 		if err := s.lockSessions(ctx, tx); err != nil {
 			return err
@@ -192,18 +246,21 @@ func (s *sqlStore) PutLayout(ctx context.Context, l Layout) error {
 		} else if err != nil && !errors.Is(err, errs.ErrNotFound) {
 			return err
 		}
-		_, err = tx.ExecContext(ctx, s.q(`INSERT INTO kv_layouts (model, layers, kv_heads, head_dim, dtype, page_tokens, layout)
-		VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (model) DO UPDATE SET layers = excluded.layers, kv_heads = excluded.kv_heads,
-		head_dim = excluded.head_dim, dtype = excluded.dtype, page_tokens = excluded.page_tokens, layout = excluded.layout`),
-			l.Model, l.Layers, l.KVHeads, l.HeadDim, l.DType, l.PageTokens, l.Order)
+		_, err = tx.ExecContext(ctx, s.q(`INSERT INTO kv_layouts (model, layers, kv_heads, head_dim, dtype, page_tokens, layout, tp_size, replicated)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (model) DO UPDATE SET layers = excluded.layers, kv_heads = excluded.kv_heads,
+		head_dim = excluded.head_dim, dtype = excluded.dtype, page_tokens = excluded.page_tokens, layout = excluded.layout,
+		tp_size = excluded.tp_size, replicated = excluded.replicated`),
+			l.Model, l.Layers, l.KVHeads, l.HeadDim, l.DType, l.PageTokens, l.Order, l.TPSize, boolInt(l.Replicated))
 		return wrapDB(err)
 	})
 }
 
 func (s *sqlStore) layoutTx(ctx context.Context, x execer, model string) (Layout, error) {
 	l := Layout{Model: model}
-	err := x.QueryRowContext(ctx, s.q(`SELECT layers, kv_heads, head_dim, dtype, page_tokens, layout FROM kv_layouts WHERE model = ?`), model).
-		Scan(&l.Layers, &l.KVHeads, &l.HeadDim, &l.DType, &l.PageTokens, &l.Order)
+	var replicated int
+	err := x.QueryRowContext(ctx, s.q(`SELECT layers, kv_heads, head_dim, dtype, page_tokens, layout, tp_size, replicated FROM kv_layouts WHERE model = ?`), model).
+		Scan(&l.Layers, &l.KVHeads, &l.HeadDim, &l.DType, &l.PageTokens, &l.Order, &l.TPSize, &replicated)
+	l.Replicated = replicated != 0
 	if errors.Is(err, sql.ErrNoRows) {
 		return l, errs.New(errs.ErrNotFound, "no KV layout for model %q: register one with 'gd2fs model layout set %s ...'", model, model)
 	}
@@ -325,7 +382,14 @@ func (s *sqlStore) PlanSession(ctx context.Context, in PlanInput) (Plan, error) 
 			return err
 		}
 		n := in.PromptTokens
-		p.Stored, p.Cached = storedFor(l, ranges, n)
+		end := n + in.DecodeTokens
+		if in.Aligned {
+			p.Stored, p.Cached = storedAligned(l, ranges, n)
+			pt := int64(l.PageTokens)
+			end = (end + pt - 1) / pt * pt
+		} else {
+			p.Stored, p.Cached = storedFor(l, ranges, n)
+		}
 		for _, r := range p.Stored {
 			p.Load += r.KVLength
 		}
@@ -334,7 +398,7 @@ func (s *sqlStore) PlanSession(ctx context.Context, in PlanInput) (Plan, error) 
 		// The plan row remembers where its commit cuts the session (the
 		// cached tokens) and the fresh range, if any.
 		fr := Range{TokenStart: p.Cached}
-		if fresh := n + in.DecodeTokens - p.Cached; fresh > 0 {
+		if fresh := end - p.Cached; fresh > 0 {
 			fr.TokenLength, fr.KVLength = fresh, l.RangeBytes(fresh)
 			if fr.Path, fr.KVStart, err = s.reserveTx(ctx, tx, in, &sess, fr.KVLength); err != nil {
 				return err
@@ -502,50 +566,90 @@ func (s *sqlStore) deleteSessionTx(ctx context.Context, tx *sql.Tx, id string) e
 	return nil
 }
 
+// CommitInput commits a plan.
+type CommitInput struct {
+	Session string
+	// PlanID names the plan; 0 finds it by the first saved segment (the
+	// plan whose fresh range starts at that segment's file and byte).
+	PlanID int64
+	// Partial: Saved is what the engine saved of the plan's fresh range,
+	// perhaps less or nothing (checkSaved). Otherwise the whole fresh range
+	// is committed.
+	Partial bool
+	Saved   []Range
+	Now     time.Time
+}
+
 // CommitSession records a plan as the session's new state: the session
 // keeps the tokens the plan found cached and continues with the plan's fresh
-// range (afterCommit). The fresh bytes must have been written (the file's
-// committed size covers them) and no other commit may have come between
-// the plan and this one.
-func (s *sqlStore) CommitSession(ctx context.Context, id string, planID int64, now time.Time) (Session, error) {
+// range, or with what the engine saved of it (afterCommit). The bytes must
+// have been written (the file's committed size covers them) and no other
+// commit may have come between the plan and this one.
+func (s *sqlStore) CommitSession(ctx context.Context, in CommitInput) (Session, error) {
+	id, planID := in.Session, in.PlanID
 	err := s.tx(ctx, func(tx *sql.Tx) error {
 		if err := s.lockSessions(ctx, tx); err != nil {
 			return err
-		}
-		var fr Range
-		var base int64
-		var sid string
-		err := tx.QueryRowContext(ctx, s.q(`SELECT session_id, token_start, token_length, path, kv_start, kv_length, base_version FROM kv_plans WHERE id = ?`), planID).
-			Scan(&sid, &fr.TokenStart, &fr.TokenLength, &fr.Path, &fr.KVStart, &fr.KVLength, &base)
-		if errors.Is(err, sql.ErrNoRows) || (err == nil && sid != id) {
-			return errs.New(errs.ErrNotFound, "no outstanding plan %d for session %s (plans expire, and commit once): plan again", planID, id)
-		}
-		if err != nil {
-			return wrapDB(err)
 		}
 		sess, ok, err := s.sessionTx(ctx, tx, id)
 		if err != nil {
 			return err
 		}
 		if !ok {
-			return errs.New(errs.ErrNotFound, "no session %s (was it evicted?)", id)
+			return errs.New(errs.ErrExists, "session %s is gone (evicted or deleted) since its plan: plan again", id)
+		}
+		if planID == 0 {
+			if !in.Partial || len(in.Saved) == 0 {
+				return errs.New(errs.ErrBadRequest, "commit of session %s names no plan_id and no saved segment: nothing to commit", id)
+			}
+			err := tx.QueryRowContext(ctx, s.q(`SELECT id FROM kv_plans WHERE session_id = ? AND path = ? AND kv_start = ?`),
+				id, in.Saved[0].Path, in.Saved[0].KVStart).Scan(&planID)
+			if errors.Is(err, sql.ErrNoRows) {
+				return errs.New(errs.ErrNotFound, "no outstanding plan of session %s reserved %s at byte %d (plans expire, and commit once; was the session evicted?): plan again",
+					id, in.Saved[0].Path, in.Saved[0].KVStart)
+			}
+			if err != nil {
+				return wrapDB(err)
+			}
+		}
+		var fr Range
+		var base int64
+		var sid string
+		err = tx.QueryRowContext(ctx, s.q(`SELECT session_id, token_start, token_length, path, kv_start, kv_length, base_version FROM kv_plans WHERE id = ?`), planID).
+			Scan(&sid, &fr.TokenStart, &fr.TokenLength, &fr.Path, &fr.KVStart, &fr.KVLength, &base)
+		if errors.Is(err, sql.ErrNoRows) || (err == nil && sid != id) {
+			return errs.New(errs.ErrNotFound, "no outstanding plan %d for session %s (plans expire, and commit once; was the session evicted?): plan again", planID, id)
+		}
+		if err != nil {
+			return wrapDB(err)
 		}
 		if sess.version != base {
 			return errs.New(errs.ErrExists, "session %s changed since plan %d (another plan committed in between): plan again", id, planID)
 		}
-		var fresh []Range
-		if fr.TokenLength > 0 {
-			f, err := s.fileBy(ctx, tx, "path", fr.Path)
+		l, err := s.layoutTx(ctx, tx, sess.model)
+		if err != nil {
+			return err
+		}
+		fresh := in.Saved
+		if !in.Partial {
+			fresh = nil
+			if fr.TokenLength > 0 {
+				fresh = []Range{fr}
+			}
+		} else if err := checkSaved(l, fr, fresh); err != nil {
+			return errs.New(errs.ErrBadRequest, "commit of plan %d: %v; nothing recorded", planID, err)
+		}
+		for _, r := range fresh {
+			f, err := s.fileBy(ctx, tx, "path", r.Path)
 			if err != nil {
 				return err
 			}
-			if f.Size < fr.KVStart+fr.KVLength {
+			if f.Size < r.KVStart+r.KVLength {
 				return errs.New(errs.ErrBadRequest, "fresh range of plan %d not written: %s holds %d bytes, the range ends at %d; write it and Sync before commit",
-					planID, fr.Path, f.Size, fr.KVStart+fr.KVLength)
+					planID, r.Path, f.Size, r.KVStart+r.KVLength)
 			}
-			fresh = []Range{fr}
 		}
-		if err := s.replaceRangesTx(ctx, tx, id, sess.model, fr.TokenStart, fresh, now); err != nil {
+		if err := s.replaceRangesTx(ctx, tx, id, l, fr.TokenStart, fresh, in.Now); err != nil {
 			return err
 		}
 		if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM kv_plans WHERE id = ?`), planID); err != nil {
@@ -562,11 +666,7 @@ func (s *sqlStore) CommitSession(ctx context.Context, id string, planID int64, n
 // replaceRangesTx cuts session id at token keep and appends fresh
 // (afterCommit), writing only the rows that change, and counts the change
 // in the session's version.
-func (s *sqlStore) replaceRangesTx(ctx context.Context, tx *sql.Tx, id, model string, keep int64, fresh []Range, now time.Time) error {
-	l, err := s.layoutTx(ctx, tx, model)
-	if err != nil {
-		return err
-	}
+func (s *sqlStore) replaceRangesTx(ctx context.Context, tx *sql.Tx, id string, l Layout, keep int64, fresh []Range, now time.Time) error {
 	ranges, err := s.rangesTx(ctx, tx, id)
 	if err != nil {
 		return err

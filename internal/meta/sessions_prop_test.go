@@ -49,6 +49,8 @@ var propLayouts = []struct {
 	{Layout{Model: "pf4", Layers: 2, KVHeads: 1, HeadDim: 4, DType: "bf16", PageTokens: 4, Order: "page_first"}, 13},
 	{Layout{Model: "pf16", Layers: 3, KVHeads: 1, HeadDim: 2, DType: "fp16", PageTokens: 16, Order: "page_first"}, 37},
 	{Layout{Model: "lf8", Layers: 2, KVHeads: 2, HeadDim: 2, DType: "fp32", PageTokens: 8, Order: "layer_first"}, 21},
+	{Layout{Model: "kf4tp2", Layers: 2, KVHeads: 2, HeadDim: 2, DType: "fp16", PageTokens: 4, Order: "kv_first", TPSize: 2}, 16},
+	{Layout{Model: "pf4tp2", Layers: 1, KVHeads: 4, HeadDim: 2, DType: "bf16", PageTokens: 4, Order: "page_first", TPSize: 2}, 9},
 }
 
 // conv is a conversation: token ids and the running hash of every prefix,
@@ -74,32 +76,36 @@ func mix(x uint64) uint64 {
 }
 
 // encode is the KV of tokens [start, start+n) of c in layout l, as an
-// engine would gather it from its paged memory: RangeBytes(n) bytes.
+// engine would gather it from its paged memory: RangeBytes(n) bytes, one
+// region per tensor-parallel rank (each rank's heads have their own KV).
 func encode(l Layout, c conv, start, n int64) []byte {
-	d := kvlayout.Desc{Layers: l.Layers, KVHeads: l.KVHeads, HeadDim: l.HeadDim, DTypeSize: DTypeSize(l.DType), PageTokens: l.PageTokens}
+	d := kvlayout.Desc{Layers: l.Layers, KVHeads: l.rankHeads(), HeadDim: l.HeadDim, DTypeSize: DTypeSize(l.DType), PageTokens: l.PageTokens}
 	d.Order, _ = kvlayout.ParseOrder(l.Order)
 	pages := int((n + int64(l.PageTokens) - 1) / int64(l.PageTokens))
-	p := kvlayout.NewPaged(d, pages)
-	tok := d.KVHeads * d.HeadDim * d.DTypeSize // one token of one layer's K or V
-	for i := int64(0); i < n; i++ {
-		x := c.h[start+i]
-		for ly := 0; ly < d.Layers; ly++ {
-			for _, side := range [][]byte{p.K[ly], p.V[ly]} {
-				b := side[int(i)*tok : int(i+1)*tok]
-				for j := range b {
-					x = mix(x + uint64(j))
-					b[j] = byte(x)
-				}
-			}
-		}
-	}
 	table := make([]int, pages)
 	for i := range table {
 		table[i] = i
 	}
 	out := make([]byte, l.RangeBytes(n))
-	if err := kvlayout.Gather(d, p, table, out); err != nil {
-		panic(err)
+	region := len(out) / l.Regions()
+	for rank := 0; rank < l.Regions(); rank++ {
+		p := kvlayout.NewPaged(d, pages)
+		tok := d.KVHeads * d.HeadDim * d.DTypeSize // one token of one layer's K or V
+		for i := int64(0); i < n; i++ {
+			x := c.h[start+i] ^ uint64(rank)<<56
+			for ly := 0; ly < d.Layers; ly++ {
+				for _, side := range [][]byte{p.K[ly], p.V[ly]} {
+					b := side[int(i)*tok : int(i+1)*tok]
+					for j := range b {
+						x = mix(x + uint64(j))
+						b[j] = byte(x)
+					}
+				}
+			}
+		}
+		if err := kvlayout.Gather(d, p, table, out[rank*region:(rank+1)*region]); err != nil {
+			panic(err)
+		}
 	}
 	return out
 }
@@ -125,8 +131,32 @@ func (m *modelSession) cached(n int64) int64 {
 			got = s.start + s.n
 			continue
 		}
-		if m.layout.Order == "page_first" {
+		if m.layout.Order == "page_first" && m.layout.Regions() == 1 {
 			got = s.start + (n-s.start)/int64(m.layout.PageTokens)*int64(m.layout.PageTokens)
+		}
+		break
+	}
+	return got
+}
+
+// cachedAligned is cached for an engine of whole blocks: runs that start
+// and end on a block, up to the last whole block before the prompt's last
+// token.
+func (m *modelSession) cachedAligned(n int64) int64 {
+	pt := int64(m.layout.PageTokens)
+	limit := (n - 1) / pt * pt
+	var got int64
+	for _, s := range m.segs {
+		end := s.start + s.n
+		if s.start%pt != 0 || s.start >= limit {
+			break
+		}
+		if end <= limit && end%pt == 0 {
+			got = end
+			continue
+		}
+		if m.layout.Order == "page_first" && m.layout.Regions() == 1 {
+			got = s.start + (min(end, limit)-s.start)/pt*pt
 		}
 		break
 	}
@@ -325,9 +355,11 @@ func runSessionProperty(t *testing.T, s Store, plans, workers int, seed uint64) 
 				if r.IntN(5) == 0 {
 					decode = 0
 				}
+				// Half the plans are for an engine of whole blocks (vllm format).
+				aligned := r.IntN(2) == 0
 				in := PlanInput{Session: id, Model: pl.l.Model, Prefixes: []string{"/prefixes/" + pl.l.Model}, PromptTokens: prompt,
 					DecodeTokens: decode, NewFile: r.IntN(5) == 0, Dir: "/kv-sessions", Pool: "perf", ChunkSize: 1 << 20,
-					Quota: quota, PlanTTL: time.Duration(200*workers) * time.Microsecond, Now: tick()}
+					Quota: quota, PlanTTL: time.Duration(200*workers) * time.Microsecond, Now: tick(), Aligned: aligned}
 				p, err := s.PlanSession(ctx, in)
 				if errors.Is(err, errs.ErrNoSpace) {
 					continue // every other session has a plan outstanding
@@ -353,17 +385,23 @@ func runSessionProperty(t *testing.T, s Store, plans, workers int, seed uint64) 
 					sessions[id] = m
 					held = pl.prefix
 				}
+				total := prompt + decode
+				want := m.cached(prompt)
+				if aligned {
+					pt := int64(pl.l.PageTokens)
+					total = (total + pt - 1) / pt * pt
+					want = m.cachedAligned(prompt)
+				}
 				c := m.c.prefix(min(prompt, held))
-				for int64(len(c.ids)) < prompt+decode {
+				for int64(len(c.ids)) < total {
 					c = c.push(token())
 				}
 				// Check the plan against the model.
-				want := m.cached(prompt)
 				if p.Cached != want || p.Prefill != prompt-want {
-					fail("session %s (%s, segs %v) prompt %d: plan caches %d tokens, model %d (stored %+v)", id, pl.l.Order, m.segs, prompt, p.Cached, want, p.Stored)
+					fail("session %s (%s, aligned %v, segs %v) prompt %d: plan caches %d tokens, model %d (stored %+v)", id, pl.l.Order, aligned, m.segs, prompt, p.Cached, want, p.Stored)
 					return
 				}
-				if err := checkPlanShape(pl.l, p, prompt+decode); err != nil {
+				if err := checkPlanShape(pl.l, p, total, aligned); err != nil {
 					fail("session %s prompt %d: %v", id, prompt, err)
 					return
 				}
@@ -389,8 +427,24 @@ func runSessionProperty(t *testing.T, s Store, plans, workers int, seed uint64) 
 					stats.Unlock()
 					continue
 				}
-				// The engine writes the fresh KV.
-				for _, fr := range p.Fresh {
+				// The engine writes the fresh KV; an engine of whole blocks may
+				// save only the first blocks of it (generation stopped early).
+				commit := CommitInput{Session: id, PlanID: p.ID}
+				saved := p.Fresh
+				if aligned && len(p.Fresh) == 1 && r.IntN(2) == 0 {
+					fr := p.Fresh[0]
+					k := r.Int64N(fr.TokenLength/int64(pl.l.PageTokens) + 1)
+					saved = nil
+					if k > 0 {
+						n := k * int64(pl.l.PageTokens)
+						saved = []Range{{TokenStart: fr.TokenStart, TokenLength: n, Path: fr.Path, KVStart: fr.KVStart, KVLength: pl.l.RangeBytes(n)}}
+					}
+					commit.Partial, commit.Saved = true, saved
+					if k > 0 && r.IntN(2) == 0 {
+						commit.PlanID = 0 // found by the saved segment
+					}
+				}
+				for _, fr := range saved {
 					disk.write(fr.Path, fr.KVStart, encode(pl.l, c, fr.TokenStart, fr.TokenLength))
 					f, err := s.File(ctx, fr.Path)
 					if err != nil {
@@ -412,8 +466,10 @@ func runSessionProperty(t *testing.T, s Store, plans, workers int, seed uint64) 
 						return
 					}
 				}
-				if _, err := s.CommitSession(ctx, id, p.ID, tick()); err != nil {
-					if errors.Is(err, errs.ErrNotFound) { // the plan expired
+				commit.Now = tick()
+				if _, err := s.CommitSession(ctx, commit); err != nil {
+					_, gone := s.Session(ctx, id)
+					if errors.Is(err, errs.ErrNotFound) || (errors.Is(err, errs.ErrExists) && errors.Is(gone, errs.ErrNotFound)) { // the plan expired, the session was evicted
 						stats.Lock()
 						stats.refused++
 						stats.Unlock()
@@ -423,7 +479,7 @@ func runSessionProperty(t *testing.T, s Store, plans, workers int, seed uint64) 
 					return
 				}
 				var freshN int64
-				for _, fr := range p.Fresh {
+				for _, fr := range saved {
 					freshN += fr.TokenLength
 				}
 				m.commit(p.Cached, freshN, c)
@@ -436,7 +492,7 @@ func runSessionProperty(t *testing.T, s Store, plans, workers int, seed uint64) 
 							return
 						}
 					}
-					if _, err := s.CommitSession(ctx, id, rival.ID, tick()); err == nil {
+					if _, err := s.CommitSession(ctx, CommitInput{Session: id, PlanID: rival.ID, Now: tick()}); err == nil {
 						fail("session %s: a plan made before another commit committed too", id)
 						return
 					}
@@ -460,14 +516,24 @@ func runSessionProperty(t *testing.T, s Store, plans, workers int, seed uint64) 
 }
 
 // checkPlanShape: stored ranges contiguous from 0 and ending at cached;
-// fresh contiguous from cached to the prompt plus decode room.
-func checkPlanShape(l Layout, p Plan, total int64) error {
+// fresh contiguous from cached to the prompt plus decode room; for an
+// engine of whole blocks, every range whole blocks.
+func checkPlanShape(l Layout, p Plan, total int64, aligned bool) error {
 	var at int64
+	pt := int64(l.PageTokens)
 	for _, r := range p.Stored {
 		if r.TokenStart != at || r.TokenLength < 1 || r.KVLength != l.RangeBytes(r.TokenLength) {
 			return fmt.Errorf("stored ranges not contiguous from 0 or sized wrong: %+v", p.Stored)
 		}
+		if aligned && (r.TokenStart%pt != 0 || r.TokenLength%pt != 0) {
+			return fmt.Errorf("stored range %+v is not whole blocks of %d", r, pt)
+		}
 		at += r.TokenLength
+	}
+	for _, r := range p.Fresh {
+		if aligned && (r.TokenStart%pt != 0 || r.TokenLength%pt != 0) {
+			return fmt.Errorf("fresh range %+v is not whole blocks of %d", r, pt)
+		}
 	}
 	if at != p.Cached {
 		return fmt.Errorf("stored ranges end at %d, cached %d", at, p.Cached)
