@@ -15,6 +15,7 @@ import (
 
 func newMaster(g *globals) *cobra.Command {
 	var listen, metaDSN, clusterN, quota, advertise string
+	var publicMasters []string
 	var downAfter, repairAfter time.Duration
 	cmd := &cobra.Command{
 		Use:   "master",
@@ -38,7 +39,7 @@ func newMaster(g *globals) *cobra.Command {
 			}
 			defer ms.Close()
 			m, err := master.New(ctx, master.Config{Listen: listen, Meta: ms, Cluster: clusterN, Token: g.token,
-				DownAfter: downAfter, RepairAfter: repairAfter, SessionQuota: q, Advertise: advertise, Log: g.logger()})
+				DownAfter: downAfter, RepairAfter: repairAfter, SessionQuota: q, Advertise: advertise, PublicMasters: publicMasters, Log: g.logger()})
 			if err != nil {
 				return err
 			}
@@ -55,6 +56,7 @@ func newMaster(g *globals) *cobra.Command {
 	f.StringVar(&metaDSN, "meta", "sqlite://./gd2fs-meta.db", "metadata store: sqlite:///path/meta.db or postgres://...")
 	f.StringVar(&clusterN, "cluster", "local", "cluster name used in gd2fs://<cluster>/ URIs")
 	f.StringVar(&advertise, "advertise", "", "URL others reach this master at (default: from --listen)")
+	f.StringSliceVar(&publicMasters, "public-masters", nil, "host:port of every master, named in the kv_uris of vllm-format plans (default: from --advertise)")
 	f.StringVar(&quota, "session-quota", "0", "bytes of explicit-mode KV session files before LRU eviction (0: no limit)")
 	f.DurationVar(&downAfter, "down-after", 5*time.Second, "mark a server down after this long without a heartbeat")
 	f.DurationVar(&repairAfter, "repair-after", 30*time.Second, "re-replicate HA chunks of a server down this long (negative: never)")

@@ -41,7 +41,7 @@ func newRoot() *cobra.Command {
 		g.masterSet = cmd.Flags().Changed("master") || os.Getenv("GD2FS_MASTER") != ""
 	}
 	root.AddCommand(newUp(g), newMaster(g), newServer(g), newCp(g), newLs(g), newStat(g), newCat(g),
-		newRm(g), newMkdir(g), newStatus(g), newBench(g), newKV(g), newModel(g), newSession(g), newWarmup(g), newCache(g))
+		newRm(g), newMkdir(g), newStatus(g), newBench(g), newKV(g), newModel(g), newSession(g), newWarmup(g), newCache(g), newRouter(g))
 	return root
 }
 

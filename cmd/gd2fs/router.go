@@ -1,0 +1,81 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/gd2fs/gd2fs/internal/router"
+	"github.com/spf13/cobra"
+)
+
+func newRouter(g *globals) *cobra.Command {
+	var listen, upstream, model, header string
+	var decode int64
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "router --upstream URL --model MODEL",
+		Short: "OpenAI-compatible proxy that keeps each chat's KV cache in gd2fs (plans before, commits after)",
+		Long: `Runs an OpenAI-compatible HTTP proxy in front of an engine (vLLM with its explicit-offloading KV
+connector, or anything that honours kv_transfer_params the same way). For /v1/chat/completions
+and /v1/completions with a session id (the X-Session-ID header, or the request's "user" field)
+it counts the prompt's tokens with the engine's /tokenize, plans in the vllm format, adds the
+plan as kv_transfer_params, forwards the request (streaming included) and commits what the
+engine reports it saved. Requests without a session pass through untouched. When the store
+fails, the request goes on without kv_transfer_params: a chat never fails because of gd2fs.
+Prometheus metrics at /metrics (gd2fs_router_*).`,
+		Example: `  gd2fs router --listen :8080 --upstream http://127.0.0.1:8000 --model llama-3-8b --master http://127.0.0.1:7070
+  curl -s localhost:8080/v1/chat/completions -H 'X-Session-ID: chat-42' \
+    -d '{"model": "llama-3-8b", "messages": [{"role": "user", "content": "hi"}]}'`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if model == "" {
+				return errors.New("router needs --model: the model whose KV layout is registered (gd2fs model layout set ...)")
+			}
+			up, err := url.Parse(upstream)
+			if err != nil || up.Scheme == "" || up.Host == "" {
+				return fmt.Errorf("--upstream %q: give the engine's base URL, e.g. http://127.0.0.1:8000", upstream)
+			}
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			ln, err := net.Listen("tcp", listen)
+			if err != nil {
+				return fmt.Errorf("router: listen on %s: %w", listen, err)
+			}
+			r := router.New(router.Config{Upstream: up, Model: model, Planner: c.Sessions(), SessionHeader: header,
+				DecodeTokens: decode, Timeout: timeout, Log: g.logger()})
+			srv := &http.Server{Handler: r, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+			fmt.Fprintf(os.Stderr, "gd2fs router on http://%s -> %s (model %s, store %s)\n", ln.Addr(), up, model, g.master)
+			go func() {
+				<-ctx.Done()
+				sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				srv.Shutdown(sctx)
+			}()
+			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+				return err
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&listen, "listen", ":8080", "address to serve the OpenAI API on")
+	f.StringVar(&upstream, "upstream", "http://127.0.0.1:8000", "the engine's base URL")
+	f.StringVar(&model, "model", "", "model whose KV layout gd2fs has (gd2fs model layout set)")
+	f.StringVar(&header, "session-header", "X-Session-ID", "header naming the session (else the request's \"user\" field)")
+	f.Int64Var(&decode, "decode-tokens", 256, "generation room to plan when a request sets no max_tokens")
+	f.DurationVar(&timeout, "store-timeout", 2*time.Second, "longest wait for the store per request before forwarding without cache")
+	return cmd
+}

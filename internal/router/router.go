@@ -1,0 +1,340 @@
+// Package router is an OpenAI-compatible HTTP proxy in front of an
+// inference engine that keeps each chat's KV cache in gd2fs sessions: for a
+// completion request that names a session, it counts the prompt's tokens
+// (the engine's /tokenize), plans in the vllm format, adds the plan's
+// kvcache_params to the request as kv_transfer_params, forwards it
+// (streaming included), and commits what the engine reports it saved.
+// Requests without a session pass through untouched, and a store that
+// fails never fails a chat: the request goes on without kv_transfer_params
+// and the miss is counted.
+package router
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/gd2fs/gd2fs/client"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Planner is what the router needs of gd2fs's explicit mode.
+type Planner interface {
+	PlanEngine(ctx context.Context, id string, req client.PlanRequest) (client.EnginePlan, error)
+	CommitSaved(ctx context.Context, id string, planID int64, saved []client.KVRange) (client.Session, error)
+}
+
+// Config configures a Router.
+type Config struct {
+	Upstream *url.URL // the engine's base URL
+	Model    string   // model whose KV layout the store uses
+	Planner  Planner
+	// SessionHeader names the session (default X-Session-ID); without it
+	// the request's "user" field is the session.
+	SessionHeader string
+	// DecodeTokens is the room planned for generation when a request sets
+	// no max_tokens (default 256).
+	DecodeTokens int64
+	// Timeout bounds each call to the store (default 2s): a slow store
+	// costs a chat its cache, not its answer.
+	Timeout time.Duration
+	// MaxBody bounds a request body the router reads (default 16 MiB).
+	MaxBody int64
+	Log     *slog.Logger
+}
+
+// Router is the proxy. It is an http.Handler.
+type Router struct {
+	cfg   Config
+	proxy *httputil.ReverseProxy
+	hc    *http.Client
+	reg   *prometheus.Registry
+	m     struct {
+		requests                         *prometheus.CounterVec
+		plans, misses, commits, failures prometheus.Counter
+		cachedTokens, prefillTokens      prometheus.Counter
+		planSeconds                      prometheus.Histogram
+	}
+}
+
+// New returns a router.
+func New(cfg Config) *Router {
+	if cfg.SessionHeader == "" {
+		cfg.SessionHeader = "X-Session-ID"
+	}
+	if cfg.DecodeTokens <= 0 {
+		cfg.DecodeTokens = 256
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 2 * time.Second
+	}
+	if cfg.MaxBody <= 0 {
+		cfg.MaxBody = 16 << 20
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	r := &Router{cfg: cfg, proxy: httputil.NewSingleHostReverseProxy(cfg.Upstream), hc: &http.Client{}, reg: prometheus.NewRegistry()}
+	r.proxy.FlushInterval = -1 // stream server-sent events as they come
+	c := func(name, help string) prometheus.Counter {
+		return prometheus.NewCounter(prometheus.CounterOpts{Name: "gd2fs_router_" + name, Help: help})
+	}
+	r.m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gd2fs_router_requests_total",
+		Help: "Requests proxied, by whether they named a session."}, []string{"session"})
+	r.m.plans = c("plans_total", "Plans made for requests with a session.")
+	r.m.misses = c("store_misses_total", "Requests with a session forwarded without kv_transfer_params because the store failed.")
+	r.m.commits = c("commits_total", "Commits of what the engine saved.")
+	r.m.failures = c("commit_failures_total", "Commits the store refused or could not make.")
+	r.m.cachedTokens = c("cached_tokens_total", "Prompt tokens the plans found stored (prefill the engine saved).")
+	r.m.prefillTokens = c("prefill_tokens_total", "Prompt tokens left for the engine to prefill.")
+	r.m.planSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "gd2fs_router_plan_seconds",
+		Help: "Time to count tokens and plan.", Buckets: prometheus.ExponentialBuckets(100e-6, 2, 14)})
+	r.reg.MustRegister(r.m.requests, r.m.plans, r.m.misses, r.m.commits, r.m.failures, r.m.cachedTokens, r.m.prefillTokens, r.m.planSeconds)
+	return r
+}
+
+// ServeHTTP routes completions with a session through the store and
+// everything else straight to the engine.
+func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	if req.URL.Path == "/metrics" && req.Method == http.MethodGet {
+		promhttp.HandlerFor(r.reg, promhttp.HandlerOpts{}).ServeHTTP(w, req)
+		return
+	}
+	if req.Method != http.MethodPost || (req.URL.Path != "/v1/chat/completions" && req.URL.Path != "/v1/completions") {
+		r.m.requests.WithLabelValues("no").Inc()
+		r.proxy.ServeHTTP(w, req)
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, r.cfg.MaxBody))
+	if err != nil {
+		http.Error(w, fmt.Sprintf("gd2fs router: request body: %v", err), http.StatusRequestEntityTooLarge)
+		return
+	}
+	var doc map[string]json.RawMessage
+	if err := json.Unmarshal(body, &doc); err != nil {
+		// Not ours to judge: the engine answers malformed requests.
+		r.forward(w, req, body)
+		return
+	}
+	session := req.Header.Get(r.cfg.SessionHeader)
+	if session == "" {
+		if u, ok := doc["user"]; ok {
+			json.Unmarshal(u, &session)
+		}
+	}
+	if session == "" {
+		r.m.requests.WithLabelValues("no").Inc()
+		r.forward(w, req, body)
+		return
+	}
+	r.m.requests.WithLabelValues("yes").Inc()
+	plan, ok := r.plan(req.Context(), req.URL.Path, session, doc)
+	if ok {
+		params, _ := json.Marshal(map[string]any{"kvcache_params": plan.KVCacheParams})
+		doc["kv_transfer_params"] = params
+		if b, err := json.Marshal(doc); err == nil {
+			body = b
+		}
+	}
+	r.forwardAndCommit(w, req, body, session, plan, ok)
+}
+
+// forward sends body on as the request's body, unchanged otherwise.
+func (r *Router) forward(w http.ResponseWriter, req *http.Request, body []byte) {
+	req.Body = io.NopCloser(bytes.NewReader(body))
+	req.ContentLength = int64(len(body))
+	r.proxy.ServeHTTP(w, req)
+}
+
+// plan counts the prompt's tokens and plans; ok is false (and the miss
+// counted) when the store or the tokenizer failed.
+func (r *Router) plan(ctx context.Context, path, session string, doc map[string]json.RawMessage) (client.EnginePlan, bool) {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+	defer cancel()
+	n, err := r.countTokens(ctx, path, doc)
+	var p client.EnginePlan
+	if err == nil {
+		decode := r.cfg.DecodeTokens
+		for _, k := range []string{"max_completion_tokens", "max_tokens"} {
+			var v int64
+			if raw, ok := doc[k]; ok && json.Unmarshal(raw, &v) == nil && v > 0 {
+				decode = v
+				break
+			}
+		}
+		p, err = r.cfg.Planner.PlanEngine(ctx, session, client.PlanRequest{Model: r.cfg.Model, PromptTokens: n, DecodeTokens: decode})
+	}
+	r.m.planSeconds.Observe(time.Since(start).Seconds())
+	if err != nil {
+		r.m.misses.Inc()
+		r.cfg.Log.Warn("router: forwarding without KV cache", "session", session, "err", err)
+		return p, false
+	}
+	r.m.plans.Inc()
+	r.m.cachedTokens.Add(float64(p.CachedTokens))
+	r.m.prefillTokens.Add(float64(p.PrefillTokens))
+	return p, true
+}
+
+// countTokens asks the engine's /tokenize how many tokens the prompt is,
+// with the request's own messages or prompt (and chat template).
+func (r *Router) countTokens(ctx context.Context, path string, doc map[string]json.RawMessage) (int64, error) {
+	q := map[string]json.RawMessage{}
+	for _, k := range []string{"model", "messages", "prompt", "add_generation_prompt", "chat_template", "add_special_tokens"} {
+		if v, ok := doc[k]; ok {
+			q[k] = v
+		}
+	}
+	if path == "/v1/chat/completions" {
+		if _, ok := q["add_generation_prompt"]; !ok {
+			q["add_generation_prompt"] = json.RawMessage("true")
+		}
+	}
+	b, _ := json.Marshal(q)
+	u := *r.cfg.Upstream
+	u.Path = strings.TrimSuffix(u.Path, "/") + "/tokenize"
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), bytes.NewReader(b))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := r.hc.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("tokenize: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("tokenize: engine answered %s", resp.Status)
+	}
+	var out struct {
+		Count *int64 `json:"count"`
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<20)).Decode(&out); err != nil || out.Count == nil || *out.Count < 1 {
+		return 0, fmt.Errorf("tokenize: no token count in the engine's answer (%v)", err)
+	}
+	return *out.Count, nil
+}
+
+// forwardAndCommit proxies the request, copying the answer to the client as
+// it comes (server-sent events included), and commits the kv_transfer_params
+// the engine returns in its answer (for a stream, the last event that has
+// them).
+func (r *Router) forwardAndCommit(w http.ResponseWriter, req *http.Request, body []byte, session string, plan client.EnginePlan, planned bool) {
+	if !planned {
+		r.forward(w, req, body)
+		return
+	}
+	u := *r.cfg.Upstream
+	u.Path = strings.TrimSuffix(u.Path, "/") + req.URL.Path
+	u.RawQuery = req.URL.RawQuery
+	out, err := http.NewRequestWithContext(req.Context(), http.MethodPost, u.String(), bytes.NewReader(body))
+	if err != nil {
+		http.Error(w, "gd2fs router: "+err.Error(), http.StatusBadGateway)
+		return
+	}
+	for k, v := range req.Header {
+		if k != "Content-Length" && k != "Connection" {
+			out.Header[k] = v
+		}
+	}
+	resp, err := r.hc.Do(out)
+	if err != nil {
+		http.Error(w, "gd2fs router: engine unreachable: "+err.Error(), http.StatusBadGateway)
+		return
+	}
+	defer resp.Body.Close()
+	for k, v := range resp.Header {
+		if k != "Content-Length" {
+			w.Header()[k] = v
+		}
+	}
+	w.WriteHeader(resp.StatusCode)
+	var saved *savedParams
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		saved = copyEvents(w, resp.Body)
+	} else {
+		b, _ := io.ReadAll(resp.Body)
+		w.Write(b)
+		saved = findSaved(b)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return // the plan expires; the session is unchanged
+	}
+	r.commit(session, plan, saved)
+}
+
+type savedParams struct {
+	KVCacheParams *struct {
+		Fresh []client.KVRange `json:"fresh_kvcache"`
+	} `json:"kvcache_params"`
+}
+
+// findSaved reads kv_transfer_params from an answer (or an event) body.
+func findSaved(b []byte) *savedParams {
+	var doc struct {
+		KVTransferParams *savedParams `json:"kv_transfer_params"`
+	}
+	if json.Unmarshal(b, &doc) != nil || doc.KVTransferParams == nil || doc.KVTransferParams.KVCacheParams == nil {
+		return nil
+	}
+	return doc.KVTransferParams
+}
+
+// copyEvents copies a server-sent event stream line by line, flushing each
+// event, and returns the last kv_transfer_params seen in a data line.
+func copyEvents(w http.ResponseWriter, body io.Reader) *savedParams {
+	fl, _ := w.(http.Flusher)
+	br := bufio.NewReaderSize(body, 64<<10)
+	var saved *savedParams
+	for {
+		line, err := br.ReadSlice('\n')
+		if len(line) > 0 {
+			w.Write(line)
+			if data, ok := bytes.CutPrefix(bytes.TrimRight(line, "\r\n"), []byte("data: ")); ok && bytes.Contains(data, []byte("kv_transfer_params")) {
+				if s := findSaved(data); s != nil {
+					saved = s
+				}
+			}
+			if len(bytes.TrimSpace(line)) == 0 && fl != nil {
+				fl.Flush()
+			}
+		}
+		if errors.Is(err, bufio.ErrBufferFull) {
+			// A line longer than the buffer: pass it on, unparsed.
+			continue
+		}
+		if err != nil {
+			if fl != nil {
+				fl.Flush()
+			}
+			return saved
+		}
+	}
+}
+
+// commit records what the engine saved; an engine that reports nothing
+// (an older one, or one that ignored the params) commits nothing.
+func (r *Router) commit(session string, plan client.EnginePlan, saved *savedParams) {
+	if saved == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.Timeout)
+	defer cancel()
+	r.m.commits.Inc()
+	if _, err := r.cfg.Planner.CommitSaved(ctx, session, plan.PlanID, saved.KVCacheParams.Fresh); err != nil {
+		r.m.failures.Inc()
+		r.cfg.Log.Warn("router: commit failed", "session", session, "plan", plan.PlanID, "err", err)
+	}
+}

@@ -1,0 +1,186 @@
+package router
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/gd2fs/gd2fs/client"
+	"github.com/gd2fs/gd2fs/internal/cluster"
+)
+
+// engine is a stand-in for vLLM's HTTP front with the explicit-offloading
+// connector: one token per word, it saves every whole block of its fresh
+// segment (written through the Go client) and reports what it saved. The
+// real engine loop, with a transformer and pygd2fs, is python/tests.
+type engine struct {
+	t    *testing.T
+	cl   *client.Client
+	l    client.Layout
+	mu   sync.Mutex
+	seen []map[string]any // request bodies
+}
+
+func (e *engine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var doc map[string]any
+	json.NewDecoder(r.Body).Decode(&doc)
+	e.mu.Lock()
+	e.seen = append(e.seen, doc)
+	e.mu.Unlock()
+	prompt, _ := doc["prompt"].(string)
+	if r.URL.Path == "/tokenize" {
+		json.NewEncoder(w).Encode(map[string]any{"count": len(strings.Fields(prompt))})
+		return
+	}
+	answer := map[string]any{"choices": []any{map[string]any{"text": "ok"}}}
+	if ktp, ok := doc["kv_transfer_params"].(map[string]any); ok {
+		kp := ktp["kvcache_params"].(map[string]any)
+		var saved []client.KVRange
+		for _, f := range kp["fresh_kvcache"].([]any) {
+			var seg client.KVRange
+			b, _ := json.Marshal(f)
+			json.Unmarshal(b, &seg)
+			// Generation stopped early: save the whole blocks of the prompt.
+			n := int64(len(strings.Fields(prompt))) / int64(e.l.PageTokens) * int64(e.l.PageTokens)
+			seg.TokenLength = min(seg.TokenLength, n-seg.TokenStart)
+			if seg.TokenLength <= 0 {
+				continue
+			}
+			seg.KVLength = int64(seg.TokenLength) * e.l.TokenBytes()
+			u, err := client.ParseURI(seg.KVURI)
+			if err != nil {
+				e.t.Error(err)
+				return
+			}
+			f, err := e.cl.Open(r.Context(), u.Path)
+			if err == nil {
+				_, err = f.WriteAtContext(r.Context(), bytes.Repeat([]byte{7}, int(seg.KVLength)), seg.KVStart)
+			}
+			if err == nil {
+				err = f.Sync(r.Context())
+			}
+			if err != nil {
+				e.t.Error(err)
+				return
+			}
+			saved = append(saved, seg)
+		}
+		answer["kv_transfer_params"] = map[string]any{"kvcache_params": map[string]any{"id": kp["id"], "fresh_kvcache": saved}}
+	}
+	if doc["stream"] == true {
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprintf(w, "data: {\"choices\": [{\"text\": \"o\"}]}\n\n")
+		b, _ := json.Marshal(answer)
+		fmt.Fprintf(w, "data: %s\n\ndata: [DONE]\n\n", b)
+		return
+	}
+	json.NewEncoder(w).Encode(answer)
+}
+
+func (e *engine) last() map[string]any {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.seen[len(e.seen)-1]
+}
+
+// failing is a store that is down.
+type failing struct{}
+
+func (failing) PlanEngine(context.Context, string, client.PlanRequest) (client.EnginePlan, error) {
+	return client.EnginePlan{}, errors.New("store down")
+}
+func (failing) CommitSaved(context.Context, string, int64, []client.KVRange) (client.Session, error) {
+	return client.Session{}, errors.New("store down")
+}
+
+func TestRouter(t *testing.T) {
+	c, err := cluster.Start(context.Background(), cluster.Config{Dir: t.TempDir(), MemBytes: 8 << 20, DiskBytes: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cl := c.Client()
+	defer cl.Close()
+	ctx := context.Background()
+	l := client.Layout{Model: "m", Layers: 2, KVHeads: 2, HeadDim: 4, DType: "fp16", PageTokens: 4, Order: "kv_first"}
+	if err := cl.Sessions().SetLayout(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	e := &engine{t: t, cl: cl, l: l}
+	up := httptest.NewServer(e)
+	defer up.Close()
+	u, _ := url.Parse(up.URL)
+	rt := New(Config{Upstream: u, Model: "m", Planner: cl.Sessions()})
+	front := httptest.NewServer(rt)
+	defer front.Close()
+	post := func(body, session string) (*http.Response, string) {
+		req, _ := http.NewRequest("POST", front.URL+"/v1/completions", strings.NewReader(body))
+		if session != "" {
+			req.Header.Set("X-Session-ID", session)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp, string(b)
+	}
+	words := func(n int) string { return strings.TrimSpace(strings.Repeat("w ", n)) }
+
+	// No session: untouched.
+	body := `{"model":"m","prompt":"a b c","max_tokens":3}`
+	if resp, _ := post(body, ""); resp.StatusCode != 200 || e.last()["kv_transfer_params"] != nil {
+		t.Fatalf("request without a session was changed: %v", e.last())
+	}
+	// Turn 1 of a chat: nothing cached, fresh for prompt + max_tokens.
+	resp, out := post(fmt.Sprintf(`{"model":"m","prompt":%q,"max_tokens":5}`, words(10)), "chat-1")
+	kp := e.last()["kv_transfer_params"].(map[string]any)["kvcache_params"].(map[string]any)
+	if resp.StatusCode != 200 || kp["id"] != "chat-1" || len(kp["stored_kvcache"].([]any)) != 0 || !strings.Contains(out, "kv_transfer_params") {
+		t.Fatalf("turn 1: %d %v %s", resp.StatusCode, kp, out)
+	}
+	// Turn 2 (the user field names the session, streamed): the 8 tokens of
+	// whole blocks the engine saved are stored.
+	post(fmt.Sprintf(`{"model":"m","prompt":%q,"user":"chat-1","stream":true}`, words(14)), "")
+	kp = e.last()["kv_transfer_params"].(map[string]any)["kvcache_params"].(map[string]any)
+	st := kp["stored_kvcache"].([]any)
+	if len(st) != 1 || st[0].(map[string]any)["token_length"].(float64) != 8 {
+		t.Fatalf("turn 2 stored %v", st)
+	}
+	s, err := cl.Sessions().Get(ctx, "chat-1")
+	if err != nil || s.Tokens != 12 { // the streamed turn saved 3 blocks
+		t.Fatalf("after the streamed turn: %+v %v", s, err)
+	}
+	// A store that is down: the chat goes on, without kv_transfer_params.
+	down := httptest.NewServer(New(Config{Upstream: u, Model: "m", Planner: failing{}}))
+	defer down.Close()
+	req, _ := http.NewRequest("POST", down.URL+"/v1/completions", strings.NewReader(body))
+	req.Header.Set("X-Session-ID", "chat-2")
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 200 || e.last()["kv_transfer_params"] != nil {
+		t.Fatalf("store down: %v %v %v", resp, err, e.last())
+	}
+	// Metrics.
+	_, m := func() (*http.Response, string) {
+		resp, err := http.Get(front.URL + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp, string(b)
+	}()
+	for _, want := range []string{"gd2fs_router_plans_total 2", "gd2fs_router_cached_tokens_total 8", "gd2fs_router_commits_total 2", "gd2fs_router_commit_failures_total 0"} {
+		if !strings.Contains(m, want) {
+			t.Errorf("metrics lack %q:\n%s", want, m)
+		}
+	}
+}
