@@ -126,6 +126,10 @@ func setup(t *testing.T) *env {
 			e.misses++
 		}
 		kv.BatchExists(ctx, []string{"llama/tp0/0000", "llama/tp0/0001"})
+		if round == 0 { // two intervals with gets: the charts draw lines
+			e.waitKV(t)
+			e.sample(t)
+		}
 	}
 
 	// Sessions: two turns each; the quota (40 pages) evicts the oldest.

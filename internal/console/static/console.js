@@ -117,7 +117,7 @@
     });
     main.replaceChildren(frag);
     document.getElementById("updated").textContent = v.updated;
-    document.getElementById("epoch").textContent = String(v.epoch);
+    document.getElementById("hdr-epoch").textContent = String(v.epoch);
   }
   function problem(text) {
     var bn = document.getElementById("banners");
