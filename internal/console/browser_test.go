@@ -28,6 +28,14 @@ func chromiumPath() string {
 	return ""
 }
 
+// skip skips the browser test, saying so on stderr too: go test without
+// -v does not print skip messages, and a skipped browser test must be seen.
+func skip(t *testing.T, why string) {
+	t.Helper()
+	fmt.Fprintln(os.Stderr, "SKIP TestConsoleBrowser: "+why)
+	t.Skip("SKIP browser test: " + why)
+}
+
 // TestConsoleBrowser loads every page of a real cluster in headless
 // Chromium, logs in through the form, waits for the in-place refresh, checks
 // the figures in the DOM against what the cluster holds, takes screenshots
@@ -36,7 +44,7 @@ func chromiumPath() string {
 func TestConsoleBrowser(t *testing.T) {
 	path := chromiumPath()
 	if path == "" {
-		t.Skip("SKIP browser test: chromium not found (apt-get install chromium, or set GD2FS_CHROMIUM)")
+		skip(t, "chromium not found (apt-get install chromium, or set GD2FS_CHROMIUM)")
 	}
 	start := time.Now()
 	e := setup(t)
@@ -51,7 +59,7 @@ func TestConsoleBrowser(t *testing.T) {
 	defer cancel()
 	start = time.Now()
 	if err := chromedp.Do(ctx); err != nil {
-		t.Skipf("SKIP browser test: chromium (%s) cannot start: %v", path, err)
+		skip(t, fmt.Sprintf("chromium (%s) cannot start: %v", path, err))
 	}
 	t.Logf("chromium started: %v", time.Since(start))
 	var mu sync.Mutex

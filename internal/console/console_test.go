@@ -1,12 +1,17 @@
 package console_test
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"net/url"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/gd2fs/gd2fs/client"
+	"github.com/gd2fs/gd2fs/internal/cluster"
 )
 
 func body(t *testing.T, r *http.Response) string {
@@ -158,5 +163,59 @@ func TestConsoleEscapes(t *testing.T) {
 	js := body(t, get(t, e.url("/ui/api/sessions?id="+url.QueryEscape(evilSession)), auth))
 	if strings.Contains(js, "<script>") || !strings.Contains(js, `\u003cscript\u003ealert(\"session\")\u003cimg src=x onerror=alert(2)\u003e`) {
 		t.Errorf("JSON view holds the hostile id raw")
+	}
+}
+
+// TestConsoleServerDown stops a server holding HA replicas and checks the
+// cluster page's banners; a cluster without a token needs no login.
+func TestConsoleServerDown(t *testing.T) {
+	ctx := context.Background()
+	c, err := cluster.Start(ctx, cluster.Config{Dir: t.TempDir(), MemBytes: 32 << 20, DownAfter: time.Second, RepairAfter: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cl := c.Client()
+	defer cl.Close()
+	f, err := cl.Create(ctx, "/ha.bin", client.CreateOptions{Pool: "ha", ChunkSize: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write(make([]byte, 2<<20))
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	c.Servers[2].Close()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		st, err := cl.Status(ctx)
+		if err == nil && st.Servers[2].State == "down" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("server-2 never went down")
+		}
+		time.Sleep(50 * time.Millisecond) // polling a condition
+	}
+	r := get(t, c.Master.URL()+"/ui/api/cluster", nil)
+	var v struct {
+		Banners []struct{ Level, Text string }
+	}
+	if err := json.NewDecoder(r.Body).Decode(&v); err != nil || r.StatusCode != 200 {
+		t.Fatalf("%d %v", r.StatusCode, err)
+	}
+	r.Body.Close()
+	var texts []string
+	for _, b := range v.Banners {
+		texts = append(texts, b.Level+": "+b.Text)
+	}
+	all := strings.Join(texts, "\n")
+	if !strings.Contains(all, "error: 1 server(s) down: server-2") ||
+		!strings.Contains(all, "warn: 2 HA chunk(s) under-replicated") || !strings.Contains(all, "down 1h0m0s") {
+		t.Errorf("banners:\n%s", all)
+	}
+	page := body(t, get(t, c.Master.URL()+"/ui/cluster", nil))
+	if !strings.Contains(page, `class="banner error" role="alert">1 server(s) down: server-2`) {
+		t.Error("cluster page has no down banner")
 	}
 }

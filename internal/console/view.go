@@ -141,13 +141,23 @@ func mkChart(id, title, unit string, yMax float64, from, to time.Time, names []s
 	drawn := false
 	for i, s := range series {
 		var d strings.Builder
-		pen := false
+		pen, run := false, 0
 		last := math.NaN()
+		// A point with no neighbour is drawn as a dot: a zero-length segment
+		// that the round line caps of console.css make visible.
+		lone := func() {
+			if run == 1 {
+				d.WriteString("h0 ")
+			}
+			run = 0
+		}
 		for _, p := range s {
 			if math.IsNaN(p.v) {
 				pen = false
+				lone()
 				continue
 			}
+			run++
 			x := chartW
 			if dt > 0 {
 				x = p.t.Sub(from).Seconds() / dt * chartW
@@ -163,6 +173,7 @@ func mkChart(id, title, unit string, yMax float64, from, to time.Time, names []s
 			last = p.v
 			drawn = true
 		}
+		lone()
 		l := Line{Name: names[i], Class: "s" + strconv.Itoa(i%4), D: strings.TrimSpace(d.String()), Last: "–"}
 		if !math.IsNaN(last) {
 			l.Last = format(last) + unit
