@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/chromedp"
 )
 
@@ -126,6 +128,14 @@ func TestConsoleBrowser(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// fits checks a laptop screen (1280x800) shows the page without
+	// scrolling sideways: wide tables scroll inside their box.
+	fits := func(p string) {
+		t.Helper()
+		if n := eval(`document.documentElement.scrollWidth - window.innerWidth`); n > 0 {
+			t.Errorf("%s is %d pixels wider than a 1280-pixel window", p, n)
+		}
+	}
 	// open loads a page and waits until the script has refreshed it once
 	// from JSON, so what is checked is what the refresh rendered.
 	open := func(p string) {
@@ -153,6 +163,7 @@ func TestConsoleBrowser(t *testing.T) {
 	if n := eval(`document.querySelectorAll("#banners .banner").length`); n != 0 {
 		t.Errorf("cluster page: %d banners on a healthy cluster", n)
 	}
+	fits("cluster")
 	shot("cluster")
 
 	open("/ui/kv")
@@ -182,7 +193,24 @@ func TestConsoleBrowser(t *testing.T) {
 			t.Errorf("chart %s: %d points, want a line", sel, n)
 		}
 	}
+	fits("kv")
 	shot("kv")
+	// Printed: no menu or buttons, black on white, charts kept.
+	run("print media", func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
+		_, err := cdp.Call(ctx, tg, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{Media: "print"})
+		return chromedp.Void{}, err
+	})
+	if n := eval(`["header nav", "#pause", ".logout"].filter(s => getComputedStyle(document.querySelector(s)).display !== "none").length`); n != 0 {
+		t.Errorf("print: %d of menu, pause and log out still shown", n)
+	}
+	if n := eval(`getComputedStyle(document.body).backgroundColor === "rgb(255, 255, 255)" && document.querySelectorAll(".chart svg path").length > 0 ? 1 : 0`); n != 1 {
+		t.Error("print: background not white or charts gone")
+	}
+	shot("kv-print")
+	run("screen media", func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
+		_, err := cdp.Call(ctx, tg, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{Media: ""})
+		return chromedp.Void{}, err
+	})
 
 	open("/ui/sessions")
 	want("#sessions-count .value", fmt.Sprint(len(e.sessions)))
@@ -205,6 +233,7 @@ func TestConsoleBrowser(t *testing.T) {
 	if n := eval(`document.querySelectorAll("main img, main script").length`); n != 0 {
 		t.Errorf("the hostile session id became %d elements", n)
 	}
+	fits("sessions")
 	shot("sessions")
 
 	open("/ui/models")
@@ -222,6 +251,7 @@ func TestConsoleBrowser(t *testing.T) {
 	if n := eval(`document.querySelectorAll("main img, main script").length`); n != 0 {
 		t.Errorf("the hostile file name became %d elements", n)
 	}
+	fits("models")
 	shot("models")
 
 	mu.Lock()

@@ -24,11 +24,17 @@ func body(t *testing.T, r *http.Response) string {
 	return string(b)
 }
 
-// TestConsoleAccess checks the token is needed on every page and JSON view,
-// and the three ways to give it: ?token= once, the login form, a bearer
-// header; and that the cookie never holds the token.
-func TestConsoleAccess(t *testing.T) {
+// TestConsoleHandlers runs the handler tests on one cluster.
+func TestConsoleHandlers(t *testing.T) {
 	e := setup(t)
+	t.Run("Access", func(t *testing.T) { testAccess(t, e) })
+	t.Run("Escapes", func(t *testing.T) { testEscapes(t, e) })
+}
+
+// testAccess checks the token is needed on every page and JSON view, and
+// the three ways to give it: ?token= once, the login form, a bearer header;
+// and that the cookie never holds the token.
+func testAccess(t *testing.T, e *env) {
 	pages := []string{"/ui/cluster", "/ui/kv", "/ui/sessions", "/ui/models", "/ui/sessions?id=chat-a"}
 	for _, p := range pages {
 		r := get(t, e.url(p), nil)
@@ -130,10 +136,9 @@ func cookieOf(t *testing.T, r *http.Response) *http.Cookie {
 	return nil
 }
 
-// TestConsoleEscapes checks hostile file names and session ids show as text
-// on the pages (the template escapes them) and in the JSON views.
-func TestConsoleEscapes(t *testing.T) {
-	e := setup(t)
+// testEscapes checks hostile file names and session ids show as text on
+// the pages (the template escapes them) and in the JSON views.
+func testEscapes(t *testing.T, e *env) {
 	auth := map[string]string{"Authorization": "Bearer " + token}
 	for _, p := range []string{"/ui/models", "/ui/sessions", "/ui/sessions?id=" + url.QueryEscape(evilSession)} {
 		b := body(t, get(t, e.url(p), auth))
