@@ -199,7 +199,8 @@ func (c *Console) view(ctx context.Context, page string, q url.Values) *View {
 			v.Title = p.Title
 		}
 	}
-	if leads, leader := c.src.Leader(ctx); !leads {
+	leads, leader := c.src.Leader(ctx)
+	if !leads {
 		v.Banners = append(v.Banners, Banner{Level: "warn", Text: "This master is a standby: live figures are on the leader, " + leader + "."})
 	}
 	st, err := c.src.Status(ctx)
@@ -209,7 +210,7 @@ func (c *Console) view(ctx context.Context, page string, q url.Values) *View {
 	v.Cluster, v.Epoch = st.Cluster, st.Epoch
 	switch page {
 	case "cluster":
-		c.clusterView(ctx, v, st)
+		c.clusterView(ctx, v, st, leads)
 	case "kv":
 		c.kvView(v, st)
 	case "sessions":

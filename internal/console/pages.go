@@ -12,7 +12,7 @@ import (
 	"github.com/gd2fs/gd2fs/internal/api"
 )
 
-func (c *Console) clusterView(ctx context.Context, v *View, st api.Status) {
+func (c *Console) clusterView(ctx context.Context, v *View, st api.Status, leads bool) {
 	var up, down []string
 	var memU, memC, diskU, diskC, chunks, served, cold int64
 	t := &Table{ID: "servers", Head: []string{"server", "address", "state", "last heartbeat", "DRAM used / capacity", "disk used / capacity",
@@ -35,12 +35,16 @@ func (c *Console) clusterView(ctx context.Context, v *View, st api.Status) {
 			txt(usedOf(s.MemUsed, s.MemCap)), txt(usedOf(s.DiskUsed, s.DiskCap)), txt(count(int64(s.Chunks))),
 			txt(size(s.ServedBytes)), txt(size(s.ColdBytes))})
 	}
-	if len(down) > 0 {
+	// A standby hears no heartbeats: every server looks down there.
+	if len(down) > 0 && leads {
 		v.Banners = append(v.Banners, Banner{Level: "error", Text: fmt.Sprintf("%d server(s) down: %s", len(down), strings.Join(down, ", "))})
 	}
-	rp, err := c.src.Repairs(ctx)
-	if err != nil {
-		v.Banners = append(v.Banners, Banner{Level: "error", Text: "repairs: " + err.Error()})
+	var rp Repairs
+	if leads {
+		var err error
+		if rp, err = c.src.Repairs(ctx); err != nil {
+			v.Banners = append(v.Banners, Banner{Level: "error", Text: "repairs: " + err.Error()})
+		}
 	}
 	if rp.UnderReplicated > 0 {
 		when := fmt.Sprintf("repair copies them once a server has been down %s", rp.After)
