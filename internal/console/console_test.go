@@ -6,12 +6,15 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gd2fs/gd2fs/client"
 	"github.com/gd2fs/gd2fs/internal/cluster"
+	"github.com/gd2fs/gd2fs/internal/master"
+	"github.com/gd2fs/gd2fs/internal/meta"
 )
 
 func body(t *testing.T, r *http.Response) string {
@@ -222,5 +225,39 @@ func TestConsoleServerDown(t *testing.T) {
 	page := body(t, get(t, c.Master.URL()+"/ui/cluster", nil))
 	if !strings.Contains(page, `class="banner error" role="alert">1 server(s) down: server-2`) {
 		t.Error("cluster page has no down banner")
+	}
+}
+
+// TestConsoleStandby: a second master on the same SQLite file is a standby;
+// its console points at the leader and raises no down-server alarm (a
+// standby hears no heartbeats, so every server looks down from there).
+func TestConsoleStandby(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	c, err := cluster.Start(ctx, cluster.Config{Dir: dir, MemBytes: 16 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ms, err := meta.Open(ctx, "sqlite://"+filepath.Join(dir, "meta.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ms.Close()
+	m2, err := master.New(ctx, master.Config{Listen: "127.0.0.1:0", Meta: ms})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m2.Close()
+	go m2.Run(ctx)
+	if m2.Leader() {
+		t.Fatal("the second master leads")
+	}
+	b := body(t, get(t, m2.URL()+"/ui/cluster", nil))
+	if !strings.Contains(b, "This master is a standby: live figures are on the leader, "+c.Master.URL()) {
+		t.Error("no standby banner naming the leader")
+	}
+	if strings.Contains(b, "down:") || strings.Contains(b, "under-replicated (a replica") {
+		t.Error("a standby raises server alarms")
 	}
 }
