@@ -27,10 +27,9 @@ func (m *Master) newConsole() *console.Console {
 
 // planStats counts plans and evictions since the master started.
 type planStats struct {
-	mu      sync.Mutex
-	st      console.PlanStats
-	recent  []console.Eviction // newest last, at most maxRecent
-	started time.Time
+	mu     sync.Mutex
+	st     console.PlanStats
+	recent []console.Eviction // newest last, at most maxRecent
 }
 
 const maxRecent = 50
