@@ -32,6 +32,12 @@ func TestConsoleHandlers(t *testing.T) {
 	e := setup(t)
 	t.Run("Access", func(t *testing.T) { testAccess(t, e) })
 	t.Run("Escapes", func(t *testing.T) { testEscapes(t, e) })
+	t.Run("UnknownSession", func(t *testing.T) {
+		r := get(t, e.url("/ui/sessions?id=no-such-session"), map[string]string{"Authorization": "Bearer " + token})
+		if b := body(t, r); r.StatusCode != 200 || !strings.Contains(b, "Session no-such-session") || !strings.Contains(b, "no-such-session") {
+			t.Errorf("unknown session: %d", r.StatusCode)
+		}
+	})
 }
 
 // testAccess checks the token is needed on every page and JSON view, and
