@@ -67,10 +67,16 @@ func TestConsoleBrowser(t *testing.T) {
 	var mu sync.Mutex
 	var problems []string
 	msgs := chromedp.Console(ctx)
+	const endMark = "gd2fs-console-test-end"
+	seenEnd := make(chan struct{})
 	go func() {
 		for m, err := range msgs {
 			if err != nil {
 				return
+			}
+			if m.Type == chromedp.ConsoleLog && m.Text == endMark {
+				close(seenEnd)
+				continue
 			}
 			if m.Type == chromedp.ConsoleError || m.IsException() {
 				mu.Lock()
@@ -254,6 +260,14 @@ func TestConsoleBrowser(t *testing.T) {
 	fits("models")
 	shot("models")
 
+	// Messages arrive in order: once the mark is seen, every message the
+	// pages wrote before it has been read.
+	eval(`console.log("` + endMark + `"), 0`)
+	select {
+	case <-seenEnd:
+	case <-time.After(10 * time.Second):
+		t.Error("the console mark never arrived: console errors may be missing")
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	for _, p := range problems {
