@@ -67,8 +67,8 @@ func newUp(g *globals) *cobra.Command {
 			for _, s := range c.Servers {
 				fmt.Printf("  server %s at %s (metrics: http://%s/metrics)\n", s.ID(), s.Addr(), s.Addr())
 			}
-			fmt.Printf("\nConnect:\n  export GD2FS_MASTER=%s\n  gd2fs cp ./file gd2fs://%s/path/file\n  gd2fs status\nStop with Ctrl-C.\n",
-				c.Master.URL(), clusterName(cluster_))
+			fmt.Printf("\nConnect:\n  export GD2FS_MASTER=%s\n  gd2fs cp ./file gd2fs://%s/path/file\n  gd2fs status\n  web console: %s/ui/ (the cluster token logs in)\nStop with Ctrl-C.\n",
+				c.Master.URL(), clusterName(cluster_), c.Master.URL())
 			<-ctx.Done()
 			fmt.Println("gd2fs: shutting down")
 			return nil

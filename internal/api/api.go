@@ -38,7 +38,43 @@ type ServerInfo struct {
 	// it started.
 	ServedBytes int64 `json:"served_bytes"`
 	ColdBytes   int64 `json:"cold_bytes"`
+	// KV is the server's KV cache figures; nil without KV tiers (and from
+	// servers older than this field).
+	KV *KVStats `json:"kv,omitempty"`
 }
+
+// KVStats is a server's KV cache figures as of a heartbeat. Counters count
+// since the server started; the master's console turns two samples into
+// rates and ratios.
+type KVStats struct {
+	Keys       int64  `json:"keys"`     // blocks held, in either tier or both
+	MemKeys    int64  `json:"mem_keys"` // blocks with a DRAM copy
+	MemCap     int64  `json:"mem_cap"`
+	MemUsed    int64  `json:"mem_used"`
+	DiskCap    int64  `json:"disk_cap"`
+	DiskUsed   int64  `json:"disk_used"`
+	MemHits    uint64 `json:"mem_hits"`
+	DiskHits   uint64 `json:"disk_hits"`
+	Misses     uint64 `json:"misses"`
+	Puts       uint64 `json:"puts"`
+	Demotions  uint64 `json:"demotions"`
+	Promotions uint64 `json:"promotions"`
+	Evictions  uint64 `json:"evictions"`
+	// Latency holds, per operation ("kv_get", "kv_put", "kv_exists"), the
+	// cumulative count of operations served within each of LatencyBounds
+	// (the last entry counts all operations).
+	Latency map[string][]uint64 `json:"latency,omitempty"`
+}
+
+// LatencyBounds are the upper bounds, in seconds, of KVStats.Latency's
+// buckets: 20µs doubling to about 2.6s, the server's histogram buckets.
+var LatencyBounds = func() []float64 {
+	b := make([]float64, 18)
+	for i := range b {
+		b[i] = 20e-6 * float64(uint64(1)<<i)
+	}
+	return b
+}()
 
 // Free is the space placement may still use on s.
 func (s ServerInfo) Free() int64 {

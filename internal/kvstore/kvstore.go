@@ -70,6 +70,7 @@ type Config struct {
 // Stats are cumulative counters and current sizes.
 type Stats struct {
 	Keys                                      int
+	MemKeys                                   int // keys with a DRAM copy
 	MemCap, MemUsed, DiskCap, DiskUsed        int64
 	MemHits, DiskHits, Misses                 uint64
 	Puts, Existed                             uint64
@@ -173,7 +174,7 @@ func (s *Store) Close() error {
 // Stats returns counters and sizes.
 func (s *Store) Stats() Stats {
 	s.mu.Lock()
-	st := Stats{Keys: len(s.index), DiskCap: s.cfg.DiskBytes, DiskUsed: s.diskUsed}
+	st := Stats{Keys: len(s.index), MemKeys: s.small.Len() + s.main.Len(), DiskCap: s.cfg.DiskBytes, DiskUsed: s.diskUsed}
 	if s.arena != nil {
 		st.MemCap = int64(s.arena.Pages()) * PageSize
 		st.MemUsed = int64(s.arena.Pages()-s.arena.FreePages()) * PageSize

@@ -22,6 +22,7 @@ import (
 
 	"github.com/gd2fs/gd2fs/errs"
 	"github.com/gd2fs/gd2fs/internal/api"
+	"github.com/gd2fs/gd2fs/internal/console"
 	"github.com/gd2fs/gd2fs/internal/meta"
 	"github.com/gd2fs/gd2fs/internal/placement"
 	"github.com/gd2fs/gd2fs/internal/rpc"
@@ -81,6 +82,9 @@ type Master struct {
 	// leader's address and takes over when the leader's lock goes.
 	leader atomic.Bool
 	url    string
+
+	console *console.Console // web console at /ui/ (console.go)
+	plans   planStats
 }
 
 // New opens the master: it ensures the default pools exist and loads known
@@ -115,6 +119,7 @@ func New(ctx context.Context, cfg Config) (*Master, error) {
 		}
 	}
 	m.metrics = newMetrics(m)
+	m.console = m.newConsole()
 	if m.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
 		return nil, fmt.Errorf("master: listen on %s: %w (is another master running?)", cfg.Listen, err)
 	}
@@ -142,6 +147,7 @@ func (m *Master) URL() string {
 // Run serves until ctx ends.
 func (m *Master) Run(ctx context.Context) error {
 	go m.loop(ctx)
+	go m.console.Run(ctx)
 	go func() { <-ctx.Done(); m.Close() }()
 	if err := m.srv.Serve(m.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
@@ -558,6 +564,8 @@ func (m *Master) Handler() http.Handler {
 		return api.File{Path: p, IsDir: true}, m.meta.Mkdir(r.Context(), p, time.Now().UTC())
 	})
 	m.sessionRoutes(h)
+	mux.Handle("/ui/", m.console.Handler())
+	mux.Handle("GET /{$}", http.RedirectHandler("/ui/", http.StatusFound))
 	mux.Handle("GET /metrics", m.metrics.handler())
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
 	return mux

@@ -143,6 +143,7 @@ func (m *Master) plan(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	m.plans.record(req.PromptTokens, p.Cached, p.Evicted)
 	if len(p.Evicted) > 0 {
 		m.metrics.evictions.Add(float64(len(p.Evicted)))
 	}

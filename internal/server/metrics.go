@@ -4,10 +4,12 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/gd2fs/gd2fs/internal/api"
 	"github.com/gd2fs/gd2fs/internal/wire"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 )
 
 type metrics struct {
@@ -47,6 +49,32 @@ func newMetrics(s *Server) *metrics {
 
 func (m *metrics) handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+}
+
+// kvStats is the KV figures a heartbeat carries: the store's counters and
+// the cumulative latency buckets of KV gets, puts and exists (api.KVStats).
+func (s *Server) kvStats() *api.KVStats {
+	if s.kv == nil {
+		return nil
+	}
+	st := s.kv.Stats()
+	out := &api.KVStats{Keys: int64(st.Keys), MemKeys: int64(st.MemKeys), MemCap: st.MemCap, MemUsed: st.MemUsed,
+		DiskCap: st.DiskCap, DiskUsed: st.DiskUsed, MemHits: st.MemHits, DiskHits: st.DiskHits, Misses: st.Misses,
+		Puts: st.Puts, Demotions: st.Demotions, Promotions: st.Promotions, Evictions: st.Evictions,
+		Latency: map[string][]uint64{}}
+	for _, op := range []wire.Op{wire.OpKVGet, wire.OpKVPut, wire.OpKVExists} {
+		h, ok := s.metrics.latency.WithLabelValues(op.String()).(prometheus.Metric)
+		var d dto.Metric
+		if !ok || h.Write(&d) != nil || d.Histogram == nil {
+			continue
+		}
+		b := make([]uint64, 0, len(d.Histogram.Bucket)+1)
+		for _, x := range d.Histogram.Bucket {
+			b = append(b, x.GetCumulativeCount())
+		}
+		out.Latency[op.String()] = append(b, d.Histogram.GetSampleCount())
+	}
+	return out
 }
 
 func (m *metrics) observe(op wire.Op, start time.Time, err error) {

@@ -318,7 +318,7 @@ func (s *Server) heartbeat(ctx context.Context) error {
 	s.mu.Unlock()
 	hb := api.Heartbeat{ServerInfo: api.ServerInfo{ID: s.cfg.ID, Addr: s.cfg.Advertise,
 		MemCap: u.MemCap, MemUsed: u.MemUsed, DiskCap: u.DiskCap, DiskUsed: u.DiskUsed, Chunks: u.Chunks,
-		ServedBytes: s.servedBytes.Load(), ColdBytes: s.coldBytes.Load()},
+		ServedBytes: s.servedBytes.Load(), ColdBytes: s.coldBytes.Load(), KV: s.kvStats()},
 		Deleted: acked, Held: held}
 	var reply api.HeartbeatReply
 	if err := s.master.Do(ctx, "POST", "/v1/servers/heartbeat", hb, &reply); err != nil {
