@@ -21,6 +21,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -260,13 +261,24 @@ func (r *Router) forwardAndCommit(w http.ResponseWriter, req *http.Request, body
 			w.Header()[k] = v
 		}
 	}
-	w.WriteHeader(resp.StatusCode)
 	var saved *savedParams
 	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		w.WriteHeader(resp.StatusCode)
 		saved = copyEvents(w, resp.Body)
 	} else {
-		b, _ := io.ReadAll(resp.Body)
+		b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<30))
+		if err != nil {
+			http.Error(w, "gd2fs router: engine answer: "+err.Error(), http.StatusBadGateway)
+			return
+		}
+		// With its length known and flushed, the client has the whole
+		// answer before the commit below runs: the commit adds no latency.
+		w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+		w.WriteHeader(resp.StatusCode)
 		w.Write(b)
+		if fl, ok := w.(http.Flusher); ok {
+			fl.Flush()
+		}
 		saved = findSaved(b)
 	}
 	if resp.StatusCode != http.StatusOK {

@@ -28,6 +28,9 @@ type engine struct {
 	l    client.Layout
 	mu   sync.Mutex
 	seen []map[string]any // request bodies
+	// noSave: report nothing saved, without writing (the latency benchmark
+	// measures the router, not the engine's saves).
+	noSave bool
 }
 
 func (e *engine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -52,7 +55,7 @@ func (e *engine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			// Generation stopped early: save the whole blocks of the prompt.
 			n := int64(len(strings.Fields(prompt))) / int64(e.l.PageTokens) * int64(e.l.PageTokens)
 			seg.TokenLength = min(seg.TokenLength, n-seg.TokenStart)
-			if seg.TokenLength <= 0 {
+			if seg.TokenLength <= 0 || e.noSave {
 				continue
 			}
 			seg.KVLength = int64(seg.TokenLength) * e.l.TokenBytes()
@@ -73,6 +76,9 @@ func (e *engine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			saved = append(saved, seg)
+		}
+		if saved == nil {
+			saved = []client.KVRange{}
 		}
 		answer["kv_transfer_params"] = map[string]any{"kvcache_params": map[string]any{"id": kp["id"], "fresh_kvcache": saved}}
 	}
