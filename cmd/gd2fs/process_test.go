@@ -299,6 +299,10 @@ func TestCLI(t *testing.T) {
 		}
 	}
 	// Explicit-mode sessions from the shell.
+	savedFile := filepath.Join(t.TempDir(), "saved.json")
+	if err := os.WriteFile(savedFile, []byte(`{"kvcache_params": {"id": "chat-3", "fresh_kvcache": []}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, s := range []struct {
 		args []string
 		want string
@@ -314,6 +318,10 @@ func TestCLI(t *testing.T) {
 		{[]string{"session", "fork", "chat-1", "chat-2"}, "shared with chat-1", false},
 		{[]string{"session", "rm", "chat-1", "chat-2"}, "", false},
 		{[]string{"session", "show", "chat-1"}, "no session", true},
+		{[]string{"model", "layout", "set", "tp2", "--layers", "2", "--kv-heads", "4", "--head-dim", "8", "--dtype", "bf16", "--page-tokens", "16", "--layout", "kv_first", "--tp-size", "2"}, `"rank_token_bytes": 128`, false},
+		{[]string{"session", "plan", "chat-3", "--model", "tp2", "--prompt-tokens", "40", "--decode-tokens", "10", "--format", "vllm"}, `?cluster=local"`, false},
+		{[]string{"session", "commit", "chat-3", "--saved", savedFile}, "nothing to commit", true},
+		{[]string{"session", "commit", "chat-3", "--saved", src}, "not JSON", true},
 	} {
 		out, err := run(s.args...)
 		if (err != nil) != s.fail || !strings.Contains(out, s.want) {
@@ -323,7 +331,7 @@ func TestCLI(t *testing.T) {
 	if out, err := run("kv", "get", "llama/0/a"); err == nil || !strings.Contains(out, "no block") {
 		t.Fatalf("kv get of a deleted key: %v %s", err, out)
 	}
-	for _, sub := range []string{"up", "master", "server", "cp", "ls", "stat", "cat", "rm", "mkdir", "status", "bench", "kv", "kv put", "kv get", "model", "model layout set", "session", "session plan", "session commit",
+	for _, sub := range []string{"up", "master", "server", "cp", "ls", "stat", "cat", "rm", "mkdir", "status", "bench", "kv", "kv put", "kv get", "model", "model layout set", "session", "session plan", "session commit", "router",
 		"model pull", "model link", "model inspect", "warmup", "cache", "cache gc"} {
 		out, err := run(append(strings.Fields(sub), "--help")...)
 		if err != nil || (!strings.Contains(out, "Example") && sub != "bench") {
