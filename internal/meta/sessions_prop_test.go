@@ -444,17 +444,27 @@ func runSessionProperty(t *testing.T, s Store, plans, workers int, seed uint64) 
 						commit.PlanID = 0 // found by the saved segment
 					}
 				}
+				lost := false // the plan expired and the session was evicted meanwhile
 				for _, fr := range saved {
 					disk.write(fr.Path, fr.KVStart, encode(pl.l, c, fr.TokenStart, fr.TokenLength))
 					f, err := s.File(ctx, fr.Path)
-					if err != nil {
-						fail("file %s: %v", fr.Path, err)
-						return
+					if err == nil {
+						_, err = s.Commit(ctx, f.ID, fr.KVStart+fr.KVLength, nil, false, tick())
 					}
-					if _, err := s.Commit(ctx, f.ID, fr.KVStart+fr.KVLength, nil, false, tick()); err != nil {
+					if errors.Is(err, errs.ErrNotFound) {
+						lost = true
+						break
+					}
+					if err != nil {
 						fail("size of %s: %v", fr.Path, err)
 						return
 					}
+				}
+				if lost {
+					stats.Lock()
+					stats.refused++
+					stats.Unlock()
+					continue
 				}
 				// Sometimes a second plan competes; only one may commit.
 				var rival Plan
@@ -486,8 +496,11 @@ func runSessionProperty(t *testing.T, s Store, plans, workers int, seed uint64) 
 				if rival.ID != 0 {
 					for _, fr := range rival.Fresh {
 						disk.write(fr.Path, fr.KVStart, make([]byte, fr.KVLength)) // wrong bytes: must never be served
-						f, _ := s.File(ctx, fr.Path)
-						if _, err := s.Commit(ctx, f.ID, fr.KVStart+fr.KVLength, nil, false, tick()); err != nil {
+						f, err := s.File(ctx, fr.Path)
+						if err == nil {
+							_, err = s.Commit(ctx, f.ID, fr.KVStart+fr.KVLength, nil, false, tick())
+						}
+						if err != nil && !errors.Is(err, errs.ErrNotFound) {
 							fail("size of %s: %v", fr.Path, err)
 							return
 						}
