@@ -489,4 +489,6 @@ func gd2fs_call(h C.int64_t, method, params *C.char, resJSON, out **C.char) (res
 // gd2fs_version names the library build.
 //
 //export gd2fs_version
-func gd2fs_version() *C.char { return C.CString(fmt.Sprintf("libgd2fs (bridge codes 0..%d)", bridge.CodeTimeout)) }
+func gd2fs_version() *C.char {
+	return C.CString(fmt.Sprintf("libgd2fs (bridge codes 0..%d)", bridge.CodeTimeout))
+}

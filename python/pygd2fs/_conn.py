@@ -319,7 +319,7 @@ class Connection:
         replacing an existing file) or ``"x"`` (create; ``Exists`` if it is
         there). ``pool`` (``"ha"``: 3 copies, the default for new files;
         ``"perf"``: 1) and ``chunk_size`` apply to new files."""
-        path = resolve_path(path)
+        path = resolve_path(path, self.cluster)
         if mode not in ("r", "w", "x", "rb", "wb", "xb"):
             raise ValueError(f"mode {mode!r}: want 'r', 'w' or 'x'")
         mode = mode[0]
@@ -329,7 +329,7 @@ class Connection:
     def read_into(self, path: str, buffer: PtrOrBuffer, offset: int = 0, size: Optional[int] = None) -> int:
         """Read ``path`` at ``offset`` straight into ``buffer`` (or ``size``
         bytes at an address); returns the bytes read (fewer at the end)."""
-        path = resolve_path(path)
+        path = resolve_path(path, self.cluster)
         offset = _int("offset", offset, 0)
         with _one(buffer, size, True, "buffer") as p:
             return self._call("gd2fs_read_into", path.encode(), offset, p.addrs[0], p.sizes[0])
@@ -347,18 +347,18 @@ class Connection:
         ``perf`` unless ``pool``) or extending it; the bytes are visible to
         other clients when this returns. The file stays open for more writes
         (``open(path, "w")`` and ``close()`` seal one)."""
-        path = resolve_path(path)
+        path = resolve_path(path, self.cluster)
         offset = _int("offset", offset, 0)
         with _one(buffer, None, False, "buffer") as p:
             return self._call("gd2fs_write_from", path.encode(), offset, p.addrs[0], p.sizes[0], _opts(pool, None))
 
     def stat(self, path: str) -> Dict[str, Any]:
         """Size, pool, chunks and replicas of ``path``."""
-        return _snake(self._json("stat", path=resolve_path(path)))
+        return _snake(self._json("stat", path=resolve_path(path, self.cluster)))
 
     def list(self, dir: str = "/") -> List[Dict[str, Any]]:
         """The entries of directory ``dir``."""
-        return _snake(self._json("list", dir=resolve_path(dir)) or [])
+        return _snake(self._json("list", dir=resolve_path(dir, self.cluster)) or [])
 
     def exists(self, path: str) -> bool:
         """Whether ``path`` exists."""
@@ -370,11 +370,11 @@ class Connection:
 
     def mkdir(self, dir: str) -> None:
         """Create ``dir`` and its parents."""
-        self._json("mkdir", dir=resolve_path(dir))
+        self._json("mkdir", dir=resolve_path(dir, self.cluster))
 
     def remove(self, path: str) -> None:
         """Remove a file or an empty directory."""
-        self._json("remove", path=resolve_path(path))
+        self._json("remove", path=resolve_path(path, self.cluster))
 
     def status(self) -> Dict[str, Any]:
         """The cluster overview: servers, pools, totals."""

@@ -45,24 +45,29 @@ def _int(name: str, v, minimum: Optional[int] = None) -> int:
     return v
 
 
-def resolve_path(path) -> str:
+def resolve_path(path, cluster: Optional[str] = None) -> str:
     """The namespace path a Read/Write/stat argument names.
 
-    Today: an absolute path such as ``/kv/llama/0/abc``. The one place to add
+    Accepted: an absolute path such as ``/kv/llama/0/abc``, and a
+    ``gd2fs://<cluster>/<path>`` URI (the ``kv_uri`` of a session plan) when
+    ``<cluster>`` is this client's cluster. This is the one place to add
     other forms (``gd2fs://host:port/path?cluster=name``)."""
     if isinstance(path, os.PathLike):
         path = os.fspath(path)
     if not isinstance(path, str):
         raise TypeError(f"path must be a str, not {type(path).__name__}")
-    if path.startswith("gd2fs://"):
-        raise ValueError(
-            f"path {path!r}: give the path inside the cluster (urllib.parse.urlparse(uri).path), "
-            "not a gd2fs:// URI"
-        )
-    if not path.startswith("/"):
-        raise ValueError(f"path {path!r}: want an absolute path such as /kv/model/0")
     if "\x00" in path:
         raise ValueError(f"path {path!r} contains a NUL byte")
+    if path.startswith("gd2fs://"):
+        name, sep, rest = path[len("gd2fs://"):].partition("/")
+        if cluster is None or name != cluster:
+            raise ValueError(
+                f"path {path!r}: a gd2fs:// URI must name this client's cluster "
+                f"({cluster!r}); or pass the path inside the cluster, e.g. /kv/model/0"
+            )
+        path = "/" + rest
+    if not path.startswith("/"):
+        raise ValueError(f"path {path!r}: want an absolute path such as /kv/model/0")
     return path
 
 
@@ -329,7 +334,7 @@ class Client:
 
     def _submit(self, op: int, path, offset: int, sges: Sequence[SGE], flags: int, opts: str, queue: int) -> Request:
         self._check()
-        path = resolve_path(path)
+        path = resolve_path(path, self.cluster)
         offset = _int("offset", offset, 0)
         flags = _int("flags", flags, 0)
         if flags != 0:
