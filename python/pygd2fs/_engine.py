@@ -504,13 +504,15 @@ class Client:
             return
         while True:
             done = self._collect(_QUEUE_ASYNC, 0)
-            if not done:
-                return
             for req in done:
                 with self._lock:
                     fut = self._futures.pop(req._id, None)
                 if fut is not None:
                     _resolve_threadsafe(fut, req)
+            # A short batch emptied the queue; later completions make the
+            # eventfd readable again, so there is no need to ask once more.
+            if len(done) < _BATCH:
+                return
 
 
 def _resolve(fut: "asyncio.Future[Request]", req: Request) -> None:
