@@ -296,8 +296,9 @@ var codeOf = []struct {
 	{context.Canceled, CodeCancelled}, {context.DeadlineExceeded, CodeTimeout},
 }
 
-// Code is the status code of err (0 for nil). Errors of no known kind (a
-// refused connection, say) are Unavailable: the data is not reachable.
+// Code is the status code of err (0 for nil). A network error of no known
+// kind (a refused connection, say) is Unavailable: the data is not
+// reachable; anything else unknown is Internal.
 func Code(err error) int {
 	if err == nil {
 		return OK
