@@ -271,8 +271,9 @@ class Client:
             self._closed = True
             return
         self._closed = True
+        deferred = False
         for loop in list(self._readers):
-            self._remove_reader(loop)
+            deferred |= self._remove_reader(loop)
         _lib.lib().gd2fs_close(self._h)
         with self._lock:
             reqs, self._reqs = self._reqs, {}
@@ -283,7 +284,9 @@ class Client:
             f = futs.get(id_)
             if f is not None:
                 _resolve_threadsafe(f, req)
-        if self._afd >= 0 and not self._readers:
+        # A loop running in another thread drops the reader later: leave the
+        # descriptor open for it rather than let its number be reused.
+        if self._afd >= 0 and not deferred:
             os.close(self._afd)
         self._afd = -1
 
@@ -486,18 +489,21 @@ class Client:
         loop.add_reader(self._afd, self._on_async_ready)
         self._readers[loop] = self._afd
 
-    def _remove_reader(self, loop: asyncio.AbstractEventLoop) -> None:
+    def _remove_reader(self, loop: asyncio.AbstractEventLoop) -> bool:
+        """Stop watching the async eventfd in loop; True when that had to be
+        left to the loop's own thread."""
         fd = self._readers.pop(loop, None)
         if fd is None or loop.is_closed():
-            return
+            return False
         try:
             running = asyncio.get_running_loop()
         except RuntimeError:
             running = None
         if running is loop or not loop.is_running():
             loop.remove_reader(fd)
-        else:
-            loop.call_soon_threadsafe(loop.remove_reader, fd)
+            return False
+        loop.call_soon_threadsafe(loop.remove_reader, fd)
+        return True
 
     def _on_async_ready(self) -> None:
         if self._closed or not _lib.loaded_here():
