@@ -1,4 +1,4 @@
-"""Builds libgd2fs.so with the Go toolchain while building the package.
+"""Builds libgd2fs.so.1 with the Go toolchain while building the package.
 
 pip install --no-build-isolation ./python   (offline; Debian's pip and setuptools)
 """
@@ -17,11 +17,11 @@ REPO = os.path.dirname(HERE)
 class BuildWithGo(build_py):
     def run(self):
         super().run()
-        out = os.path.join(os.path.abspath(self.build_lib), "pygd2fs", "libgd2fs.so")
+        out = os.path.join(os.path.abspath(self.build_lib), "pygd2fs", "libgd2fs.so.1")
         os.makedirs(os.path.dirname(out), exist_ok=True)
         env = dict(os.environ, CGO_ENABLED="1")
         subprocess.run(["go", "build", "-buildmode=c-shared", "-o", out, "./python/capi"], cwd=REPO, env=env, check=True)
-        header = out[:-3] + ".h"
+        header = out[: -len(".1")] + ".h"  # go names it after the output, less its last extension
         if os.path.exists(header):
             os.remove(header)
 

@@ -1,6 +1,6 @@
-// Command capi is libgd2fs.so, the shared library under pygd2fs:
+// Command capi is libgd2fs.so.1, the shared library under pygd2fs:
 //
-//	go build -buildmode=c-shared -o python/pygd2fs/libgd2fs.so ./python/capi
+//	go build -buildmode=c-shared -o python/pygd2fs/libgd2fs.so.1 ./python/capi
 //
 // It exports the Go client to C (and so to Python's ctypes) as a handful of
 // functions over package bridge. This file only converts: C strings and

@@ -1,6 +1,6 @@
 """pygd2fs: the Python client of gd2fs, distributed storage for LLM inference.
 
-Two layers over one Go client (loaded as libgd2fs.so when the first client is
+Two layers over one Go client (loaded as libgd2fs.so.1 when the first client is
 created):
 
 * The engine-facing API that vLLM's explicit-offloading connector and

@@ -1,4 +1,4 @@
-"""Loading libgd2fs.so (the Go client) and calling into it.
+"""Loading libgd2fs.so.1 (the Go client) and calling into it.
 
 The library is loaded when the first client is created, never at import: a
 Go runtime does not survive ``fork()``, so a process that forks workers after
@@ -30,11 +30,14 @@ _forked = False
 
 
 def library_path() -> str:
-    """Where libgd2fs.so is: $GD2FS_LIBRARY, else beside this module."""
+    """Where libgd2fs.so.1 is: $GD2FS_LIBRARY, else beside this module.
+
+    (".so.1", not ".so": pkgutil and help() would list a plain ".so" in the
+    package as an extension module, which it is not.)"""
     env = os.environ.get("GD2FS_LIBRARY")
     if env:
         return env
-    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "libgd2fs.so")
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "libgd2fs.so.1")
 
 
 def _after_fork_in_child() -> None:

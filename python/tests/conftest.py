@@ -14,7 +14,7 @@ sys.path.insert(0, HERE)
 
 from gd2fs_cluster import REPO, Cluster, gd2fs_binary  # noqa: E402
 
-LIB = os.environ.get("GD2FS_LIBRARY") or os.path.join(PYDIR, "pygd2fs", "libgd2fs.so")
+LIB = os.environ.get("GD2FS_LIBRARY") or os.path.join(PYDIR, "pygd2fs", "libgd2fs.so.1")
 if not os.path.exists(LIB):
     subprocess.run(["make", "-C", PYDIR, "lib"], check=True)
 
