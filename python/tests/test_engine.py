@@ -388,3 +388,39 @@ def test_cancel_and_close(cluster):
         assert r.Status() in (0, errors.CANCELLED), r
     with pytest.raises(ValueError, match="closed"):
         client.Read(p, 0, [pygd2fs.SGE(t.data_ptr(), 16, io)], 0, "")
+
+
+def test_async_from_several_loops_and_threads(cluster):
+    """One client, an event loop per thread (as engines with several worker
+    loops have), each awaiting its own transfers."""
+    client = pygd2fs.Client(cluster.cpaddr, "tcp://127.0.0.1", cluster.name, iothreads=4, streams=2)
+    size = 64 << 10
+    failures = []
+
+    def worker(i):
+        async def go():
+            src = torch.full((size,), i, dtype=torch.uint8)
+            dst = torch.zeros(size, dtype=torch.uint8)
+            io = client.RegIOMEM(src.data_ptr(), size)
+            dio = client.RegIOMEM(dst.data_ptr(), size)
+            for k in range(5):
+                p = f"/kv/loops/{i}/{k}"
+                check(await client.WriteAsync(p, 0, [pygd2fs.SGE(src.data_ptr(), size, io)], 0), size)
+                check(await client.ReadAsync(p, 0, [pygd2fs.SGE(dst.data_ptr(), size, dio)], 0), size)
+                assert torch.equal(src, dst)
+            client.DeregIOMEM(io)
+            client.DeregIOMEM(dio)
+
+        try:
+            asyncio.run(go())
+        except BaseException as e:  # reported below
+            failures.append(e)
+
+    ts = [threading.Thread(target=worker, args=(i,)) for i in range(3)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(60)
+    assert not any(t.is_alive() for t in ts), "a loop hung"
+    assert not failures, failures
+    client.Close()

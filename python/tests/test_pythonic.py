@@ -169,3 +169,34 @@ def test_connect_errors(cluster):
     c.close()
     with pytest.raises(ValueError, match="closed"):
         c.get("x")
+
+
+def test_threads_share_a_connection(conn):
+    """Blocking calls release the GIL in Go; several threads use one
+    connection at once and every byte lands where it should."""
+    import threading
+
+    n, size = 8, 256 << 10
+    keys = [key() for _ in range(n)]
+    src = torch.randint(0, 255, (n, size), dtype=torch.uint8)
+    failures = []
+
+    def worker(i):
+        try:
+            p = f"/files/threads/{uuid.uuid4().hex}"
+            conn.write(p, src[i])
+            conn.put(keys[i], src[i])
+            out = torch.zeros(2, size, dtype=torch.uint8)
+            assert conn.read_into(p, out[0]) == size
+            assert conn.batch_get_into([keys[i]], [out[1]]) == [size]
+            assert torch.equal(out[0], src[i]) and torch.equal(out[1], src[i])
+        except BaseException as e:  # reported below
+            failures.append(e)
+
+    ts = [threading.Thread(target=worker, args=(i,)) for i in range(n)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(60)
+    assert not any(t.is_alive() for t in ts)
+    assert not failures, failures
