@@ -367,8 +367,8 @@ class Client:
             total += s.length
         name = "read" if op == _OP_READ else "write"
         with self._lock:  # registered before it can complete
-            id_ = _lib.call(
-                "gd2fs_submit", self._h, op, path.encode(), offset, addrs, lens, ids, n, flags, opts.encode(), queue
+            id_ = _lib.invoke(
+                _lib.loaded(), "gd2fs_submit", self._h, op, path.encode(), offset, addrs, lens, ids, n, flags, opts.encode(), queue
             )
             req = Request(name, path, offset, total, id_, list(sges))
             self._reqs[id_] = req
@@ -422,7 +422,7 @@ class Client:
         return _lib.call("gd2fs_fd", self._h, _QUEUE_WAIT)
 
     def _collect(self, queue: int, timeout_ms: int) -> List[Request]:
-        l = _lib.lib()
+        l = _lib.loaded()  # callers checked the pid
         r = self._results
         err = ctypes.c_void_p()
         n = l.gd2fs_wait(self._h, queue, timeout_ms, r.ids, r.status, r.values, r.msgs, _BATCH, ctypes.byref(err))

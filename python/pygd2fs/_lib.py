@@ -138,7 +138,18 @@ def take_string(l: ctypes.CDLL, p: ctypes.c_void_p) -> str:
 def call(name: str, *args) -> int:
     """Call library function ``name`` (its last argument is the error out
     parameter, added here) and raise the mapped exception on failure."""
-    l = lib()
+    return invoke(lib(), name, *args)
+
+
+def loaded() -> ctypes.CDLL:
+    """The loaded library, for callers that checked the pid already in this
+    call (each check is a getpid system call)."""
+    assert _lib is not None
+    return _lib
+
+
+def invoke(l: ctypes.CDLL, name: str, *args) -> int:
+    """``call`` without the load and pid check."""
     err = ctypes.c_void_p()
     r = getattr(l, name)(*args, ctypes.byref(err))
     if r < 0:
