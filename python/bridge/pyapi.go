@@ -264,6 +264,7 @@ func (e *Engine) Call(method string, params []byte) ([]byte, error) {
 		PlanID                                       int64  `json:"plan_id"`
 		Layout                                       *client.Layout
 		Plan                                         *client.PlanRequest
+		Saved                                        *[]client.KVRange
 		After                                        string
 		Limit                                        int
 	}
@@ -278,6 +279,11 @@ func (e *Engine) Call(method string, params []byte) ([]byte, error) {
 	var out any
 	var err error
 	switch method {
+	case "parse_uri": // one URI parser for Go and Python: the client's
+		var u client.URI
+		if u, err = client.ParseURI(p.Path); err == nil {
+			out = map[string]any{"masters": u.Masters, "cluster": u.Cluster, "path": u.Path}
+		}
 	case "status":
 		out, err = e.c.Status(ctx)
 	case "stat":
@@ -306,9 +312,17 @@ func (e *Engine) Call(method string, params []byte) ([]byte, error) {
 		if p.Plan == nil {
 			return nil, errs.New(errs.ErrBadRequest, "plan: no request")
 		}
-		out, err = s.Plan(ctx, p.Session, *p.Plan)
+		if p.Plan.Format == "vllm" {
+			out, err = s.PlanEngine(ctx, p.Session, *p.Plan)
+		} else {
+			out, err = s.Plan(ctx, p.Session, *p.Plan)
+		}
 	case "commit":
-		out, err = s.Commit(ctx, p.Session, p.PlanID)
+		if p.Saved != nil { // what an engine saved of a vllm-format plan
+			out, err = s.CommitSaved(ctx, p.Session, p.PlanID, *p.Saved)
+		} else {
+			out, err = s.Commit(ctx, p.Session, p.PlanID)
+		}
 	case "fork":
 		out, err = s.Fork(ctx, p.Session, p.NewID)
 	case "get_session":

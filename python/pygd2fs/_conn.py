@@ -319,7 +319,7 @@ class Connection:
         replacing an existing file) or ``"x"`` (create; ``Exists`` if it is
         there). ``pool`` (``"ha"``: 3 copies, the default for new files;
         ``"perf"``: 1) and ``chunk_size`` apply to new files."""
-        path = resolve_path(path, self.cluster)
+        path = resolve_path(path, self.client)
         if mode not in ("r", "w", "x", "rb", "wb", "xb"):
             raise ValueError(f"mode {mode!r}: want 'r', 'w' or 'x'")
         mode = mode[0]
@@ -329,7 +329,7 @@ class Connection:
     def read_into(self, path: str, buffer: PtrOrBuffer, offset: int = 0, size: Optional[int] = None) -> int:
         """Read ``path`` at ``offset`` straight into ``buffer`` (or ``size``
         bytes at an address); returns the bytes read (fewer at the end)."""
-        path = resolve_path(path, self.cluster)
+        path = resolve_path(path, self.client)
         offset = _int("offset", offset, 0)
         with _one(buffer, size, True, "buffer") as p:
             return self._call("gd2fs_read_into", path.encode(), offset, p.addrs[0], p.sizes[0])
@@ -347,18 +347,18 @@ class Connection:
         ``perf`` unless ``pool``) or extending it; the bytes are visible to
         other clients when this returns. The file stays open for more writes
         (``open(path, "w")`` and ``close()`` seal one)."""
-        path = resolve_path(path, self.cluster)
+        path = resolve_path(path, self.client)
         offset = _int("offset", offset, 0)
         with _one(buffer, None, False, "buffer") as p:
             return self._call("gd2fs_write_from", path.encode(), offset, p.addrs[0], p.sizes[0], _opts(pool, None))
 
     def stat(self, path: str) -> Dict[str, Any]:
         """Size, pool, chunks and replicas of ``path``."""
-        return _snake(self._json("stat", path=resolve_path(path, self.cluster)))
+        return _snake(self._json("stat", path=resolve_path(path, self.client)))
 
     def list(self, dir: str = "/") -> List[Dict[str, Any]]:
         """The entries of directory ``dir``."""
-        return _snake(self._json("list", dir=resolve_path(dir, self.cluster)) or [])
+        return _snake(self._json("list", dir=resolve_path(dir, self.client)) or [])
 
     def exists(self, path: str) -> bool:
         """Whether ``path`` exists."""
@@ -370,11 +370,11 @@ class Connection:
 
     def mkdir(self, dir: str) -> None:
         """Create ``dir`` and its parents."""
-        self._json("mkdir", dir=resolve_path(dir, self.cluster))
+        self._json("mkdir", dir=resolve_path(dir, self.client))
 
     def remove(self, path: str) -> None:
         """Remove a file or an empty directory."""
-        self._json("remove", path=resolve_path(path, self.cluster))
+        self._json("remove", path=resolve_path(path, self.client))
 
     def status(self) -> Dict[str, Any]:
         """The cluster overview: servers, pools, totals."""
@@ -418,12 +418,16 @@ class Connection:
 
     def set_layout(
         self, model: str, layers: int, kv_heads: int, head_dim: int, dtype: str = "bf16",
-        page_tokens: int = 16, layout: str = "layer_first",
+        page_tokens: int = 16, layout: str = "layer_first", tp_size: int = 1, replicated: bool = False,
     ) -> None:
-        """Register (or replace) the KV layout of ``model``."""
+        """Register (or replace) the KV layout of ``model``: ``layout`` is
+        ``layer_first``, ``page_first`` or ``kv_first``; ``tp_size`` the
+        tensor-parallel ranks the KV heads are sharded over; ``replicated``
+        when every rank holds the same KV (MLA)."""
         self._json("set_layout", layout={
             "model": model, "layers": layers, "kv_heads": kv_heads, "head_dim": head_dim,
             "dtype": dtype, "page_tokens": page_tokens, "layout": layout,
+            "tp_size": _int("tp_size", tp_size, 1), "replicated": bool(replicated),
         })
 
     def get_layout(self, model: str) -> Dict[str, Any]:
@@ -433,21 +437,35 @@ class Connection:
     def plan(
         self, session: str, prompt_tokens: int, model: str = "", decode_tokens: int = 0,
         prefixes: Optional[Sequence[str]] = None, new_file: bool = False,
+        format: str = "", load_threshold: int = 0,
     ) -> Dict[str, Any]:
         """Ask what ``session`` has stored for a prompt of ``prompt_tokens``
         and reserve where the new KV goes: a dict with ``plan_id``,
         ``stored_kv_cache``, ``fresh_kv_cache``, ``cached_tokens``, ... The
-        session is created (for ``model``) on its first plan."""
+        session is created (for ``model``) on its first plan. With
+        ``format="vllm"`` the answer holds ``kvcache_params`` as vLLM's
+        explicit-offloading connector takes them (docs/kv-cache.md)."""
         req = {"model": model, "prompt_tokens": _int("prompt_tokens", prompt_tokens, 0),
                "decode_tokens": _int("decode_tokens", decode_tokens, 0), "new_file": bool(new_file)}
         if prefixes:
             req["prefixes"] = list(prefixes)
+        if format:
+            req["format"] = format
+        if load_threshold:
+            req["load_threshold"] = _int("load_threshold", load_threshold, 0)
         return self._json("plan", session=session, plan=req)
 
-    def commit(self, session: str, plan: Union[int, Dict[str, Any]]) -> Dict[str, Any]:
-        """Record a plan's fresh range as stored (write its bytes first)."""
+    def commit(
+        self, session: str, plan: Union[int, Dict[str, Any]], saved: Optional[Sequence[Dict[str, Any]]] = None,
+    ) -> Dict[str, Any]:
+        """Record a plan's fresh range as stored (write its bytes first). For
+        a ``format="vllm"`` plan, ``saved`` is what the engine saved (its
+        answer's ``fresh_kvcache``; ``[]`` when it saved nothing)."""
         plan_id = plan["plan_id"] if isinstance(plan, dict) else plan
-        return self._json("commit", session=session, plan_id=_int("plan_id", plan_id, 1))
+        params: Dict[str, Any] = {"session": session, "plan_id": _int("plan_id", plan_id, 1)}
+        if saved is not None:
+            params["saved"] = list(saved)
+        return self._json("commit", **params)
 
     def fork(self, session: str, new_session: str) -> Dict[str, Any]:
         """Make ``new_session`` share ``session``'s stored ranges (no copy)."""

@@ -45,13 +45,16 @@ def _int(name: str, v, minimum: Optional[int] = None) -> int:
     return v
 
 
-def resolve_path(path, cluster: Optional[str] = None) -> str:
+def resolve_path(path, client: Optional["Client"] = None) -> str:
     """The namespace path a Read/Write/stat argument names.
 
-    Accepted: an absolute path such as ``/kv/llama/0/abc``, and a
-    ``gd2fs://<cluster>/<path>`` URI (the ``kv_uri`` of a session plan) when
-    ``<cluster>`` is this client's cluster. This is the one place to add
-    other forms (``gd2fs://host:port/path?cluster=name``)."""
+    Accepted: an absolute path such as ``/kv/llama/0/abc``, and the two
+    ``gd2fs://`` URI forms of session plans' ``kv_uri`` --
+    ``gd2fs://<cluster>/<path>`` and
+    ``gd2fs://<host:port>[,<host:port>]/<path>?cluster=<name>`` -- when they
+    name ``client``'s cluster. URIs are parsed by the Go client
+    (``client.ParseURI``), so both languages read them alike. Plain paths
+    never leave Python here (the Go side checks them again)."""
     if isinstance(path, os.PathLike):
         path = os.fspath(path)
     if not isinstance(path, str):
@@ -59,13 +62,15 @@ def resolve_path(path, cluster: Optional[str] = None) -> str:
     if "\x00" in path:
         raise ValueError(f"path {path!r} contains a NUL byte")
     if path.startswith("gd2fs://"):
-        name, sep, rest = path[len("gd2fs://"):].partition("/")
-        if cluster is None or name != cluster:
+        if client is None:
+            raise ValueError(f"path {path!r}: a gd2fs:// URI needs a client to check its cluster against")
+        u = client._parse_uri(path)
+        if u["cluster"] != client.cluster:
+            named = f"cluster {u['cluster']!r}" if u["cluster"] else "no cluster (add ?cluster=<name>)"
             raise ValueError(
-                f"path {path!r}: a gd2fs:// URI must name this client's cluster "
-                f"({cluster!r}); or pass the path inside the cluster, e.g. /kv/model/0"
+                f"path {path!r} names {named}, but this client is connected to cluster {client.cluster!r}"
             )
-        path = "/" + rest
+        path = u["path"]
     if not path.startswith("/"):
         raise ValueError(f"path {path!r}: want an absolute path such as /kv/model/0")
     return path
@@ -309,6 +314,14 @@ class Client:
         state = "closed" if self._closed else f"cluster {getattr(self, 'cluster', '?')!r}"
         return f"<pygd2fs.Client {getattr(self, 'cpaddr', '?')} {state}>"
 
+    def _parse_uri(self, uri: str) -> dict:
+        import json
+
+        self._check()
+        out = ctypes.c_void_p()
+        _lib.call("gd2fs_call", self._h, b"parse_uri", json.dumps({"path": uri}).encode(), ctypes.byref(out))
+        return json.loads(_lib.take_string(_lib.lib(), out))
+
     # -- memory ------------------------------------------------------------
 
     def RegIOMEM(self, addr: int, length: int) -> IOMEM:
@@ -337,7 +350,7 @@ class Client:
 
     def _submit(self, op: int, path, offset: int, sges: Sequence[SGE], flags: int, opts: str, queue: int) -> Request:
         self._check()
-        path = resolve_path(path, self.cluster)
+        path = resolve_path(path, self)
         offset = _int("offset", offset, 0)
         flags = _int("flags", flags, 0)
         if flags != 0:

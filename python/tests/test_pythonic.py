@@ -159,6 +159,39 @@ def test_sessions(conn):
         conn.session(s)
 
 
+def test_engine_format_plan_and_uris(conn, client, cluster):
+    """A vllm-format plan hands out dialable kv_uris
+    (gd2fs://host:port/path?cluster=name); both layers take them as paths."""
+    model = "e-" + uuid.uuid4().hex[:8]
+    conn.set_layout(model, layers=2, kv_heads=4, head_dim=8, dtype="bf16", page_tokens=16, layout="kv_first", tp_size=2)
+    s = "s-" + uuid.uuid4().hex[:8]
+    plan = conn.plan(s, prompt_tokens=40, model=model, format="vllm")
+    fresh = plan["kvcache_params"]["fresh_kvcache"]
+    assert len(fresh) == 1 and fresh[0]["kv_uri"].startswith("gd2fs://" + cluster.hostport + "/")
+    r = fresh[0]
+    data = torch.randint(0, 255, (r["kv_length"],), dtype=torch.uint8)
+    io = client.RegIOMEM(data.data_ptr(), r["kv_length"])
+    req = client.Write(r["kv_uri"], r["kv_start"], [pygd2fs.SGE(data.data_ptr(), r["kv_length"], io)], 0, "")
+    assert client.Wait(-1) == [req] and req.Status() == 0, req
+    conn.commit(s, plan, saved=fresh)
+    plan2 = conn.plan(s, prompt_tokens=80, model=model, format="vllm")
+    stored = plan2["kvcache_params"]["stored_kvcache"]
+    assert plan2["cached_tokens"] == r["token_length"]
+    back = torch.zeros_like(data)
+    assert conn.read_into(stored[0]["kv_uri"], back, offset=stored[0]["kv_start"]) == data.numel()
+    assert torch.equal(back, data)
+    client.DeregIOMEM(io)
+    # A URI of another cluster, or one that names none, is refused.
+    wrong = r["kv_uri"].replace("cluster=pytest", "cluster=prod")
+    with pytest.raises(ValueError, match="cluster 'prod'"):
+        conn.read_into(wrong, back)
+    with pytest.raises(ValueError, match="no cluster"):
+        conn.read_into(r["kv_uri"].split("?")[0], back)
+    with pytest.raises(pygd2fs.BadRequest, match="no valid port"):
+        conn.read_into("gd2fs://h:x/p?cluster=pytest", back)
+    conn.delete(s)
+
+
 def test_connect_errors(cluster):
     with pytest.raises(pygd2fs.BadRequest, match="serves cluster"):
         pygd2fs.connect(cluster.master_url, cluster="other")
