@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: go vet, then go test -race on every package, with
-# the metadata conformance suite against SQLite and a real PostgreSQL.
+# the metadata conformance suite against SQLite and a real PostgreSQL; then the
+# Python client's tests (pygd2fs, with Debian's python3, pytest and torch).
 #
 # PostgreSQL: uses $GD2FS_TEST_POSTGRES when set; otherwise starts a throwaway
 # server on 127.0.0.1 (installing Debian's postgresql package when no server
@@ -68,3 +69,7 @@ fi
 rm -rf "$chromium_dir"
 echo "== go test -race"
 go test -race -timeout 15m "$@" ./...
+echo "== python: pygd2fs"
+make -s -C python lib
+go build -o bin/gd2fs ./cmd/gd2fs
+GD2FS_BIN="$PWD/bin/gd2fs" "${PYTHON:-/usr/bin/python3}" -m pytest -q python/tests
