@@ -49,13 +49,14 @@ class Cluster:
     """Start with ``Cluster(...).start()``; stop with ``stop()``."""
 
     def __init__(self, servers: int = 3, name: str = "pytest", token: str = "", mem: str = "256MiB",
-                 kv_mem: str = "64MiB", binary: Optional[str] = None):
+                 kv_mem: str = "64MiB", binary: Optional[str] = None, master_args: Optional[List[str]] = None):
         self.n = servers
         self.name = name
         self.token = token
         self.mem = mem
         self.kv_mem = kv_mem
         self.bin = binary or gd2fs_binary()
+        self.master_args = list(master_args or [])
         self.dir = tempfile.mkdtemp(prefix="pygd2fs-")
         self.master_url = ""
         self.master: Optional[subprocess.Popen] = None
@@ -84,7 +85,7 @@ class Cluster:
         try:
             self.master, log = self._spawn("master", [
                 "master", "--listen", "127.0.0.1:0", "--meta", f"sqlite://{self.dir}/meta.db",
-                "--cluster", self.name, "--down-after", "2s", "--repair-after", "-1s"])
+                "--cluster", self.name, "--down-after", "2s", "--repair-after", "-1s"] + self.master_args)
             self.master_url = _wait_line(log, r"gd2fs master on (http://\S+)", self.master).group(1)
             for i in range(self.n):
                 self.add_server()
