@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gd2fs/gd2fs/errs"
+	"github.com/gd2fs/gd2fs/internal/limits"
 )
 
 // Explicit-mode KV cache (DESIGN.md §3 Session, §6): model layouts, shared
@@ -67,7 +68,7 @@ func (l Layout) Validate() error {
 	case l.PageBytes() > 1<<30:
 		return errs.New(errs.ErrBadRequest, "layout of %s: a page of %d bytes is too large", l.Model, l.PageBytes())
 	}
-	return nil
+	return checkLayoutLimits(l)
 }
 
 // Regions is how many per-rank regions a range holds: the TP size, or 1
@@ -280,8 +281,8 @@ func (s *sqlStore) PutPrefix(ctx context.Context, p Prefix) error {
 		if err != nil {
 			return err
 		}
-		if p.Tokens < 1 {
-			return errs.New(errs.ErrBadRequest, "prefix %s: tokens must be positive", p.Path)
+		if p.Tokens < 1 || checkTokens("prefix tokens", p.Tokens) != nil {
+			return errs.New(errs.ErrBadRequest, "prefix %s: tokens must be between 1 and %d", p.Path, limits.MaxTokens)
 		}
 		f, err := s.fileBy(ctx, tx, "path", p.Path)
 		if err != nil {
@@ -348,8 +349,8 @@ func (s *sqlStore) PlanSession(ctx context.Context, in PlanInput) (Plan, error) 
 	if err := checkSessionID(in.Session); err != nil {
 		return Plan{}, err
 	}
-	if in.PromptTokens < 1 || in.DecodeTokens < 0 || in.PromptTokens+in.DecodeTokens > 1<<26 {
-		return Plan{}, errs.New(errs.ErrBadRequest, "prompt_tokens must be at least 1 and prompt+decode at most %d (got %d + %d)", 1<<26, in.PromptTokens, in.DecodeTokens)
+	if err := checkPlanInput(in); err != nil {
+		return Plan{}, err
 	}
 	var p Plan
 	err := s.tx(ctx, func(tx *sql.Tx) error {

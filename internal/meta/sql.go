@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path"
 	"sort"
@@ -272,13 +273,17 @@ func (s *sqlStore) Pools(ctx context.Context) ([]Pool, error) {
 }
 
 // CleanPath validates and normalises a namespace path: absolute, no empty,
-// "." or ".." segments, no NUL, at most 4096 bytes.
+// "." or ".." segments, no NUL, at most 4096 bytes, valid UTF-8 without
+// control characters.
 func CleanPath(p string) (string, error) {
 	if !strings.HasPrefix(p, "/") {
 		p = "/" + p
 	}
 	if len(p) > 4096 || strings.ContainsRune(p, 0) {
 		return "", errs.New(errs.ErrBadRequest, "path %.64q: too long or contains NUL", p)
+	}
+	if err := checkName(p); err != nil {
+		return "", err
 	}
 	for _, seg := range strings.Split(strings.Trim(p, "/"), "/") {
 		if seg == "." || seg == ".." {
@@ -551,6 +556,9 @@ func (s *sqlStore) Attrs(ctx context.Context, p string) (map[string]string, erro
 
 func (s *sqlStore) Commit(ctx context.Context, fileID int64, size int64, lengths map[int64]int64, seal bool, now time.Time) (File, error) {
 	var f File
+	if err := CheckSize(size); err != nil {
+		return f, err
+	}
 	err := s.tx(ctx, func(tx *sql.Tx) error {
 		var err error
 		if f, err = s.fileBy(ctx, tx, "id", fileID); err != nil {
@@ -732,7 +740,14 @@ func (s *sqlStore) ClearTombstones(ctx context.Context, serverID string, ids []u
 }
 
 func (s *sqlStore) Totals(ctx context.Context) (int64, int64, error) {
-	var n, b int64
-	err := s.db.QueryRowContext(ctx, `SELECT COUNT(*), COALESCE(SUM(size), 0) FROM files`).Scan(&n, &b)
-	return n, b, wrapDB(err)
+	// Summed as floating point: an integer SUM fails on both engines once
+	// the total passes 2^63, and status must keep answering whatever was
+	// committed (sizes are bounded by CheckSize, but files are not counted).
+	var n int64
+	var b float64
+	err := s.db.QueryRowContext(ctx, `SELECT COUNT(*), COALESCE(SUM(CAST(size AS DOUBLE PRECISION)), 0) FROM files`).Scan(&n, &b)
+	if b >= math.MaxInt64 { // float64(MaxInt64) is 2^63, which int64() cannot hold
+		return n, math.MaxInt64, wrapDB(err)
+	}
+	return n, int64(b), wrapDB(err)
 }
