@@ -41,6 +41,10 @@ type ServerInfo struct {
 	// KV is the server's KV cache figures; nil without KV tiers (and from
 	// servers older than this field).
 	KV *KVStats `json:"kv,omitempty"`
+	// Unhealthy, when set, says why the server cannot serve (its listener
+	// fails to accept, e.g. out of file descriptors): the master leaves it
+	// out of placement and membership until it clears.
+	Unhealthy string `json:"unhealthy,omitempty"`
 }
 
 // KVStats is a server's KV cache figures as of a heartbeat. Counters count

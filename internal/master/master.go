@@ -6,6 +6,7 @@ package master
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -23,7 +24,9 @@ import (
 	"github.com/gd2fs/gd2fs/errs"
 	"github.com/gd2fs/gd2fs/internal/api"
 	"github.com/gd2fs/gd2fs/internal/console"
+	"github.com/gd2fs/gd2fs/internal/limits"
 	"github.com/gd2fs/gd2fs/internal/meta"
+	"github.com/gd2fs/gd2fs/internal/netguard"
 	"github.com/gd2fs/gd2fs/internal/placement"
 	"github.com/gd2fs/gd2fs/internal/rpc"
 	"github.com/gd2fs/gd2fs/internal/store"
@@ -50,6 +53,15 @@ type Config struct {
 	// PublicMasters are the host:port of every master, named in the
 	// kv_uris of engine-format plans (default: this master's Advertise).
 	PublicMasters []string
+	// MaxConns bounds open HTTP connections (default 4096). ReadTimeout
+	// bounds reading a request's headers and body (default 60s; headers
+	// alone: 10s), IdleTimeout a keep-alive connection between requests
+	// (default 2m). http.go has the rest.
+	MaxConns                 int
+	ReadTimeout, IdleTimeout time.Duration
+	// TLS, when set, serves the API over HTTPS only. ClientTLS is how the
+	// master dials data servers (repair copies); nil: plain TCP.
+	TLS, ClientTLS *tls.Config
 }
 
 // DefaultChunkSize is used when a create asks for none.
@@ -62,12 +74,17 @@ type liveServer struct {
 	downAt   time.Time
 }
 
+// serving: up, and not reporting itself unable to accept connections. Only
+// serving servers get new chunks, membership and the Up flag on replicas.
+func (s *liveServer) serving() bool { return s.up && s.info.Unhealthy == "" }
+
 // Master is a running master.
 type Master struct {
 	cfg     Config
 	log     *slog.Logger
 	meta    meta.Store
 	ln      net.Listener
+	guard   *netguard.Listener
 	srv     *http.Server
 	peers   *rpc.Pool
 	metrics *metrics
@@ -105,8 +122,9 @@ func New(ctx context.Context, cfg Config) (*Master, error) {
 	if cfg.SessionPool == "" {
 		cfg.SessionPool = "perf"
 	}
+	cfg.fillLimits()
 	m := &Master{cfg: cfg, log: cfg.Log.With("role", "master"), meta: cfg.Meta, servers: map[string]*liveServer{},
-		peers: rpc.NewPool(rpc.Options{Token: cfg.Token, Name: "master", Streams: 1}), seed: maphash.MakeSeed()}
+		peers: rpc.NewPool(rpc.Options{Token: cfg.Token, Name: "master", Streams: 1, TLS: cfg.ClientTLS}), seed: maphash.MakeSeed()}
 	pools, err := m.meta.Pools(ctx)
 	if err != nil {
 		return nil, err
@@ -120,8 +138,14 @@ func New(ctx context.Context, cfg Config) (*Master, error) {
 	}
 	m.metrics = newMetrics(m)
 	m.console = m.newConsole()
-	if m.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
+	tcp, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
 		return nil, fmt.Errorf("master: listen on %s: %w (is another master running?)", cfg.Listen, err)
+	}
+	m.guard = netguard.New(tcp, cfg.MaxConns, m.log)
+	m.ln = m.guard
+	if cfg.TLS != nil {
+		m.ln = tls.NewListener(m.guard, cfg.TLS)
 	}
 	m.url = cfg.Advertise
 	if m.url == "" {
@@ -131,7 +155,7 @@ func New(ctx context.Context, cfg Config) (*Master, error) {
 		m.ln.Close()
 		return nil, err
 	}
-	m.srv = &http.Server{Handler: m.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	m.srv = newHTTPServer(m.Handler(), cfg)
 	return m, nil
 }
 
@@ -141,7 +165,11 @@ func (m *Master) URL() string {
 	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
 		host = "127.0.0.1"
 	}
-	return "http://" + net.JoinHostPort(host, port)
+	scheme := "http://"
+	if m.cfg.TLS != nil {
+		scheme = "https://"
+	}
+	return scheme + net.JoinHostPort(host, port)
 }
 
 // Run serves until ctx ends.
@@ -277,12 +305,16 @@ func (m *Master) heartbeat(ctx context.Context, hb api.Heartbeat) (api.Heartbeat
 	m.mu.Lock()
 	s := m.servers[hb.ID]
 	isNew := s == nil || !s.up || s.info.Addr != hb.Addr || s.info.MemCap != hb.MemCap || s.info.DiskCap != hb.DiskCap
+	healthChanged := s != nil && s.up && (s.info.Unhealthy == "") != (hb.Unhealthy == "")
 	if s == nil {
 		s = &liveServer{}
 		m.servers[hb.ID] = s
 	}
 	s.info = hb.ServerInfo
 	s.info.State = "up"
+	if hb.Unhealthy != "" {
+		s.info.State = "unhealthy"
+	}
 	s.lastSeen = time.Now()
 	s.info.LastSeen = s.lastSeen
 	s.up = true
@@ -292,6 +324,13 @@ func (m *Master) heartbeat(ctx context.Context, hb api.Heartbeat) (api.Heartbeat
 			return api.HeartbeatReply{}, err
 		}
 		m.log.Info("server up", "id", hb.ID, "addr", hb.Addr)
+		m.bumpEpoch(ctx)
+	} else if healthChanged {
+		if hb.Unhealthy != "" {
+			m.log.Warn("server unhealthy: left out of placement and membership", "id", hb.ID, "reason", hb.Unhealthy)
+		} else {
+			m.log.Info("server healthy again", "id", hb.ID)
+		}
 		m.bumpEpoch(ctx)
 	}
 	del, err := m.meta.Tombstones(ctx, hb.ID, 512)
@@ -316,7 +355,7 @@ func (m *Master) membership(ctx context.Context) (api.Membership, error) {
 	defer m.mu.Unlock()
 	out.Epoch = m.epoch
 	for _, s := range m.servers {
-		if s.up {
+		if s.serving() {
 			out.Members = append(out.Members, placement.Member{ID: s.info.ID, Addr: s.info.Addr})
 		}
 	}
@@ -353,7 +392,7 @@ func (m *Master) place(fileID, idx int64, replicas int, need int64) ([]string, e
 	var cs []cand
 	up := 0
 	for id, s := range m.servers {
-		if !s.up {
+		if !s.serving() {
 			continue
 		}
 		up++
@@ -388,7 +427,7 @@ func (m *Master) chunksOut(cs []meta.Chunk) []api.Chunk {
 		for _, id := range c.Replicas {
 			r := api.Replica{Server: id}
 			if s := m.servers[id]; s != nil {
-				r.Addr, r.Up = s.info.Addr, s.up
+				r.Addr, r.Up = s.info.Addr, s.serving()
 			}
 			ac.Replicas = append(ac.Replicas, r)
 		}
@@ -462,13 +501,13 @@ func (m *Master) repairChunk(ctx context.Context, c meta.Placed, dead string) er
 	holds := map[string]bool{}
 	for _, r := range c.Replicas {
 		holds[r] = true
-		if s := m.servers[r]; s != nil && s.up && src == "" {
+		if s := m.servers[r]; s != nil && s.serving() && src == "" {
 			src = s.info.Addr
 		}
 	}
 	var target *liveServer
 	for id, s := range m.servers {
-		if s.up && !holds[id] && s.info.Free() >= c.Length && (target == nil || s.info.Free() > target.info.Free()) {
+		if s.serving() && !holds[id] && s.info.Free() >= c.Length && (target == nil || s.info.Free() > target.info.Free()) {
 			target = s
 		}
 	}
@@ -501,15 +540,6 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 
 func writeErr(w http.ResponseWriter, err error) {
 	writeJSON(w, api.HTTPStatus(err), api.Error{Error: err.Error(), Code: errs.Code(err)})
-}
-
-func readJSON(r *http.Request, v any) error {
-	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, 4<<20))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return errs.New(errs.ErrBadRequest, "bad JSON body: %v", err)
-	}
-	return nil
 }
 
 func pathArg(r *http.Request) (string, error) {
@@ -579,7 +609,7 @@ func (m *Master) auth(next http.HandlerFunc) http.HandlerFunc {
 			writeErr(w, errs.New(errs.ErrUnavailable, "this master (%s) is a standby; the leader is %s: list every master in --master / GD2FS_MASTER", m.url, leader))
 			return
 		}
-		if m.cfg.Token != "" && r.Header.Get("Authorization") != "Bearer "+m.cfg.Token {
+		if m.cfg.Token != "" && !tokenOK(r, m.cfg.Token) {
 			writeErr(w, errs.New(errs.ErrUnauthorized, "wrong or missing cluster token: pass it with --token or GD2FS_TOKEN"))
 			return
 		}
@@ -623,11 +653,17 @@ func (m *Master) link(r *http.Request) (any, error) {
 	if err := readJSON(r, &req); err != nil {
 		return nil, err
 	}
-	if !strings.HasPrefix(req.Source, "s3://") || req.Size < 0 {
+	if !strings.HasPrefix(req.Source, "s3://") {
 		return nil, errs.New(errs.ErrBadRequest, "link needs an s3:// source and a size")
+	}
+	if err := meta.CheckSize(req.Size); err != nil {
+		return nil, err
 	}
 	if req.Pool == "" {
 		req.Pool = "perf"
+	}
+	if err := checkLinkChunks(req.Size, req.ChunkSize); err != nil {
+		return nil, err
 	}
 	ctx := r.Context()
 	if old, err := m.meta.File(ctx, p); err == nil {
@@ -736,8 +772,8 @@ func (m *Master) alloc(r *http.Request) (any, error) {
 	if err := readJSON(r, &req); err != nil {
 		return nil, err
 	}
-	if len(req.Indexes) > 65536 {
-		return nil, errs.New(errs.ErrTooLarge, "at most 65536 chunks per allocation")
+	if len(req.Indexes) > limits.MaxChunksPerRequest {
+		return nil, errs.New(errs.ErrTooLarge, "at most %d chunks per allocation", limits.MaxChunksPerRequest)
 	}
 	f, err := m.meta.File(r.Context(), p)
 	if err != nil {
@@ -791,8 +827,8 @@ func (m *Master) commit(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if req.Size < 0 {
-		return nil, errs.New(errs.ErrBadRequest, "negative size")
+	if err := meta.CheckSize(req.Size); err != nil {
+		return nil, err
 	}
 	f, err = m.meta.Commit(r.Context(), f.ID, req.Size, req.Lengths, req.Seal, time.Now().UTC())
 	if err != nil {

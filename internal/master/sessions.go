@@ -3,12 +3,12 @@ package master
 import (
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/gd2fs/gd2fs/errs"
 	"github.com/gd2fs/gd2fs/internal/api"
+	"github.com/gd2fs/gd2fs/internal/limits"
 	"github.com/gd2fs/gd2fs/internal/meta"
 )
 
@@ -57,9 +57,9 @@ func (m *Master) sessionRoutes(h func(pattern string, fn func(r *http.Request) (
 		return struct{}{}, m.meta.DeleteSession(r.Context(), r.PathValue("id"))
 	})
 	h("GET /v1/sessions", func(r *http.Request) (any, error) {
-		limit, _ := strconv.Atoi(r.URL.Query().Get("limit"))
-		if limit <= 0 || limit > 10000 {
-			limit = 1000
+		limit, err := queryInt(r, "limit", 1000, 1, limits.MaxListLimit)
+		if err != nil {
+			return nil, err
 		}
 		ss, err := m.meta.Sessions(r.Context(), r.URL.Query().Get("after"), limit)
 		out := api.SessionList{Sessions: make([]api.Session, 0, len(ss))}

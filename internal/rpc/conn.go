@@ -6,6 +6,7 @@ package rpc
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -29,6 +30,9 @@ type Options struct {
 	DialTimeout time.Duration // default 5s
 	LocalAddrs  []string      // local IPs to bind, round-robin (several NICs)
 	Limits      wire.Limits   // default wire.DefaultLimits
+	// TLS, when set, runs every connection over TLS with this client
+	// configuration (ServerName defaults to the host of the address).
+	TLS *tls.Config
 }
 
 func (o *Options) fill() {
@@ -100,6 +104,11 @@ func Dial(ctx context.Context, addr string, o Options, local string) (*Conn, err
 	nc, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, errs.New(errs.ErrUnavailable, "connect to server %s: %v", addr, err)
+	}
+	if o.TLS != nil {
+		if nc, err = clientTLS(ctx, nc, addr, o); err != nil {
+			return nil, err
+		}
 	}
 	c := &Conn{nc: nc, addr: addr, pending: make(map[uint64]*call)}
 	go c.readLoop(wire.NewReader(nc, o.Limits))
@@ -255,4 +264,21 @@ func (c *Conn) readLoop(r *wire.Reader) {
 		}
 		close(cl.done)
 	}
+}
+
+// clientTLS runs the TLS handshake on nc within the dial timeout.
+func clientTLS(ctx context.Context, nc net.Conn, addr string, o Options) (net.Conn, error) {
+	cfg := o.TLS
+	if cfg.ServerName == "" {
+		cfg = cfg.Clone()
+		cfg.ServerName, _, _ = net.SplitHostPort(addr)
+	}
+	tc := tls.Client(nc, cfg)
+	hctx, cancel := context.WithTimeout(ctx, o.DialTimeout)
+	defer cancel()
+	if err := tc.HandshakeContext(hctx); err != nil {
+		nc.Close()
+		return nil, errs.New(errs.ErrUnavailable, "TLS handshake with server %s: %v (check --tls-ca, and --tls-cert/--tls-key where servers require client certificates)", addr, err)
+	}
+	return tc, nil
 }

@@ -43,10 +43,18 @@ func (l *chanListener) Close() error {
 
 func (l *chanListener) Addr() net.Addr { return l.addr }
 
-// peekedConn replays the bytes the router peeked at.
+// peekedConn replays the bytes the router peeked at, and gives its slot of
+// the connection limit back on Close.
 type peekedConn struct {
 	net.Conn
-	r *bufio.Reader
+	r       *bufio.Reader
+	release func()
 }
 
 func (c *peekedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+
+func (c *peekedConn) Close() error {
+	err := c.Conn.Close()
+	c.release()
+	return err
+}

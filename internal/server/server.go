@@ -11,6 +11,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/subtle"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -33,6 +34,7 @@ import (
 	"github.com/gd2fs/gd2fs/internal/bufpool"
 	"github.com/gd2fs/gd2fs/internal/cold"
 	"github.com/gd2fs/gd2fs/internal/kvstore"
+	"github.com/gd2fs/gd2fs/internal/netguard"
 	"github.com/gd2fs/gd2fs/internal/rpc"
 	"github.com/gd2fs/gd2fs/internal/store"
 	"github.com/gd2fs/gd2fs/internal/wire"
@@ -53,6 +55,18 @@ type Config struct {
 	// duration) on the HTTP side of the port. Off by default.
 	Debug bool
 	Log   *slog.Logger
+
+	// Connection limits (docs/security.md): at most MaxConns connections at
+	// once (default 8192; the rest are closed at once); a connection must
+	// send its hello within HelloTimeout (10s) and each frame's payload
+	// within PayloadTimeout (60s) of its header, and is closed after
+	// IdleTimeout (5m) with no request in flight.
+	MaxConns                                  int
+	HelloTimeout, PayloadTimeout, IdleTimeout time.Duration
+	// TLS, when set, serves the port (data plane and HTTP) over TLS only.
+	// ClientTLS is how this server dials its peers and the master (nil:
+	// plain TCP and http://).
+	TLS, ClientTLS *tls.Config
 }
 
 // Server is a running data server.
@@ -66,7 +80,7 @@ type Server struct {
 	// Counters reported in heartbeats (gd2fs status).
 	servedBytes, coldBytes atomic.Int64
 	peers                  *rpc.Pool
-	ln                     net.Listener
+	ln                     *netguard.Listener
 	httpLn                 *chanListener
 	httpSrv                *http.Server
 	metrics                *metrics
@@ -90,6 +104,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Heartbeat <= 0 {
 		cfg.Heartbeat = time.Second
 	}
+	cfg.fillLimits()
 	cfg.Store.Log = cfg.Log
 	st, err := store.Open(cfg.Store)
 	if err != nil {
@@ -114,7 +129,7 @@ func New(cfg Config) (*Server, error) {
 		st.Close()
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", cfg.Listen)
+	tcp, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		st.Close()
 		if kv != nil {
@@ -122,12 +137,13 @@ func New(cfg Config) (*Server, error) {
 		}
 		return nil, fmt.Errorf("server: listen on %s: %w (is another server using the port?)", cfg.Listen, err)
 	}
+	ln := netguard.New(tcp, cfg.MaxConns, cfg.Log)
 	if cfg.Advertise == "" {
 		cfg.Advertise = advertise(ln.Addr().String())
 	}
 	s := &Server{
 		cfg: cfg, log: cfg.Log.With("server", cfg.ID), store: st, kv: kv, cold: cs, fills: filler{inflight: map[uint64]*fill{}}, ln: ln,
-		peers:  rpc.NewPool(rpc.Options{Token: cfg.Token, Name: "server-" + cfg.ID, Streams: 2}),
+		peers:  rpc.NewPool(rpc.Options{Token: cfg.Token, Name: "server-" + cfg.ID, Streams: 2, TLS: cfg.ClientTLS}),
 		httpLn: newChanListener(ln.Addr()),
 		conns:  make(map[net.Conn]struct{}),
 	}
@@ -139,7 +155,8 @@ func New(cfg Config) (*Server, error) {
 		s.held = append(s.held, c.ID)
 	}
 	if cfg.Master != "" {
-		s.master = &api.Client{Base: cfg.Master, Token: cfg.Token, HTTP: &http.Client{Timeout: 5 * time.Second}}
+		s.master = &api.Client{Base: cfg.Master, Token: cfg.Token, HTTP: &http.Client{Timeout: 5 * time.Second,
+			Transport: &http.Transport{TLSClientConfig: cfg.ClientTLS}}}
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", s.metrics.handler())
@@ -157,7 +174,8 @@ func New(cfg Config) (*Server, error) {
 				el.Seconds(), ms.HeapAlloc, ms.HeapObjects, ms.NumGC, float64(ms.PauseNs[(ms.NumGC+255)%256])/1e9)
 		})
 	}
-	s.httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	s.httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: cfg.HelloTimeout, ReadTimeout: cfg.PayloadTimeout,
+		WriteTimeout: cfg.PayloadTimeout, IdleTimeout: cfg.IdleTimeout, MaxHeaderBytes: 64 << 10}
 	return s, nil
 }
 
@@ -205,8 +223,11 @@ func (s *Server) Run(ctx context.Context) error {
 		go s.heartbeatLoop(ctx)
 	}
 	go func() { <-ctx.Done(); s.Close() }()
+	// The guarded listener retries accept errors (EMFILE) itself and
+	// returns one only once it is closed: this loop never ends while the
+	// server is meant to be up; heartbeats report it unhealthy meanwhile.
 	for {
-		nc, err := s.ln.Accept()
+		nc, release, err := s.ln.AcceptTracked()
 		if err != nil {
 			s.mu.Lock()
 			closed := s.closed
@@ -217,7 +238,7 @@ func (s *Server) Run(ctx context.Context) error {
 			return fmt.Errorf("server: accept: %w", err)
 		}
 		s.wg.Add(1)
-		go s.route(nc)
+		go s.route(nc, release)
 	}
 }
 
@@ -259,20 +280,27 @@ func (s *Server) track(c net.Conn, on bool) bool {
 
 // route sniffs the first bytes: a gd2fs frame starts with the magic, anything
 // else is handed to the HTTP server.
-func (s *Server) route(nc net.Conn) {
+func (s *Server) route(nc net.Conn, release func()) {
 	defer s.wg.Done()
+	if s.cfg.TLS != nil {
+		nc = tls.Server(nc, s.cfg.TLS) // the handshake runs in Peek, under the hello deadline
+	}
 	br := bufio.NewReaderSize(nc, 256<<10)
-	nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	// The hello deadline covers the TLS handshake, the sniff and the hello
+	// frame: a connection that sends only the magic is closed after it.
+	nc.SetReadDeadline(time.Now().Add(s.cfg.HelloTimeout))
 	head, err := br.Peek(4)
-	nc.SetReadDeadline(time.Time{})
 	if err != nil {
 		nc.Close()
+		release()
 		return
 	}
 	if string(head) != "GD2F" {
-		s.httpLn.deliver(&peekedConn{Conn: nc, r: br})
+		nc.SetReadDeadline(time.Time{}) // the HTTP server sets its own
+		s.httpLn.deliver(&peekedConn{Conn: nc, r: br, release: release})
 		return
 	}
+	defer release()
 	if !s.track(nc, true) {
 		nc.Close()
 		return
@@ -318,7 +346,7 @@ func (s *Server) heartbeat(ctx context.Context) error {
 	s.mu.Unlock()
 	hb := api.Heartbeat{ServerInfo: api.ServerInfo{ID: s.cfg.ID, Addr: s.cfg.Advertise,
 		MemCap: u.MemCap, MemUsed: u.MemUsed, DiskCap: u.DiskCap, DiskUsed: u.DiskUsed, Chunks: u.Chunks,
-		ServedBytes: s.servedBytes.Load(), ColdBytes: s.coldBytes.Load(), KV: s.kvStats()},
+		ServedBytes: s.servedBytes.Load(), ColdBytes: s.coldBytes.Load(), KV: s.kvStats(), Unhealthy: s.unhealthy()},
 		Deleted: acked, Held: held}
 	var reply api.HeartbeatReply
 	if err := s.master.Do(ctx, "POST", "/v1/servers/heartbeat", hb, &reply); err != nil {
@@ -353,10 +381,14 @@ type dataConn struct {
 	s   *Server
 	nc  net.Conn
 	wmu sync.Mutex
+	sem chan struct{} // requests in flight
+
+	dmu     sync.Mutex // orders read-deadline changes (deadline.go)
+	waiting bool       // the reader waits for a frame header
 }
 
 func (s *Server) serveData(nc net.Conn, br *bufio.Reader) {
-	dc := &dataConn{s: s, nc: nc}
+	dc := &dataConn{s: s, nc: nc, sem: make(chan struct{}, maxInflight)}
 	r := wire.NewReader(br, wire.DefaultLimits)
 	defer nc.Close()
 	s.metrics.conns.Inc()
@@ -389,12 +421,16 @@ func (s *Server) serveData(nc net.Conn, br *bufio.Reader) {
 	}
 	dc.send(h, wire.StatusOK, [][]byte{[]byte(s.cfg.ID)}, 0)
 
-	sem := make(chan struct{}, maxInflight)
+	sem := dc.sem
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	for {
+		dc.awaitHeader()
 		h, key, err := r.Next()
 		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				return // idle past IdleTimeout, or a header that stalled
+			}
 			if !isEOF(err) {
 				// A frame we cannot parse leaves the stream unusable: say
 				// why, then close this connection only.
@@ -404,6 +440,7 @@ func (s *Server) serveData(nc net.Conn, br *bufio.Reader) {
 			return
 		}
 		start := time.Now()
+		dc.awaitPayload()
 		// Consume the payload here, in stream order: data payloads into
 		// pooled buffers, small control payloads into a slice, the rest is
 		// skipped. A bad CRC or an oversize control payload fails only this
@@ -423,7 +460,7 @@ func (s *Server) serveData(nc net.Conn, br *bufio.Reader) {
 					sem <- struct{}{}
 					wg.Add(1)
 					go func() {
-						defer func() { <-sem; wg.Done() }()
+						defer func() { <-sem; dc.finished(); wg.Done() }()
 						dc.done(h, start, s.writeDirect(ref, int64(h.Offset), pw, h.PayloadCRC))
 					}()
 					continue
@@ -474,6 +511,7 @@ func (s *Server) serveData(nc net.Conn, br *bufio.Reader) {
 					bufpool.Put(bp)
 				}
 				<-sem
+				dc.finished()
 				wg.Done()
 			}()
 			s.handle(dc, h, key, body, start)
