@@ -16,6 +16,7 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"net/http"
 	"strings"
@@ -40,6 +41,11 @@ type Config struct {
 	LocalAddrs []string      // local IPs to bind, one per NIC
 	// Transport overrides the TCP data path (the seam for RDMA / GPU-direct).
 	Transport Transport
+	// TLS runs the master API and the data plane over TLS with this
+	// configuration (RootCAs: the cluster's CA; Certificates: a client
+	// certificate where servers require one). With TLS nil, an https://
+	// master turns TLS on with the system roots.
+	TLS *tls.Config
 }
 
 // Transport moves chunk bytes. The TCP implementation is the default; an
@@ -93,6 +99,9 @@ func New(cfg Config) (*Client, error) {
 		ms[i] = m
 	}
 	cfg.Master = strings.Join(ms, ",")
+	if cfg.TLS == nil && strings.Contains(cfg.Master, "https://") {
+		cfg.TLS = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
 	if cfg.PieceSize <= 0 {
 		cfg.PieceSize = 4 << 20
 	}
@@ -104,10 +113,13 @@ func New(cfg Config) (*Client, error) {
 	}
 	tr := cfg.Transport
 	if tr == nil {
-		tr = rpc.NewPool(rpc.Options{Token: cfg.Token, Name: "client", Streams: cfg.Streams, LocalAddrs: cfg.LocalAddrs})
+		tr = rpc.NewPool(rpc.Options{Token: cfg.Token, Name: "client", Streams: cfg.Streams, LocalAddrs: cfg.LocalAddrs, TLS: cfg.TLS})
 	}
-	return &Client{cfg: cfg, tr: tr,
-		api: &api.Client{Base: cfg.Master, Token: cfg.Token, HTTP: &http.Client{Timeout: 30 * time.Second}}}, nil
+	hc := &http.Client{Timeout: 30 * time.Second}
+	if cfg.TLS != nil {
+		hc.Transport = &http.Transport{TLSClientConfig: cfg.TLS, Proxy: http.ProxyFromEnvironment}
+	}
+	return &Client{cfg: cfg, tr: tr, api: &api.Client{Base: cfg.Master, Token: cfg.Token, HTTP: hc}}, nil
 }
 
 // Close releases connections.

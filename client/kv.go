@@ -9,6 +9,7 @@ import (
 
 	"github.com/gd2fs/gd2fs/errs"
 	"github.com/gd2fs/gd2fs/internal/api"
+	"github.com/gd2fs/gd2fs/internal/limits"
 	"github.com/gd2fs/gd2fs/internal/placement"
 	"github.com/gd2fs/gd2fs/internal/rpc"
 	"github.com/gd2fs/gd2fs/internal/wire"
@@ -89,8 +90,8 @@ func checkKey(key string) error {
 	if key == "" {
 		return errs.New(errs.ErrBadRequest, "empty key")
 	}
-	if len(key) > 1024 {
-		return errs.New(errs.ErrTooLarge, "key of %d bytes: the limit is 1024", len(key))
+	if len(key) > limits.MaxKVKey {
+		return errs.New(errs.ErrTooLarge, "key of %d bytes: the limit is %d", len(key), limits.MaxKVKey)
 	}
 	return nil
 }

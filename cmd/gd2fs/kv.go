@@ -93,14 +93,28 @@ func newKV(g *globals) *cobra.Command {
 		}),
 	}
 	rm := &cobra.Command{
-		Use:     "rm KEY... | rm --prefix PREFIX",
+		Use:     "rm KEY... | rm --prefix PREFIX | rm --all",
 		Short:   "Delete blocks, or every block whose key starts with a prefix",
-		Example: "  gd2fs kv rm llama/0/8f3a\n  gd2fs kv rm --prefix llama/",
-		Args:    cobra.MinimumNArgs(1),
+		Example: "  gd2fs kv rm llama/0/8f3a\n  gd2fs kv rm --prefix llama/\n  gd2fs kv --pool perf rm --all     # every block of the pool",
+		Args: func(cmd *cobra.Command, args []string) error {
+			if all, _ := cmd.Flags().GetBool("all"); all {
+				return cobra.NoArgs(cmd, args)
+			}
+			return cobra.MinimumNArgs(1)(cmd, args)
+		},
 	}
-	var prefix bool
+	var prefix, all bool
 	rm.Flags().BoolVar(&prefix, "prefix", false, "treat the argument as a key prefix")
+	rm.Flags().BoolVar(&all, "all", false, "delete every block of the pool")
 	rm.RunE = withKV(func(kv *client.KV, cmd *cobra.Command, args []string) error {
+		if all {
+			n, err := kv.DeleteByPrefix(cmd.Context(), "")
+			fmt.Printf("deleted %d blocks\n", n)
+			return err
+		}
+		if prefix && args[0] == "" {
+			return fmt.Errorf("an empty prefix matches every block of pool %s: say --all to delete them all", pool)
+		}
 		if prefix {
 			n, err := kv.DeleteByPrefix(cmd.Context(), args[0])
 			fmt.Printf("deleted %d blocks\n", n)

@@ -4,7 +4,11 @@ import (
 	"fmt"
 	"os"
 	"path"
+	"strconv"
+	"strings"
 	"text/tabwriter"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/gd2fs/gd2fs/client"
 	"github.com/spf13/cobra"
@@ -25,7 +29,7 @@ func newLs(g *globals) *cobra.Command {
 				}
 				tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 				for _, e := range es {
-					name := path.Base(e.Path)
+					name := printable(path.Base(e.Path))
 					if e.IsDir {
 						name += "/"
 					}
@@ -49,4 +53,20 @@ func newLs(g *globals) *cobra.Command {
 	}
 	cmd.Flags().BoolVarP(&long, "long", "l", false, "long format: pool, size, state, time")
 	return cmd
+}
+
+// printable quotes a name that holds anything a terminal would not show as
+// itself (control characters, invalid UTF-8, a space at an end), so one name
+// is always one line and can be told apart; the master refuses such names
+// now, but older metadata may hold them.
+func printable(name string) string {
+	if !utf8.ValidString(name) || strings.TrimSpace(name) != name {
+		return strconv.QuoteToGraphic(name)
+	}
+	for _, r := range name {
+		if !unicode.IsGraphic(r) {
+			return strconv.QuoteToGraphic(name)
+		}
+	}
+	return name
 }

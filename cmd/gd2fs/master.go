@@ -17,6 +17,7 @@ func newMaster(g *globals) *cobra.Command {
 	var listen, metaDSN, clusterN, quota, advertise string
 	var publicMasters []string
 	var downAfter, repairAfter time.Duration
+	var maxConns int
 	cmd := &cobra.Command{
 		Use:   "master",
 		Short: "Run the master: namespace, placement, membership (metadata in SQLite or PostgreSQL)",
@@ -24,7 +25,9 @@ func newMaster(g *globals) *cobra.Command {
   # several masters on one PostgreSQL database: one leads, the others stand by
   gd2fs master --listen :7070 --advertise http://m1:7070 --meta postgres://gd2fs@db:5432/gd2fs --token "$TOKEN"
   gd2fs master --listen :7070 --advertise http://m2:7070 --meta postgres://gd2fs@db:5432/gd2fs --token "$TOKEN"
-  gd2fs server --master http://m1:7070,http://m2:7070 ...`,
+  gd2fs server --master http://m1:7070,http://m2:7070 ...
+  # TLS with client certificates, the token from a file (not visible in ps)
+  gd2fs master --tls-cert m.pem --tls-key m-key.pem --tls-ca ca.pem --tls-verify-clients --token-file /etc/gd2fs/token`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -39,7 +42,8 @@ func newMaster(g *globals) *cobra.Command {
 			}
 			defer ms.Close()
 			m, err := master.New(ctx, master.Config{Listen: listen, Meta: ms, Cluster: clusterN, Token: g.token,
-				DownAfter: downAfter, RepairAfter: repairAfter, SessionQuota: q, Advertise: advertise, PublicMasters: publicMasters, Log: g.logger()})
+				DownAfter: downAfter, RepairAfter: repairAfter, SessionQuota: q, Advertise: advertise, PublicMasters: publicMasters, Log: g.logger(),
+				TLS: g.serverTLS, ClientTLS: g.clientTLS, MaxConns: maxConns})
 			if err != nil {
 				return err
 			}
@@ -58,6 +62,7 @@ func newMaster(g *globals) *cobra.Command {
 	f.StringVar(&advertise, "advertise", "", "URL others reach this master at (default: from --listen)")
 	f.StringSliceVar(&publicMasters, "public-masters", nil, "host:port of every master, named in the kv_uris of vllm-format plans (default: from --advertise)")
 	f.StringVar(&quota, "session-quota", "0", "bytes of explicit-mode KV session files before LRU eviction (0: no limit)")
+	f.IntVar(&maxConns, "max-conns", master.DefaultMaxConns, "most HTTP connections open at once")
 	f.DurationVar(&downAfter, "down-after", 5*time.Second, "mark a server down after this long without a heartbeat")
 	f.DurationVar(&repairAfter, "repair-after", 30*time.Second, "re-replicate HA chunks of a server down this long (negative: never)")
 	return cmd

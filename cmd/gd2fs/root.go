@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"os"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/gd2fs/gd2fs/client"
 	"github.com/gd2fs/gd2fs/internal/api"
+	"github.com/gd2fs/gd2fs/internal/tlsconf"
 	"github.com/spf13/cobra"
 )
 
@@ -17,7 +19,11 @@ type globals struct {
 	master    string
 	masterSet bool // --master or GD2FS_MASTER given
 	token     string
+	tokenFile string
 	debug     bool
+	tls       tlsconf.Files
+	// From tls, once the flags are parsed (nil: plain TCP and http://).
+	serverTLS, clientTLS *tls.Config
 
 	cluster string // the master's cluster name, once asked
 }
@@ -35,10 +41,17 @@ func newRoot() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.PersistentFlags().StringVar(&g.master, "master", envOr("GD2FS_MASTER", client.DefaultMaster), "master URL (env GD2FS_MASTER)")
-	root.PersistentFlags().StringVar(&g.token, "token", os.Getenv("GD2FS_TOKEN"), "cluster token (env GD2FS_TOKEN)")
-	root.PersistentFlags().BoolVar(&g.debug, "debug", false, "debug logging")
-	root.PersistentPreRun = func(cmd *cobra.Command, args []string) {
+	pf := root.PersistentFlags()
+	pf.StringVar(&g.token, "token", os.Getenv("GD2FS_TOKEN"), "cluster token (env GD2FS_TOKEN; prefer --token-file or the variable: a flag shows in ps)")
+	pf.StringVar(&g.tokenFile, "token-file", os.Getenv("GD2FS_TOKEN_FILE"), "read the cluster token from this file (env GD2FS_TOKEN_FILE)")
+	pf.StringVar(&g.tls.Cert, "tls-cert", os.Getenv("GD2FS_TLS_CERT"), "PEM certificate: serve over TLS (master, server, up), or present it to servers that require client certificates")
+	pf.StringVar(&g.tls.Key, "tls-key", os.Getenv("GD2FS_TLS_KEY"), "PEM private key of --tls-cert")
+	pf.StringVar(&g.tls.CA, "tls-ca", os.Getenv("GD2FS_TLS_CA"), "PEM CA bundle to verify the cluster's certificates (default: system roots)")
+	pf.BoolVar(&g.tls.VerifyClients, "tls-verify-clients", false, "master, server, up: require client certificates signed by --tls-ca (mutual TLS)")
+	pf.BoolVar(&g.debug, "debug", false, "debug logging")
+	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
 		g.masterSet = cmd.Flags().Changed("master") || os.Getenv("GD2FS_MASTER") != ""
+		return g.resolve()
 	}
 	root.AddCommand(newUp(g), newMaster(g), newServer(g), newCp(g), newLs(g), newStat(g), newCat(g),
 		newRm(g), newMkdir(g), newStatus(g), newBench(g), newKV(g), newModel(g), newSession(g), newWarmup(g), newCache(g), newRouter(g))
@@ -60,8 +73,33 @@ func (g *globals) logger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
 }
 
+// resolve reads the token file and the TLS files named by the flags.
+func (g *globals) resolve() error {
+	if g.tokenFile != "" {
+		b, err := os.ReadFile(g.tokenFile)
+		if err != nil {
+			return fmt.Errorf("--token-file: %w", err)
+		}
+		if g.token = strings.TrimSpace(string(b)); g.token == "" {
+			return fmt.Errorf("--token-file %s is empty", g.tokenFile)
+		}
+	}
+	var err error
+	if g.serverTLS, err = g.tls.Server(); err != nil {
+		return err
+	}
+	if g.clientTLS, err = g.tls.Client(); err != nil {
+		return err
+	}
+	// Talking TLS: default master URLs become https.
+	if g.clientTLS != nil || g.serverTLS != nil {
+		g.master = strings.ReplaceAll(g.master, "http://", "https://")
+	}
+	return nil
+}
+
 func (g *globals) client() (*client.Client, error) {
-	return client.New(client.Config{Master: g.master, Token: g.token})
+	return client.New(client.Config{Master: g.master, Token: g.token, TLS: g.clientTLS})
 }
 
 // withRemote parses a gd2fs URI, opens a client and calls fn with both.

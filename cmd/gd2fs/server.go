@@ -19,13 +19,15 @@ import (
 func newServer(g *globals) *cobra.Command {
 	var listen, advertise, mem, disk, id, kvMem, kvDisk, kvMax string
 	var heartbeat time.Duration
+	var maxConns int
 	var debug bool
 	var s3 s3Flags
 	cmd := &cobra.Command{
 		Use:   "server",
 		Short: "Run a data server: chunks in a DRAM tier and a disk tier, served over the binary protocol",
 		Example: `  gd2fs server --master http://m:7070 --listen :7071 --mem 16GiB --disk /nvme/gd2fs:2TiB
-  gd2fs server --master http://127.0.0.1:7070 --listen 127.0.0.1:7075 --mem 1GiB   # DRAM only`,
+  gd2fs server --master http://127.0.0.1:7070 --listen 127.0.0.1:7075 --mem 1GiB   # DRAM only
+  gd2fs server --master https://m:7070 --tls-cert s1.pem --tls-key s1-key.pem --tls-ca ca.pem --token-file /etc/gd2fs/token ...`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			sc := store.Config{}
@@ -51,7 +53,8 @@ func newServer(g *globals) *cobra.Command {
 				cc = &c
 			}
 			s, err := server.New(server.Config{ID: id, Listen: listen, Advertise: advertise, Master: g.master,
-				Token: g.token, Store: sc, KV: kc, Cold: cc, Heartbeat: heartbeat, Debug: debug, Log: g.logger()})
+				Token: g.token, Store: sc, KV: kc, Cold: cc, Heartbeat: heartbeat, Debug: debug, Log: g.logger(),
+				TLS: g.serverTLS, ClientTLS: g.clientTLS, MaxConns: maxConns})
 			if err != nil {
 				return err
 			}
@@ -70,6 +73,7 @@ func newServer(g *globals) *cobra.Command {
 	f.StringVar(&id, "id", "", "server id (default: kept in the disk tier, else random)")
 	f.BoolVar(&debug, "debug-http", false, "serve /debug/pprof/ and /debug/gc on the server port")
 	s3.add(f)
+	f.IntVar(&maxConns, "max-conns", server.DefaultMaxConns, "most connections open at once on the port")
 	f.DurationVar(&heartbeat, "heartbeat", time.Second, "heartbeat interval")
 	return cmd
 }

@@ -22,7 +22,8 @@ func newUp(g *globals) *cobra.Command {
 		Use:   "up",
 		Short: "Run a whole cluster on this machine: a master (SQLite) and several data servers",
 		Example: `  gd2fs up                              # master on 127.0.0.1:7070, 3 servers, data in ./gd2fs-data
-  gd2fs up --servers 5 --mem 1GiB --disk 20GiB --dir /var/lib/gd2fs`,
+  gd2fs up --servers 5 --mem 1GiB --disk 20GiB --dir /var/lib/gd2fs
+  gd2fs up --tls-cert node.pem --tls-key node-key.pem --tls-ca ca.pem --token-file ./token   # TLS (off by default on loopback)`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			memB, err := parseSize(mem)
@@ -57,7 +58,8 @@ func newUp(g *globals) *cobra.Command {
 			defer stop()
 			abs, _ := filepath.Abs(dir)
 			c, err := cluster.Start(ctx, cluster.Config{Dir: abs, MasterAddr: listen, ServerAddrs: addrs, Servers: servers,
-				MemBytes: memB, DiskBytes: diskB, KVMemBytes: kvMemB, KVDiskBytes: kvDiskB, SessionQuota: q, Cold: cc, Token: g.token, Cluster: cluster_, Meta: metaDSN, Log: g.logger()})
+				MemBytes: memB, DiskBytes: diskB, KVMemBytes: kvMemB, KVDiskBytes: kvDiskB, SessionQuota: q, Cold: cc, Token: g.token, Cluster: cluster_, Meta: metaDSN, Log: g.logger(),
+				TLS: g.serverTLS, ClientTLS: g.clientTLS})
 			if err != nil {
 				return fmt.Errorf("%w (is another gd2fs up running? stop it or pick other ports with --listen/--port)", err)
 			}

@@ -5,6 +5,7 @@ package cluster
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -43,6 +44,11 @@ type Config struct {
 	// SessionQuota bounds explicit-mode KV session files (0: no limit).
 	SessionQuota int64
 	Log          *slog.Logger
+	// TLS serves the master and the servers over TLS; ClientTLS is what
+	// servers, the master and Client() dial with (docs/security.md).
+	TLS, ClientTLS *tls.Config
+	// MaxConns bounds connections per listener (0: the defaults).
+	MaxConns int
 }
 
 // Cluster is a running local cluster.
@@ -67,7 +73,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create data dir %s: %w", cfg.Dir, err)
 	}
 	if cfg.Meta == "" {
@@ -78,7 +84,8 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		return nil, err
 	}
 	m, err := master.New(ctx, master.Config{Listen: cfg.MasterAddr, Meta: ms, Cluster: cfg.Cluster, Token: cfg.Token,
-		DownAfter: cfg.DownAfter, RepairAfter: cfg.RepairAfter, SessionQuota: cfg.SessionQuota, Log: cfg.Log})
+		DownAfter: cfg.DownAfter, RepairAfter: cfg.RepairAfter, SessionQuota: cfg.SessionQuota, Log: cfg.Log,
+		TLS: cfg.TLS, ClientTLS: cfg.ClientTLS, MaxConns: cfg.MaxConns})
 	if err != nil {
 		ms.Close()
 		return nil, err
@@ -116,7 +123,7 @@ func (c *Cluster) AddServer(i int) (*server.Server, error) {
 		kc.DiskBytes = c.cfg.KVDiskBytes
 	}
 	s, err := server.New(server.Config{Listen: addr, Master: c.Master.URL(), Token: c.cfg.Token, Store: sc, KV: kc, Cold: c.cfg.Cold,
-		Heartbeat: c.heartbeat(), Log: c.cfg.Log, ID: "server-" + strconv.Itoa(i)})
+		Heartbeat: c.heartbeat(), Log: c.cfg.Log, ID: "server-" + strconv.Itoa(i), TLS: c.cfg.TLS, ClientTLS: c.cfg.ClientTLS, MaxConns: c.cfg.MaxConns})
 	if err != nil {
 		return nil, err
 	}
@@ -165,7 +172,7 @@ func (c *Cluster) WaitServers(ctx context.Context, n int) error {
 
 // Client returns a client for the cluster.
 func (c *Cluster) Client() *client.Client {
-	cl, _ := client.New(client.Config{Master: c.Master.URL(), Token: c.cfg.Token})
+	cl, _ := client.New(client.Config{Master: c.Master.URL(), Token: c.cfg.Token, TLS: c.cfg.ClientTLS})
 	return cl
 }
 

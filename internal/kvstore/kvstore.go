@@ -35,6 +35,7 @@ import (
 	"github.com/gd2fs/gd2fs/errs"
 	"github.com/gd2fs/gd2fs/internal/arena"
 	"github.com/gd2fs/gd2fs/internal/bufpool"
+	"github.com/gd2fs/gd2fs/internal/limits"
 	"github.com/gd2fs/gd2fs/internal/wire"
 )
 
@@ -42,8 +43,10 @@ import (
 // little, large enough that a 4 MiB block is 256 iovecs.
 const PageSize = 16 << 10
 
-// MaxKey is the longest key accepted.
-const MaxKey = 1024
+// MaxKey is the longest store key accepted: a server stores a client's key
+// (at most limits.MaxKVKey bytes) behind its pool name (at most 255 bytes)
+// and a NUL, so clients see the same key limit whatever the pool.
+const MaxKey = limits.MaxKVKey + 256
 
 // Tier says where a block is.
 type Tier uint8
@@ -626,7 +629,7 @@ func (s *Store) openSegment(id uint64, create bool) (*segment, error) {
 	if create {
 		flag |= os.O_CREATE | os.O_EXCL
 	}
-	f, err := os.OpenFile(p, flag, 0o644)
+	f, err := os.OpenFile(p, flag, 0o600)
 	if err != nil {
 		return nil, err
 	}
@@ -720,7 +723,7 @@ func (g *segment) readRecord(off int64, key []byte, size int64, want uint32) (bu
 // load scans segments oldest first; a record whose header fails ends the
 // scan of that segment (a torn tail after a crash).
 func (s *Store) load() error {
-	if err := os.MkdirAll(s.cfg.Dir, 0o755); err != nil {
+	if err := os.MkdirAll(s.cfg.Dir, 0o700); err != nil {
 		return fmt.Errorf("kvstore: create %s: %w", s.cfg.Dir, err)
 	}
 	names, err := filepath.Glob(filepath.Join(s.cfg.Dir, "seg-*.kv"))

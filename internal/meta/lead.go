@@ -65,7 +65,7 @@ func (s *sqlStore) Lead(ctx context.Context, url string) (bool, error) {
 		}
 		l.conn = c
 	} else {
-		f, err := os.OpenFile(l.file+".lock", os.O_RDWR|os.O_CREATE, 0o644)
+		f, err := os.OpenFile(l.file+".lock", os.O_RDWR|os.O_CREATE, 0o600)
 		if err != nil {
 			return false, err
 		}

@@ -1,6 +1,8 @@
 package meta
 
 import (
+	"fmt"
+	"os"
 	"unicode"
 	"unicode/utf8"
 
@@ -74,4 +76,16 @@ func checkName(p string) error {
 		}
 	}
 	return nil
+}
+
+// createPrivate creates the SQLite file readable by its owner only before
+// SQLite opens it (SQLite gives its -wal and -shm files the same mode), and
+// tightens an existing one: metadata names every file of the cluster.
+func createPrivate(file string) error {
+	f, err := os.OpenFile(file, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("meta: create %s: %w", file, err)
+	}
+	f.Close()
+	return os.Chmod(file, 0o600)
 }

@@ -42,6 +42,9 @@ func Open(ctx context.Context, dsn string) (Store, error) {
 			return nil, errs.New(errs.ErrBadRequest, "meta: sqlite DSN needs a file: sqlite:///path/to/meta.db")
 		}
 		s.lead.file = file
+		if err := createPrivate(file); err != nil {
+			return nil, err
+		}
 		s.db, err = sql.Open("sqlite", "file:"+file+"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(ON)")
 		if err == nil {
 			// One connection: SQLite serialises writers anyway, and this

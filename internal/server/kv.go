@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"sync"
@@ -9,9 +10,28 @@ import (
 	"github.com/gd2fs/gd2fs/errs"
 	"github.com/gd2fs/gd2fs/internal/api"
 	"github.com/gd2fs/gd2fs/internal/kvstore"
+	"github.com/gd2fs/gd2fs/internal/limits"
 	"github.com/gd2fs/gd2fs/internal/placement"
 	"github.com/gd2fs/gd2fs/internal/wire"
 )
+
+// checkKVRef applies the client's key rules on the server too, so the raw
+// protocol accepts exactly what the SDK and CLI do: keys of 1 to
+// limits.MaxKVKey arbitrary bytes (NUL included, as Redis keys), an empty key
+// only as the prefix of a prefix delete, and pool names without NUL (the
+// separator of kvKey, which keeps pools apart).
+func checkKVRef(ref wire.KVRef, prefixDelete bool) error {
+	if bytes.IndexByte([]byte(ref.Pool), 0) >= 0 || ref.Pool == "" {
+		return errs.New(errs.ErrBadRequest, "KV pool name %q: empty or holds NUL", ref.Pool)
+	}
+	if len(ref.Key) == 0 && !prefixDelete {
+		return errs.New(errs.ErrBadRequest, "empty key")
+	}
+	if len(ref.Key) > limits.MaxKVKey {
+		return errs.New(errs.ErrTooLarge, "key of %d bytes: the limit is %d", len(ref.Key), limits.MaxKVKey)
+	}
+	return nil
+}
 
 // kvKey is the store key: pools are separate key spaces.
 func kvKey(ref wire.KVRef) []byte {
@@ -62,6 +82,9 @@ func (s *Server) kvPut(ref wire.KVRef, epoch int64, overwrite bool, value []byte
 	if s.kv == nil {
 		return false, errNoKV(s.cfg.ID)
 	}
+	if err := checkKVRef(ref, false); err != nil {
+		return false, err
+	}
 	if err := s.checkOwner(ref, epoch); err != nil {
 		return false, err
 	}
@@ -99,6 +122,10 @@ func (s *Server) kvOp(dc *dataConn, h wire.Header, ref wire.KVRef, start time.Ti
 	}
 	epoch := int64(h.Offset)
 	prefixDelete := h.Op == wire.OpKVDelete && h.Flags&wire.FlagPrefix != 0
+	if err := checkKVRef(ref, prefixDelete); err != nil {
+		dc.done(h, start, err)
+		return
+	}
 	if !prefixDelete {
 		if err := s.checkOwner(ref, epoch); err != nil {
 			dc.done(h, start, err)

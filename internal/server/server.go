@@ -196,14 +196,14 @@ func loadID(dir string) (string, error) {
 	if dir == "" {
 		return id, nil
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", fmt.Errorf("server: create %s: %w", dir, err)
 	}
 	p := filepath.Join(dir, "server.id")
 	if old, err := os.ReadFile(p); err == nil && len(strings.TrimSpace(string(old))) > 0 {
 		return strings.TrimSpace(string(old)), nil
 	}
-	return id, os.WriteFile(p, []byte(id+"\n"), 0o644)
+	return id, os.WriteFile(p, []byte(id+"\n"), 0o600)
 }
 
 // ID is the server's identity.

@@ -635,12 +635,12 @@ func (s *Store) open(id uint64, create bool) (*os.File, error) {
 	if !create {
 		return os.Open(p)
 	}
-	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o644)
+	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o600)
 	if os.IsNotExist(err) {
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
 			return nil, err
 		}
-		f, err = os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o644)
+		f, err = os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o600)
 	}
 	return f, err
 }
@@ -718,7 +718,7 @@ func (s *Store) readDisk(c *chunk, off, n int64, fn func([][]byte, uint32) error
 // load scans the disk tier at start-up.
 func (s *Store) load() error {
 	root := filepath.Join(s.cfg.Dir, "chunks")
-	if err := os.MkdirAll(root, 0o755); err != nil {
+	if err := os.MkdirAll(root, 0o700); err != nil {
 		return fmt.Errorf("store: create disk tier %s: %w", root, err)
 	}
 	return filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
