@@ -185,3 +185,20 @@ func TestKVKeyLimits(t *testing.T) {
 		}
 	}
 }
+
+type tlsPair struct{ server, client *tls.Config }
+
+// tlsconfTestCA makes node certificates and returns the server and client
+// sides of them.
+func tlsconfTestCA(dir string) (tlsPair, error) {
+	fs, err := tlsconf.TestCA(dir, "node")
+	if err != nil {
+		return tlsPair{}, err
+	}
+	s, err := fs["node"].Server()
+	if err != nil {
+		return tlsPair{}, err
+	}
+	c, err := fs["node"].Client()
+	return tlsPair{s, c}, err
+}

@@ -1,0 +1,99 @@
+package master
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/gd2fs/gd2fs/internal/api"
+)
+
+// fuzzRoutes are the master's routes that take input; {p} is replaced by the
+// fuzzed path or id.
+var fuzzRoutes = []string{
+	"POST /v1/servers/heartbeat",
+	"PUT /v1/files/{p...}",
+	"GET /v1/files/{p...}",
+	"DELETE /v1/files/{p...}",
+	"POST /v1/alloc/{p...}",
+	"POST /v1/commit/{p...}",
+	"POST /v1/link/{p...}",
+	"PUT /v1/attrs/{p...}",
+	"GET /v1/list/{p...}",
+	"PUT /v1/dirs/{p...}",
+	"PUT /v1/models/{p}/layout",
+	"POST /v1/prefixes",
+	"POST /v1/sessions/{p}/plan",
+	"POST /v1/sessions/{p}/commit",
+	"POST /v1/sessions/{p}/fork",
+	"GET /v1/sessions/{p}",
+	"DELETE /v1/sessions/{p}",
+	"GET /v1/sessions?limit={p}&after={p}",
+}
+
+// FuzzHandlers sends arbitrary JSON bodies, paths and query figures to every
+// route of one master. Invariants: no panic, no 5xx but 503 for a real
+// outage (no data server is up to place chunks on), and /v1/status keeps
+// answering 200. The seeds (testdata/fuzz/FuzzHandlers and below) run in
+// every `go test`; `go test -fuzz FuzzHandlers ./internal/master` explores.
+func FuzzHandlers(f *testing.F) {
+	m := startMaster(f, Config{})
+	h := m.Handler()
+	// A server to place chunks on, so alloc, link and plans get past placement.
+	hb := api.Heartbeat{ServerInfo: api.ServerInfo{ID: "s1", Addr: "127.0.0.1:1", MemCap: 1 << 40, DiskCap: 1 << 40}}
+	seed := func(route uint8, p, body string) { f.Add(route, p, []byte(body)) }
+	seed(0, "", `{"id":"s1","addr":"127.0.0.1:1","mem_cap":1099511627776,"disk_cap":1099511627776}`)
+	seed(1, "f", `{"pool":"perf"}`)
+	seed(1, "f", `null`)
+	seed(1, "f", `{"pool":"perf"}{"pool":"ha"}`)
+	seed(1, "g", `{"pool":"perf","chunk_size":-1}`)
+	seed(4, "f", `{"indexes":[0,1,9223372036854775807,-1]}`)
+	seed(5, "f", `{"size":9223372036854775807}`)
+	seed(5, "f", `{"size":1048576,"lengths":{"0":-5,"9223372036854775807":1}}`)
+	seed(6, "l", `{"source":"s3://b/k","size":4611686018427387904}`)
+	seed(6, "l2", `{"source":"s3://b/k","size":9223372036854775807,"chunk_size":65536}`)
+	seed(7, "f", `{"sha256":"x"}`)
+	seed(8, "a%0Ab", ``)
+	seed(9, "d%FF", ``)
+	seed(10, "m", `{"layers":4611686018427387904,"kv_heads":8,"head_dim":128,"dtype":"bf16","page_tokens":16,"layout":"layer_first"}`)
+	seed(10, "m", `{"layers":32,"kv_heads":8,"head_dim":128,"dtype":"bf16","page_tokens":16,"layout":"layer_first"}`)
+	seed(11, "", `{"path":"/f","model":"m","tokens":9223372036854775807}`)
+	seed(12, "s", `{"model":"m","prompt_tokens":16,"decode_tokens":9223372036854775807}`)
+	seed(12, "s", `{"model":"m","prompt_tokens":100,"prefixes":["gd2fs://local/f"]}`)
+	seed(13, "s", `{"plan_id":-1}`)
+	seed(14, "s", `{"new_id":"s/2"}`)
+	seed(17, "abc", ``)
+	seed(17, "-1", ``)
+	do := func(t *testing.T, method, target string, body []byte) int {
+		req := httptest.NewRequest(method, "http://m"+target, bytes.NewReader(body))
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code >= 500 && !(rec.Code == http.StatusServiceUnavailable &&
+			(strings.Contains(rec.Body.String(), `"unavailable"`) || strings.Contains(rec.Body.String(), `"no_space"`))) {
+			t.Fatalf("%s %s %q: %d %s", method, target, body, rec.Code, rec.Body.String())
+		}
+		return rec.Code
+	}
+	f.Fuzz(func(t *testing.T, route uint8, p string, body []byte) {
+		hbBody, _ := json.Marshal(hb)
+		do(t, "POST", "/v1/servers/heartbeat", hbBody)
+		method, target, _ := strings.Cut(fuzzRoutes[int(route)%len(fuzzRoutes)], " ")
+		switch {
+		case strings.Contains(target, "?"):
+			p = url.QueryEscape(p)
+		case strings.HasSuffix(target, "{p...}"):
+			p = api.EscapePath(p) // a namespace path, as the SDK sends it
+			target = strings.TrimSuffix(target, "...}") + "}"
+		default:
+			p = url.PathEscape(p) // one segment: a model or session id
+		}
+		do(t, method, strings.ReplaceAll(target, "{p}", p), body)
+		if code := do(t, "GET", "/v1/status", nil); code != 200 {
+			t.Fatalf("status answers %d after %s %s %q", code, method, target, body)
+		}
+	})
+}
