@@ -51,6 +51,12 @@ func newRoot() *cobra.Command {
 	pf.BoolVar(&g.debug, "debug", false, "debug logging")
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
 		g.masterSet = cmd.Flags().Changed("master") || os.Getenv("GD2FS_MASTER") != ""
+		if cmd.Flags().Changed("token") {
+			switch cmd.Name() {
+			case "master", "server", "up": // long-running: the flag stays in ps for days
+				fmt.Fprintln(os.Stderr, "gd2fs: warning: --token shows in every process listing of this machine; use --token-file or GD2FS_TOKEN")
+			}
+		}
 		return g.resolve()
 	}
 	root.AddCommand(newUp(g), newMaster(g), newServer(g), newCp(g), newLs(g), newStat(g), newCat(g),
