@@ -67,7 +67,11 @@ func newUp(g *globals) *cobra.Command {
 			fmt.Printf("gd2fs is up: master %s, %d servers (files: %s DRAM + %s disk; KV: %s DRAM + %s disk each), data in %s\n",
 				c.Master.URL(), servers, human(memB), human(diskB), human(kvMemB), human(kvDiskB), abs)
 			for _, s := range c.Servers {
-				fmt.Printf("  server %s at %s (metrics: http://%s/metrics)\n", s.ID(), s.Addr(), s.Addr())
+				scheme := "http"
+				if g.serverTLS != nil {
+					scheme = "https"
+				}
+				fmt.Printf("  server %s at %s (metrics: %s://%s/metrics)\n", s.ID(), s.Addr(), scheme, s.Addr())
 			}
 			fmt.Printf("\nConnect:\n  export GD2FS_MASTER=%s\n  gd2fs cp ./file gd2fs://%s/path/file\n  gd2fs status\n  web console: %s/ui/ (the cluster token logs in)\nStop with Ctrl-C.\n",
 				c.Master.URL(), clusterName(cluster_), c.Master.URL())
