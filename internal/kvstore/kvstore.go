@@ -98,6 +98,8 @@ type entry struct {
 	diskRead bool  // read since written to this segment
 
 	dead bool // deleted or replaced; pages freed when unpinned
+
+	chain // policy bookkeeping (policy.go)
 }
 
 // Store is safe for concurrent use.
@@ -110,9 +112,10 @@ type Store struct {
 	index       map[string]*entry
 	small, main list.List
 	smallBytes  int64
-	ghost       map[string]struct{}
+	ghost       map[string]int64 // key → its born stamp (policy.go)
 	ghostFIFO   []string
 	ghostCap    int
+	reuse       reuseDist
 
 	segs     []*segment // oldest first; last is active
 	nextSeg  uint64
@@ -140,7 +143,7 @@ func Open(cfg Config) (*Store, error) {
 	if cfg.MemBytes <= 0 && cfg.Dir == "" {
 		return nil, errs.New(errs.ErrBadRequest, "kvstore: no tier: give a DRAM size or a disk directory")
 	}
-	s := &Store{cfg: cfg, log: cfg.Log, index: map[string]*entry{}, ghost: map[string]struct{}{}}
+	s := &Store{cfg: cfg, log: cfg.Log, index: map[string]*entry{}, ghost: map[string]int64{}}
 	if cfg.MemBytes > 0 {
 		a, err := arena.New(cfg.MemBytes, PageSize)
 		if err != nil {
@@ -211,6 +214,10 @@ func (s *Store) Put(key []byte, value []byte, overwrite bool) (existed bool, err
 // PutChecked is Put for a value whose CRC32C the caller already verified
 // (the server has it from the frame), saving a pass over the bytes.
 func (s *Store) PutChecked(key []byte, value []byte, crc uint32, overwrite bool) (existed bool, err error) {
+	return s.putHinted(key, value, crc, overwrite, Hint{})
+}
+
+func (s *Store) putHinted(key []byte, value []byte, crc uint32, overwrite bool, hint Hint) (existed bool, err error) {
 	if err := CheckKey(key); err != nil {
 		return false, err
 	}
@@ -261,12 +268,16 @@ func (s *Store) PutChecked(key []byte, value []byte, crc uint32, overwrite bool)
 			return false, err
 		}
 	} else {
-		s.enqueueLocked(e, &s.small)
-		if _, g := s.ghost[e.key]; g {
-			// Seen recently and demoted: it belongs in main.
-			s.dequeueLocked(e)
+		if born, g := s.ghost[e.key]; g {
+			// Seen recently and demoted: it belongs in main, and small was
+			// too short for this reuse.
+			s.reuse.observe(s.reuse.written-born, s.memCap())
 			s.enqueueLocked(e, &s.main)
+		} else {
+			s.enqueueSmallLocked(e, hint.Parent)
 		}
+		e.born = s.reuse.written
+		s.reuse.written += e.size
 	}
 	s.index[e.key] = e
 	s.puts.Add(1)
@@ -314,7 +325,7 @@ func (s *Store) dequeueLocked(e *entry) {
 func (s *Store) evictOneLocked() bool {
 	memCap := int64(s.arena.Pages()) * PageSize
 	for tries := s.small.Len() + 2*s.main.Len() + 1; tries > 0; tries-- {
-		fromSmall := s.small.Len() > 0 && (s.smallBytes >= memCap/10 || s.main.Len() == 0)
+		fromSmall := s.small.Len() > 0 && (s.smallBytes >= s.reuse.smallTarget(memCap) || s.main.Len() == 0)
 		q := &s.main
 		if fromSmall {
 			q = &s.small
@@ -334,6 +345,11 @@ func (s *Store) evictOneLocked() bool {
 		case !fromSmall && e.freq > 0:
 			e.freq--
 			s.enqueueLocked(e, &s.main)
+		case !fromSmall && e.kids > 0 && !e.spared:
+			// Leaves go first: a prefix whose descendants are still in DRAM
+			// gets one more pass, so the chain is cut at its end.
+			e.spared = true
+			s.enqueueLocked(e, &s.main)
 		default:
 			s.demoteLocked(e, fromSmall)
 			return true
@@ -345,8 +361,9 @@ func (s *Store) evictOneLocked() bool {
 // demoteLocked moves e's bytes to disk (if it has none there yet) and frees
 // its pages. Without a disk tier the block is dropped.
 func (s *Store) demoteLocked(e *entry, fromSmall bool) {
+	s.unlinkLocked(e)
 	if fromSmall {
-		s.ghost[e.key] = struct{}{}
+		s.ghost[e.key] = e.born
 		s.ghostFIFO = append(s.ghostFIFO, e.key)
 		if len(s.ghostFIFO) > s.ghostCap {
 			delete(s.ghost, s.ghostFIFO[0])
@@ -372,6 +389,7 @@ func (s *Store) demoteLocked(e *entry, fromSmall bool) {
 func (s *Store) freeLocked(e *entry) {
 	e.dead = true
 	s.dequeueLocked(e)
+	s.unlinkLocked(e)
 	if e.pages != nil && e.pins == 0 {
 		s.arena.Release(e.pages)
 		e.pages = nil
@@ -401,9 +419,13 @@ func (s *Store) Get(key []byte, fn func(bufs [][]byte, crc uint32) error) (Tier,
 	}
 	if e.pages != nil {
 		e.pins++
+		if e.freq == 0 && e.q == &s.small {
+			s.reuse.observe(s.reuse.written-e.born, s.memCap())
+		}
 		if e.freq < 3 {
 			e.freq++
 		}
+		e.spared = false
 		v := s.arena.Views(e.pages, 0, e.size)
 		s.mu.Unlock()
 		s.memHits.Add(1)
@@ -414,7 +436,10 @@ func (s *Store) Get(key []byte, fn func(bufs [][]byte, crc uint32) error) (Tier,
 	seg, off := e.seg, e.off
 	seg.refs++
 	e.diskRead = true
-	_, promote := s.ghost[e.key]
+	born, promote := s.ghost[e.key]
+	if promote {
+		s.reuse.observe(s.reuse.written-born, s.memCap())
+	}
 	s.mu.Unlock()
 	defer s.unref(seg)
 
