@@ -78,6 +78,7 @@ type Stats struct {
 	MemHits, DiskHits, Misses                 uint64
 	Puts, Existed                             uint64
 	Demotions, Promotions, Evictions, Corrupt uint64
+	SmallTarget, SmallUsed                    int64 // the S3-FIFO small queue's measured target size and use (policy.go)
 }
 
 type entry struct {
@@ -112,10 +113,10 @@ type Store struct {
 	index       map[string]*entry
 	small, main list.List
 	smallBytes  int64
-	ghost       map[string]int64 // key → its born stamp (policy.go)
+	ghost       map[string]bool // key → demoted from small (policy.go)
 	ghostFIFO   []string
 	ghostCap    int
-	reuse       reuseDist
+	smallTarget int64 // adapted by ghost hits (policy.go)
 
 	segs     []*segment // oldest first; last is active
 	nextSeg  uint64
@@ -143,14 +144,15 @@ func Open(cfg Config) (*Store, error) {
 	if cfg.MemBytes <= 0 && cfg.Dir == "" {
 		return nil, errs.New(errs.ErrBadRequest, "kvstore: no tier: give a DRAM size or a disk directory")
 	}
-	s := &Store{cfg: cfg, log: cfg.Log, index: map[string]*entry{}, ghost: map[string]int64{}}
+	s := &Store{cfg: cfg, log: cfg.Log, index: map[string]*entry{}, ghost: map[string]bool{}}
 	if cfg.MemBytes > 0 {
 		a, err := arena.New(cfg.MemBytes, PageSize)
 		if err != nil {
 			return nil, err
 		}
 		s.arena = a
-		s.ghostCap = max(1024, a.Pages()/4)
+		s.ghostCap = max(1024, a.Pages())
+		s.smallTarget = int64(a.Pages()) * PageSize / 10
 	}
 	if cfg.Dir != "" {
 		if err := s.load(); err != nil {
@@ -184,6 +186,7 @@ func (s *Store) Stats() Stats {
 	if s.arena != nil {
 		st.MemCap = int64(s.arena.Pages()) * PageSize
 		st.MemUsed = int64(s.arena.Pages()-s.arena.FreePages()) * PageSize
+		st.SmallTarget, st.SmallUsed = s.smallTarget, s.smallBytes
 	}
 	s.mu.Unlock()
 	st.MemHits, st.DiskHits, st.Misses = s.memHits.Load(), s.diskHits.Load(), s.misses.Load()
@@ -268,16 +271,12 @@ func (s *Store) putHinted(key []byte, value []byte, crc uint32, overwrite bool, 
 			return false, err
 		}
 	} else {
-		if born, g := s.ghost[e.key]; g {
-			// Seen recently and demoted: it belongs in main, and small was
-			// too short for this reuse.
-			s.reuse.observe(s.reuse.written-born, s.memCap())
+		if s.ghostHitLocked(e.key, e.size) {
+			// Seen recently and demoted: it belongs in main.
 			s.enqueueLocked(e, &s.main)
 		} else {
 			s.enqueueSmallLocked(e, hint.Parent)
 		}
-		e.born = s.reuse.written
-		s.reuse.written += e.size
 	}
 	s.index[e.key] = e
 	s.puts.Add(1)
@@ -323,9 +322,8 @@ func (s *Store) dequeueLocked(e *entry) {
 // evictOneLocked frees DRAM by one S3-FIFO step. It returns false when
 // nothing can go (everything pinned).
 func (s *Store) evictOneLocked() bool {
-	memCap := int64(s.arena.Pages()) * PageSize
 	for tries := s.small.Len() + 2*s.main.Len() + 1; tries > 0; tries-- {
-		fromSmall := s.small.Len() > 0 && (s.smallBytes >= s.reuse.smallTarget(memCap) || s.main.Len() == 0)
+		fromSmall := s.small.Len() > 0 && (s.smallBytes >= s.smallTarget || s.main.Len() == 0)
 		q := &s.main
 		if fromSmall {
 			q = &s.small
@@ -362,14 +360,7 @@ func (s *Store) evictOneLocked() bool {
 // its pages. Without a disk tier the block is dropped.
 func (s *Store) demoteLocked(e *entry, fromSmall bool) {
 	s.unlinkLocked(e)
-	if fromSmall {
-		s.ghost[e.key] = e.born
-		s.ghostFIFO = append(s.ghostFIFO, e.key)
-		if len(s.ghostFIFO) > s.ghostCap {
-			delete(s.ghost, s.ghostFIFO[0])
-			s.ghostFIFO = s.ghostFIFO[1:]
-		}
-	}
+	s.addGhostLocked(e.key, fromSmall)
 	if e.seg == nil && s.cfg.Dir != "" {
 		if err := s.appendLocked(e, s.arena.Views(e.pages, 0, e.size)); err != nil {
 			s.log.Warn("kv demotion to disk failed; dropping block", "err", err)
@@ -419,9 +410,6 @@ func (s *Store) Get(key []byte, fn func(bufs [][]byte, crc uint32) error) (Tier,
 	}
 	if e.pages != nil {
 		e.pins++
-		if e.freq == 0 && e.q == &s.small {
-			s.reuse.observe(s.reuse.written-e.born, s.memCap())
-		}
 		if e.freq < 3 {
 			e.freq++
 		}
@@ -436,10 +424,7 @@ func (s *Store) Get(key []byte, fn func(bufs [][]byte, crc uint32) error) (Tier,
 	seg, off := e.seg, e.off
 	seg.refs++
 	e.diskRead = true
-	born, promote := s.ghost[e.key]
-	if promote {
-		s.reuse.observe(s.reuse.written-born, s.memCap())
-	}
+	_, promote := s.ghost[e.key]
 	s.mu.Unlock()
 	defer s.unref(seg)
 
@@ -474,7 +459,7 @@ func (s *Store) promote(e *entry, val []byte) {
 		return
 	}
 	s.arena.CopyIn(e.pages, 0, val)
-	delete(s.ghost, e.key)
+	s.ghostHitLocked(e.key, e.size)
 	s.enqueueLocked(e, &s.main)
 	s.promotions.Add(1)
 }

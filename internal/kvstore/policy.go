@@ -1,75 +1,62 @@
 package kvstore
 
 // This file holds the parts of the DRAM placement policy that adapt S3-FIFO
-// to KV-cache traffic (see docs/kv-cache.md for the numbers behind them):
+// to KV-cache traffic (docs/kv-cache.md has the numbers behind them):
 //
-//   - The small queue is as long as the measured reuse distance, not a fixed
-//     10% of DRAM. A conversation's blocks are read again at its next turn,
-//     typically after far more than 10% of DRAM has been written, so a fixed
-//     small queue demotes them just before they are needed. The store counts
-//     the bytes put into DRAM; a block's first read while in small (or a put
-//     or read of a key in the ghost queue, i.e. a reuse small was too short
-//     for) is one sample of "bytes written between a block's write and its
-//     first reuse". The small queue's target follows a high quantile of those
-//     samples, between 10% and 90% of DRAM.
-//   - Leaves go first. A put may name its parent in a prefix chain. The
-//     child is queued just behind its parent in the small queue, so a chain
-//     written at once is demoted from its end, never from its root (a root
-//     gone makes every descendant useless to a prefix lookup). A block with
-//     children still in DRAM gets one extra pass in main before it is
-//     demoted, so a shared prefix with many children outlives them.
+//   - The small queue's size is measured, not fixed at 10% of DRAM. A
+//     conversation's blocks are read again at its next turn, often after
+//     more than 10% of DRAM has been written, and a fixed small queue
+//     demotes them just before they are needed. As in ARC (Megiddo and
+//     Modha, FAST'03), the keys of blocks demoted from either queue are
+//     remembered as ghosts: a reuse of a block demoted from small says the
+//     reuse distance of new blocks is longer than small, and small grows by
+//     the block's size; a reuse of one demoted from main says main was too
+//     short, and small shrinks. The size stays within 10% and 90% of DRAM.
+//   - Leaves go first. A put may name its parent in a prefix chain (Hint).
+//     The child is queued just behind its parent in the small queue, so a
+//     chain written at once is demoted from its end, never from its root (a
+//     root gone makes every descendant useless to a prefix lookup). A block
+//     with children still in DRAM gets one extra pass in main before it is
+//     demoted, so a shared prefix outlives its children.
 //
-// Everything is O(1) per operation: a counter and a quantile estimate, a
-// parent pointer and a child count per entry.
+// Everything is O(1) per operation: one map probe for a ghost, a parent
+// pointer and a child count per entry.
 
 // chain is an entry's chain bookkeeping.
 type chain struct {
-	born   int64  // Store.reuse.written when the block was put
-	parent *entry // the DRAM parent that counts this entry in its kids
+	parent *entry // the parent that counts this entry in its kids
 	kids   int32  // DRAM entries naming this one as parent
 	spared bool   // had its extra pass in main for having kids
 }
 
-// reuseDist estimates a high quantile of reuse distances in bytes written.
-type reuseDist struct {
-	written int64 // bytes put into DRAM so far
-	q       int64 // the estimate; 0 until the first sample
+// addGhostLocked remembers the key of a block leaving DRAM.
+func (s *Store) addGhostLocked(key string, fromSmall bool) {
+	if _, ok := s.ghost[key]; !ok {
+		s.ghostFIFO = append(s.ghostFIFO, key)
+	}
+	s.ghost[key] = fromSmall
+	if len(s.ghostFIFO) > s.ghostCap {
+		delete(s.ghost, s.ghostFIFO[0])
+		s.ghostFIFO = s.ghostFIFO[1:]
+	}
 }
 
-// reuseQuantile is the share of first reuses the small queue aims to keep.
-const reuseQuantile = 0.9
-
-// observe feeds one reuse distance d (bytes) into a stochastic quantile
-// estimate: up by step*τ when d is above it, down by step*(1-τ) otherwise,
-// which settles where a share τ of samples lies below.
-func (r *reuseDist) observe(d, memCap int64) {
-	if d < 0 {
-		return
+// ghostHitLocked reports whether key is a ghost and, if so, forgets it and
+// moves the small queue's target toward the queue that demoted it too early.
+func (s *Store) ghostHitLocked(key string, size int64) bool {
+	fromSmall, ok := s.ghost[key]
+	if !ok {
+		return false
 	}
-	step := max(memCap/64, 1)
-	if r.q == 0 {
-		r.q = d
-		return
-	}
-	if d > r.q {
-		r.q += int64(float64(step) * reuseQuantile)
+	delete(s.ghost, key) // its FIFO slot stays until it falls off
+	memCap := int64(s.arena.Pages()) * PageSize
+	if fromSmall {
+		s.smallTarget += size
 	} else {
-		r.q -= int64(float64(step) * (1 - reuseQuantile))
+		s.smallTarget -= size
 	}
-	r.q = min(max(r.q, 0), 2*memCap)
-}
-
-// smallTarget is the small queue's size: the reuse-distance estimate, within
-// 10% and 90% of DRAM.
-func (r *reuseDist) smallTarget(memCap int64) int64 {
-	return min(max(r.q, memCap/10), memCap*9/10)
-}
-
-func (s *Store) memCap() int64 {
-	if s.arena == nil {
-		return 0
-	}
-	return int64(s.arena.Pages()) * PageSize
+	s.smallTarget = min(max(s.smallTarget, memCap/10), memCap*9/10)
+	return true
 }
 
 // enqueueSmallLocked queues a new block in small: just behind its parent

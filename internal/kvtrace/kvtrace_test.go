@@ -18,6 +18,7 @@ func TestExplore(t *testing.T) {
 			t.Fatal(err)
 		}
 		fmt.Printf("distinct %d cap %d: lru %.4f belady %.4f gd2fs %.4f (x%.3f) %v\n", d, c, l.Ratio(), b.Ratio(), s.Ratio(), s.Ratio()/l.Ratio(), s.Elapsed)
+		fmt.Printf("%+v\n", s.Stats)
 	}
 }
 

@@ -138,3 +138,42 @@ func (h *farHeap) update(id, next int64) {
 	h.items[i].next = next
 	heap.Fix(h, i)
 }
+
+// LRUChain is LRU that knows chains: a request's blocks are touched from its
+// last to its first, so within a chain the root is the most recent and the
+// leaves are evicted first (as radix-tree caches in inference engines do).
+func LRUChain(reqs []Request, capacity int) Result {
+	var res Result
+	var l list.List
+	at := map[int64]*list.Element{}
+	for _, q := range reqs {
+		for _, h := range q.HashIDs {
+			res.Blocks++
+			if _, ok := at[h]; !ok {
+				break
+			}
+			res.PrefixHit++
+		}
+		for i := len(q.HashIDs) - 1; i >= 0; i-- {
+			h := q.HashIDs[i]
+			if el, ok := at[h]; ok {
+				l.MoveToFront(el)
+				continue
+			}
+			if capacity <= 0 {
+				continue
+			}
+			if l.Len() >= capacity {
+				old := l.Back()
+				delete(at, old.Value.(int64))
+				l.Remove(old)
+			}
+			at[h] = l.PushFront(h)
+		}
+	}
+	res.Blocks = 0
+	for _, q := range reqs {
+		res.Blocks += int64(len(q.HashIDs))
+	}
+	return res
+}

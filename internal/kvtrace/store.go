@@ -14,6 +14,7 @@ type StoreResult struct {
 	Result
 	Ops     int64 // store operations (exists, get, put)
 	Elapsed time.Duration
+	Stats   kvstore.Stats // the store's at the end
 }
 
 // Store replays reqs through a fresh in-process kvstore whose DRAM tier holds
@@ -74,5 +75,6 @@ func Store(reqs []Request, capacity int, blockBytes int) (StoreResult, error) {
 		res.PrefixHit += int64(hits)
 	}
 	res.Elapsed = time.Since(start)
+	res.Stats = s.Stats()
 	return res, nil
 }
