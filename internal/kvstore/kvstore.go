@@ -78,7 +78,6 @@ type Stats struct {
 	MemHits, DiskHits, Misses                 uint64
 	Puts, Existed                             uint64
 	Demotions, Promotions, Evictions, Corrupt uint64
-	SmallTarget, SmallUsed                    int64 // the S3-FIFO small queue's measured target size and use (policy.go)
 }
 
 type entry struct {
@@ -99,8 +98,6 @@ type entry struct {
 	diskRead bool  // read since written to this segment
 
 	dead bool // deleted or replaced; pages freed when unpinned
-
-	chain // policy bookkeeping (policy.go)
 }
 
 // Store is safe for concurrent use.
@@ -113,10 +110,9 @@ type Store struct {
 	index       map[string]*entry
 	small, main list.List
 	smallBytes  int64
-	ghost       map[string]bool // key → demoted from small (policy.go)
+	ghost       map[string]struct{}
 	ghostFIFO   []string
 	ghostCap    int
-	smallTarget int64 // adapted by ghost hits (policy.go)
 
 	segs     []*segment // oldest first; last is active
 	nextSeg  uint64
@@ -144,15 +140,14 @@ func Open(cfg Config) (*Store, error) {
 	if cfg.MemBytes <= 0 && cfg.Dir == "" {
 		return nil, errs.New(errs.ErrBadRequest, "kvstore: no tier: give a DRAM size or a disk directory")
 	}
-	s := &Store{cfg: cfg, log: cfg.Log, index: map[string]*entry{}, ghost: map[string]bool{}}
+	s := &Store{cfg: cfg, log: cfg.Log, index: map[string]*entry{}, ghost: map[string]struct{}{}}
 	if cfg.MemBytes > 0 {
 		a, err := arena.New(cfg.MemBytes, PageSize)
 		if err != nil {
 			return nil, err
 		}
 		s.arena = a
-		s.ghostCap = max(1024, a.Pages())
-		s.smallTarget = int64(a.Pages()) * PageSize / 10
+		s.ghostCap = max(1024, a.Pages()/4)
 	}
 	if cfg.Dir != "" {
 		if err := s.load(); err != nil {
@@ -186,7 +181,6 @@ func (s *Store) Stats() Stats {
 	if s.arena != nil {
 		st.MemCap = int64(s.arena.Pages()) * PageSize
 		st.MemUsed = int64(s.arena.Pages()-s.arena.FreePages()) * PageSize
-		st.SmallTarget, st.SmallUsed = s.smallTarget, s.smallBytes
 	}
 	s.mu.Unlock()
 	st.MemHits, st.DiskHits, st.Misses = s.memHits.Load(), s.diskHits.Load(), s.misses.Load()
@@ -217,10 +211,6 @@ func (s *Store) Put(key []byte, value []byte, overwrite bool) (existed bool, err
 // PutChecked is Put for a value whose CRC32C the caller already verified
 // (the server has it from the frame), saving a pass over the bytes.
 func (s *Store) PutChecked(key []byte, value []byte, crc uint32, overwrite bool) (existed bool, err error) {
-	return s.putHinted(key, value, crc, overwrite, Hint{})
-}
-
-func (s *Store) putHinted(key []byte, value []byte, crc uint32, overwrite bool, hint Hint) (existed bool, err error) {
 	if err := CheckKey(key); err != nil {
 		return false, err
 	}
@@ -271,11 +261,11 @@ func (s *Store) putHinted(key []byte, value []byte, crc uint32, overwrite bool, 
 			return false, err
 		}
 	} else {
-		if s.ghostHitLocked(e.key, e.size) {
+		s.enqueueLocked(e, &s.small)
+		if _, g := s.ghost[e.key]; g {
 			// Seen recently and demoted: it belongs in main.
+			s.dequeueLocked(e)
 			s.enqueueLocked(e, &s.main)
-		} else {
-			s.enqueueSmallLocked(e, hint.Parent)
 		}
 	}
 	s.index[e.key] = e
@@ -322,8 +312,9 @@ func (s *Store) dequeueLocked(e *entry) {
 // evictOneLocked frees DRAM by one S3-FIFO step. It returns false when
 // nothing can go (everything pinned).
 func (s *Store) evictOneLocked() bool {
+	memCap := int64(s.arena.Pages()) * PageSize
 	for tries := s.small.Len() + 2*s.main.Len() + 1; tries > 0; tries-- {
-		fromSmall := s.small.Len() > 0 && (s.smallBytes >= s.smallTarget || s.main.Len() == 0)
+		fromSmall := s.small.Len() > 0 && (s.smallBytes >= memCap/10 || s.main.Len() == 0)
 		q := &s.main
 		if fromSmall {
 			q = &s.small
@@ -343,11 +334,6 @@ func (s *Store) evictOneLocked() bool {
 		case !fromSmall && e.freq > 0:
 			e.freq--
 			s.enqueueLocked(e, &s.main)
-		case !fromSmall && e.kids > 0 && !e.spared:
-			// Leaves go first: a prefix whose descendants are still in DRAM
-			// gets one more pass, so the chain is cut at its end.
-			e.spared = true
-			s.enqueueLocked(e, &s.main)
 		default:
 			s.demoteLocked(e, fromSmall)
 			return true
@@ -359,8 +345,14 @@ func (s *Store) evictOneLocked() bool {
 // demoteLocked moves e's bytes to disk (if it has none there yet) and frees
 // its pages. Without a disk tier the block is dropped.
 func (s *Store) demoteLocked(e *entry, fromSmall bool) {
-	s.unlinkLocked(e)
-	s.addGhostLocked(e.key, fromSmall)
+	if fromSmall {
+		s.ghost[e.key] = struct{}{}
+		s.ghostFIFO = append(s.ghostFIFO, e.key)
+		if len(s.ghostFIFO) > s.ghostCap {
+			delete(s.ghost, s.ghostFIFO[0])
+			s.ghostFIFO = s.ghostFIFO[1:]
+		}
+	}
 	if e.seg == nil && s.cfg.Dir != "" {
 		if err := s.appendLocked(e, s.arena.Views(e.pages, 0, e.size)); err != nil {
 			s.log.Warn("kv demotion to disk failed; dropping block", "err", err)
@@ -380,7 +372,6 @@ func (s *Store) demoteLocked(e *entry, fromSmall bool) {
 func (s *Store) freeLocked(e *entry) {
 	e.dead = true
 	s.dequeueLocked(e)
-	s.unlinkLocked(e)
 	if e.pages != nil && e.pins == 0 {
 		s.arena.Release(e.pages)
 		e.pages = nil
@@ -413,7 +404,6 @@ func (s *Store) Get(key []byte, fn func(bufs [][]byte, crc uint32) error) (Tier,
 		if e.freq < 3 {
 			e.freq++
 		}
-		e.spared = false
 		v := s.arena.Views(e.pages, 0, e.size)
 		s.mu.Unlock()
 		s.memHits.Add(1)
@@ -459,7 +449,7 @@ func (s *Store) promote(e *entry, val []byte) {
 		return
 	}
 	s.arena.CopyIn(e.pages, 0, val)
-	s.ghostHitLocked(e.key, e.size)
+	delete(s.ghost, e.key)
 	s.enqueueLocked(e, &s.main)
 	s.promotions.Add(1)
 }

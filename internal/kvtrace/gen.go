@@ -1,7 +1,6 @@
 package kvtrace
 
 import (
-
 	"math/rand/v2"
 	"sort"
 )
@@ -118,4 +117,3 @@ func req(ts int64, ctx []int64, outBlocks int) Request {
 		HashIDs:      append([]int64(nil), ctx...),
 	}
 }
-

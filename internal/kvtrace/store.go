@@ -21,8 +21,7 @@ type StoreResult struct {
 // capacity blocks of blockBytes each and which has no disk tier, so a hit is
 // a DRAM hit. Each request is served as a connector does: exists on its
 // blocks in order up to the first miss (the prefix check, never a read), get
-// of the hits, put of the rest (without overwrite), each put naming the
-// block before it in the request as its parent (kvstore.Hint).
+// of the hits, put of the rest (without overwrite).
 func Store(reqs []Request, capacity int, blockBytes int) (StoreResult, error) {
 	var res StoreResult
 	if blockBytes <= 0 || blockBytes > kvstore.PageSize*64 {
@@ -61,13 +60,9 @@ func Store(reqs []Request, capacity int, blockBytes int) (StoreResult, error) {
 			}
 			hits++
 		}
-		for i, k := range keys[hits:] {
+		for _, k := range keys[hits:] {
 			res.Ops++
-			var h kvstore.Hint
-			if j := hits + i; j > 0 {
-				h.Parent = keys[j-1]
-			}
-			if _, err := s.PutHint(k, val, false, h); err != nil {
+			if _, err := s.Put(k, val, false); err != nil {
 				return res, err
 			}
 		}
