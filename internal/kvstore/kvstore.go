@@ -3,7 +3,8 @@
 // segment files).
 //
 // Placement between tiers follows S3-FIFO (Yang et al., SOSP'23): a new block
-// enters a small FIFO queue (10% of DRAM); blocks leaving it that were read
+// enters a small FIFO queue (10% to 90% of DRAM, sized by ghost hits as in
+// ARC: policy.go); blocks leaving it that were read
 // again move to the main FIFO queue, the rest are demoted to disk and their
 // keys remembered in a ghost queue; a block read from disk whose key is a
 // ghost is promoted straight to main. Main reinserts blocks read since their
@@ -78,6 +79,7 @@ type Stats struct {
 	MemHits, DiskHits, Misses                 uint64
 	Puts, Existed                             uint64
 	Demotions, Promotions, Evictions, Corrupt uint64
+	SmallTarget, SmallUsed                    int64 // the S3-FIFO small queue's measured target size and use (policy.go)
 }
 
 type entry struct {
@@ -110,9 +112,12 @@ type Store struct {
 	index       map[string]*entry
 	small, main list.List
 	smallBytes  int64
-	ghost       map[string]struct{}
+	ghost       map[string]bool // key → demoted from small (policy.go)
 	ghostFIFO   []string
 	ghostCap    int
+	smallTarget int64 // adapted by ghost hits (policy.go)
+	smallGhosts int64 // ghosts demoted from small, and from main
+	mainGhosts  int64
 
 	segs     []*segment // oldest first; last is active
 	nextSeg  uint64
@@ -140,14 +145,15 @@ func Open(cfg Config) (*Store, error) {
 	if cfg.MemBytes <= 0 && cfg.Dir == "" {
 		return nil, errs.New(errs.ErrBadRequest, "kvstore: no tier: give a DRAM size or a disk directory")
 	}
-	s := &Store{cfg: cfg, log: cfg.Log, index: map[string]*entry{}, ghost: map[string]struct{}{}}
+	s := &Store{cfg: cfg, log: cfg.Log, index: map[string]*entry{}, ghost: map[string]bool{}}
 	if cfg.MemBytes > 0 {
 		a, err := arena.New(cfg.MemBytes, PageSize)
 		if err != nil {
 			return nil, err
 		}
 		s.arena = a
-		s.ghostCap = max(1024, a.Pages()/4)
+		s.ghostCap = max(1024, a.Pages())
+		s.smallTarget = int64(a.Pages()) * PageSize / 10
 	}
 	if cfg.Dir != "" {
 		if err := s.load(); err != nil {
@@ -181,6 +187,7 @@ func (s *Store) Stats() Stats {
 	if s.arena != nil {
 		st.MemCap = int64(s.arena.Pages()) * PageSize
 		st.MemUsed = int64(s.arena.Pages()-s.arena.FreePages()) * PageSize
+		st.SmallTarget, st.SmallUsed = s.smallTarget, s.smallBytes
 	}
 	s.mu.Unlock()
 	st.MemHits, st.DiskHits, st.Misses = s.memHits.Load(), s.diskHits.Load(), s.misses.Load()
@@ -261,11 +268,11 @@ func (s *Store) PutChecked(key []byte, value []byte, crc uint32, overwrite bool)
 			return false, err
 		}
 	} else {
-		s.enqueueLocked(e, &s.small)
-		if _, g := s.ghost[e.key]; g {
+		if s.ghostHitLocked(e.key, e.size) {
 			// Seen recently and demoted: it belongs in main.
-			s.dequeueLocked(e)
 			s.enqueueLocked(e, &s.main)
+		} else {
+			s.enqueueLocked(e, &s.small)
 		}
 	}
 	s.index[e.key] = e
@@ -312,9 +319,8 @@ func (s *Store) dequeueLocked(e *entry) {
 // evictOneLocked frees DRAM by one S3-FIFO step. It returns false when
 // nothing can go (everything pinned).
 func (s *Store) evictOneLocked() bool {
-	memCap := int64(s.arena.Pages()) * PageSize
 	for tries := s.small.Len() + 2*s.main.Len() + 1; tries > 0; tries-- {
-		fromSmall := s.small.Len() > 0 && (s.smallBytes >= memCap/10 || s.main.Len() == 0)
+		fromSmall := s.small.Len() > 0 && (s.smallBytes >= s.smallTarget || s.main.Len() == 0)
 		q := &s.main
 		if fromSmall {
 			q = &s.small
@@ -345,14 +351,7 @@ func (s *Store) evictOneLocked() bool {
 // demoteLocked moves e's bytes to disk (if it has none there yet) and frees
 // its pages. Without a disk tier the block is dropped.
 func (s *Store) demoteLocked(e *entry, fromSmall bool) {
-	if fromSmall {
-		s.ghost[e.key] = struct{}{}
-		s.ghostFIFO = append(s.ghostFIFO, e.key)
-		if len(s.ghostFIFO) > s.ghostCap {
-			delete(s.ghost, s.ghostFIFO[0])
-			s.ghostFIFO = s.ghostFIFO[1:]
-		}
-	}
+	s.addGhostLocked(e.key, fromSmall)
 	if e.seg == nil && s.cfg.Dir != "" {
 		if err := s.appendLocked(e, s.arena.Views(e.pages, 0, e.size)); err != nil {
 			s.log.Warn("kv demotion to disk failed; dropping block", "err", err)
@@ -449,7 +448,7 @@ func (s *Store) promote(e *entry, val []byte) {
 		return
 	}
 	s.arena.CopyIn(e.pages, 0, val)
-	delete(s.ghost, e.key)
+	s.ghostHitLocked(e.key, e.size)
 	s.enqueueLocked(e, &s.main)
 	s.promotions.Add(1)
 }
