@@ -108,7 +108,7 @@ func TestReadPublicFormatAndErrors(t *testing.T) {
 	}
 }
 
-// ciTrace is small enough for CI: a few hundred requests.
+// ciTrace is small enough for CI: 1500 requests, a few seconds with -race.
 func ciTrace() []Request {
 	g := DefaultGen()
 	g.Requests = 1500
@@ -155,4 +155,25 @@ func TestParseGen(t *testing.T) {
 			t.Errorf("%q: no error", bad)
 		}
 	}
+}
+
+// FuzzRead: any bytes give a trace or an error, never a panic, and a trace
+// read back after Write is the same.
+func FuzzRead(f *testing.F) {
+	f.Add([]byte(`{"timestamp": 1, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}`))
+	f.Add([]byte("{}\n\n{\"hash_ids\":[]}"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		rs, err := Read(bytes.NewReader(b))
+		if err != nil {
+			return
+		}
+		var buf bytes.Buffer
+		if err := Write(&buf, rs); err != nil {
+			t.Fatal(err)
+		}
+		again, err := Read(&buf)
+		if err != nil || len(again) != len(rs) {
+			t.Fatalf("round trip: %d → %d, %v", len(rs), len(again), err)
+		}
+	})
 }
