@@ -152,7 +152,7 @@ func Open(cfg Config) (*Store, error) {
 			return nil, err
 		}
 		s.arena = a
-		s.ghostCap = max(1024, a.Pages())
+		s.ghostCap = max(1024, a.Pages()/4)
 		s.smallTarget = int64(a.Pages()) * PageSize / 10
 	}
 	if cfg.Dir != "" {
