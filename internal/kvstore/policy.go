@@ -6,8 +6,8 @@ package kvstore
 // again at its next turn, often after more than 10% of DRAM has been
 // written, and a fixed small queue demotes them just before they are needed.
 // As in ARC (Megiddo and Modha, FAST'03), the keys of blocks demoted from
-// either queue are remembered as ghosts (up to as many keys as DRAM has
-// pages): a reuse of a block demoted from small says small was too short,
+// either queue are remembered as ghosts (up to a quarter as many keys as
+// DRAM has pages): a reuse of a block demoted from small says small was too short,
 // and small's target grows; a reuse of one demoted from main says main was
 // too short, and it shrinks. Each step is the block's size times the ratio
 // of the other kind of ghosts to this kind (at least 1), so the target
