@@ -18,6 +18,7 @@ import (
 
 func newServer(g *globals) *cobra.Command {
 	var listen, advertise, mem, disk, id, kvMem, kvDisk, kvMax string
+	var rf respFlags
 	var heartbeat time.Duration
 	var maxConns int
 	var debug bool
@@ -27,6 +28,7 @@ func newServer(g *globals) *cobra.Command {
 		Short: "Run a data server: chunks in a DRAM tier and a disk tier, served over the binary protocol",
 		Example: `  gd2fs server --master http://m:7070 --listen :7071 --mem 16GiB --disk /nvme/gd2fs:2TiB
   gd2fs server --master http://127.0.0.1:7070 --listen 127.0.0.1:7075 --mem 1GiB   # DRAM only
+  gd2fs server --master http://m:7070 --listen :7071 --resp-listen :6380          # and Redis clients on 6380
   gd2fs server --master https://m:7070 --tls-cert s1.pem --tls-key s1-key.pem --tls-ca ca.pem --token-file /etc/gd2fs/token ...`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -59,6 +61,12 @@ func newServer(g *globals) *cobra.Command {
 				return err
 			}
 			fmt.Fprintf(os.Stderr, "gd2fs server %s on %s (master %s)\n", s.ID(), s.Addr(), g.master)
+			stopRESP, err := rf.start(ctx, g, s, kc.MaxValue)
+			if err != nil {
+				s.Close()
+				return err
+			}
+			defer stopRESP()
 			return s.Run(ctx)
 		},
 	}
@@ -74,6 +82,7 @@ func newServer(g *globals) *cobra.Command {
 	f.BoolVar(&debug, "debug-http", false, "serve /debug/pprof/ and /debug/gc on the server port")
 	s3.add(f)
 	f.IntVar(&maxConns, "max-conns", server.DefaultMaxConns, "most connections open at once on the port")
+	rf.add(f)
 	f.DurationVar(&heartbeat, "heartbeat", time.Second, "heartbeat interval")
 	return cmd
 }

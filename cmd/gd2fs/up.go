@@ -16,13 +16,14 @@ import (
 
 func newUp(g *globals) *cobra.Command {
 	var dir, listen, mem, disk, kvMem, kvDisk, quota, cluster_, metaDSN string
-	var servers, firstPort int
+	var servers, firstPort, respPort int
 	var s3 s3Flags
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Run a whole cluster on this machine: a master (SQLite) and several data servers",
 		Example: `  gd2fs up                              # master on 127.0.0.1:7070, 3 servers, data in ./gd2fs-data
   gd2fs up --servers 5 --mem 1GiB --disk 20GiB --dir /var/lib/gd2fs
+  gd2fs up --resp-port 16380 && redis-cli -p 16380 PING   # Redis clients on 16380..16382 (0: off)
   gd2fs up --tls-cert node.pem --tls-key node-key.pem --tls-ca ca.pem --token-file ./token   # TLS (off by default on loopback)`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -50,6 +51,10 @@ func newUp(g *globals) *cobra.Command {
 			for i := 0; i < servers; i++ {
 				addrs = append(addrs, "127.0.0.1:"+strconv.Itoa(firstPort+i))
 			}
+			var respAddrs []string
+			for i := 0; i < servers && respPort > 0; i++ {
+				respAddrs = append(respAddrs, "127.0.0.1:"+strconv.Itoa(respPort+i))
+			}
 			var cc *cold.Config
 			if c := s3.config(); c.Endpoint != "" || c.AccessKey != "" {
 				cc = &c
@@ -59,19 +64,23 @@ func newUp(g *globals) *cobra.Command {
 			abs, _ := filepath.Abs(dir)
 			c, err := cluster.Start(ctx, cluster.Config{Dir: abs, MasterAddr: listen, ServerAddrs: addrs, Servers: servers,
 				MemBytes: memB, DiskBytes: diskB, KVMemBytes: kvMemB, KVDiskBytes: kvDiskB, SessionQuota: q, Cold: cc, Token: g.token, Cluster: cluster_, Meta: metaDSN, Log: g.logger(),
-				TLS: g.serverTLS, ClientTLS: g.clientTLS})
+				TLS: g.serverTLS, ClientTLS: g.clientTLS, RESP: respPort > 0, RESPAddrs: respAddrs})
 			if err != nil {
 				return fmt.Errorf("%w (is another gd2fs up running? stop it or pick other ports with --listen/--port)", err)
 			}
 			defer c.Close()
 			fmt.Printf("gd2fs is up: master %s, %d servers (files: %s DRAM + %s disk; KV: %s DRAM + %s disk each), data in %s\n",
 				c.Master.URL(), servers, human(memB), human(diskB), human(kvMemB), human(kvDiskB), abs)
-			for _, s := range c.Servers {
+			for i, s := range c.Servers {
 				scheme := "http"
 				if g.serverTLS != nil {
 					scheme = "https"
 				}
-				fmt.Printf("  server %s at %s (metrics: %s://%s/metrics)\n", s.ID(), s.Addr(), scheme, s.Addr())
+				fmt.Printf("  server %s at %s (metrics: %s://%s/metrics)", s.ID(), s.Addr(), scheme, s.Addr())
+				if i < len(c.RESP) {
+					fmt.Printf(", Redis protocol at %s", c.RESP[i].Addr())
+				}
+				fmt.Println()
 			}
 			fmt.Printf("\nConnect:\n  export GD2FS_MASTER=%s\n  gd2fs cp ./file gd2fs://%s/path/file\n  gd2fs status\n  web console: %s/ui/ (the cluster token logs in)\nStop with Ctrl-C.\n",
 				c.Master.URL(), clusterName(cluster_), c.Master.URL())
@@ -85,6 +94,7 @@ func newUp(g *globals) *cobra.Command {
 	f.StringVar(&listen, "listen", "127.0.0.1:7070", "master address")
 	f.IntVar(&firstPort, "port", 7071, "first data server port; server i listens on port+i")
 	f.IntVar(&servers, "servers", 3, "number of data servers")
+	f.IntVar(&respPort, "resp-port", 6380, "first Redis-protocol port; server i's is resp-port+i (0: no Redis protocol)")
 	f.StringVar(&mem, "mem", "256MiB", "DRAM tier per server")
 	f.StringVar(&disk, "disk", "8GiB", "disk tier per server")
 	f.StringVar(&kvMem, "kv-mem", "256MiB", "KV cache DRAM tier per server")

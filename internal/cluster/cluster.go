@@ -20,6 +20,7 @@ import (
 	"github.com/gd2fs/gd2fs/internal/kvstore"
 	"github.com/gd2fs/gd2fs/internal/master"
 	"github.com/gd2fs/gd2fs/internal/meta"
+	"github.com/gd2fs/gd2fs/internal/resp"
 	"github.com/gd2fs/gd2fs/internal/server"
 	"github.com/gd2fs/gd2fs/internal/store"
 )
@@ -43,7 +44,11 @@ type Config struct {
 	Cold *cold.Config
 	// SessionQuota bounds explicit-mode KV session files (0: no limit).
 	SessionQuota int64
-	Log          *slog.Logger
+	// RESP starts a Redis-protocol front end beside every server (on
+	// RESPAddrs[i], default an ephemeral loopback port): see resp.go.
+	RESP      bool
+	RESPAddrs []string
+	Log       *slog.Logger
 	// TLS serves the master and the servers over TLS; ClientTLS is what
 	// servers, the master and Client() dial with (docs/security.md).
 	TLS, ClientTLS *tls.Config
@@ -55,6 +60,7 @@ type Config struct {
 type Cluster struct {
 	Master  *master.Master
 	Servers []*server.Server
+	RESP    []*resp.Server // with Config.RESP: RESP[i] fronts Servers[i]
 	Meta    meta.Store
 	cfg     Config
 	cancel  context.CancelFunc
@@ -128,6 +134,10 @@ func (c *Cluster) AddServer(i int) (*server.Server, error) {
 		return nil, err
 	}
 	go s.Run(context.Background())
+	if err := c.addRESP(i, s); err != nil {
+		s.Close()
+		return nil, err
+	}
 	if i < len(c.Servers) {
 		c.Servers[i] = s
 	} else {
@@ -178,6 +188,7 @@ func (c *Cluster) Client() *client.Client {
 
 // Close stops everything.
 func (c *Cluster) Close() error {
+	c.closeRESP()
 	for _, s := range c.Servers {
 		if s != nil {
 			s.Close()

@@ -543,10 +543,14 @@ func (s *Server) handle(dc *dataConn, h wire.Header, key, body []byte, start tim
 			return
 		}
 		s.readCold(dc, h, ref, start)
-	case wire.OpKVPut, wire.OpKVGet, wire.OpKVExists, wire.OpKVDelete:
+	case wire.OpKVPut, wire.OpKVGet, wire.OpKVExists, wire.OpKVDelete, wire.OpKVScan:
 		ref, err := wire.ParseKVRef(key)
 		if err != nil {
 			dc.done(h, start, err)
+			return
+		}
+		if h.Op == wire.OpKVScan {
+			s.kvScan(dc, h, ref, start)
 			return
 		}
 		if h.Op != wire.OpKVPut {

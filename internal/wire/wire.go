@@ -51,12 +51,13 @@ const (
 	OpKVExists Op = 11 // response Offset = size, Count = tier (1 DRAM, 2 disk)
 	OpKVDelete Op = 12 // response Offset = keys deleted
 	OpReadCold Op = 13 // key: cold ref; Offset, Count as OpRead; fills the chunk from its cold source first if absent
-	opMaxKnown    = OpReadCold
+	OpKVScan   Op = 14 // key: KV ref (pool; key unused); Offset: cursor; Count: keys wanted; response Offset = next cursor, Count = keys in the pool, payload = keys
+	opMaxKnown    = OpKVScan
 )
 
 func (o Op) String() string {
 	names := [...]string{"?", "hello", "ping", "write", "read", "stat", "seal", "delete", "copy",
-		"kv_put", "kv_get", "kv_exists", "kv_delete", "read_cold"}
+		"kv_put", "kv_get", "kv_exists", "kv_delete", "read_cold", "kv_scan"}
 	if int(o) < len(names) {
 		return names[o]
 	}

@@ -1,0 +1,75 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/gd2fs/gd2fs/internal/resp"
+	"github.com/gd2fs/gd2fs/internal/server"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+// respFlags are gd2fs server's Redis-protocol flags.
+type respFlags struct {
+	listen, pool string
+}
+
+func (r *respFlags) add(f *pflag.FlagSet) {
+	f.StringVar(&r.listen, "resp-listen", "", "also serve the KV cache to Redis clients (RESP2/RESP3) on this address, e.g. :6380 (default: off)")
+	f.StringVar(&r.pool, "resp-pool", "perf", "KV pool the Redis-protocol endpoint serves")
+}
+
+// start serves RESP beside s when --resp-listen is set; the returned
+// function stops it.
+func (r *respFlags) start(ctx context.Context, g *globals, s *server.Server, maxValue int64) (func(), error) {
+	if r.listen == "" {
+		return func() {}, nil
+	}
+	rs, err := resp.Attach(s, resp.AttachConfig{Listen: r.listen, Master: g.master, Token: g.token, Pool: r.pool, MaxValue: maxValue, Log: g.logger()})
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(os.Stderr, "gd2fs server %s: Redis protocol on %s (pool %s)\n", s.ID(), rs.Addr(), r.pool)
+	go rs.Serve(ctx)
+	return func() { rs.Close() }, nil
+}
+
+func newRESP(g *globals) *cobra.Command {
+	var listen, pool, maxValue string
+	cmd := &cobra.Command{
+		Use:   "resp",
+		Short: "Run a stateless Redis-protocol gateway to the cluster's KV cache (for redis-cli, redis-py, LMCache)",
+		Long: `Serves the hash-mode KV cache to Redis clients (RESP2 and RESP3): GET, SET, MGET, MSET, EXISTS,
+DEL, SCAN, DBSIZE, ... Every key is forwarded to the data server that owns it, so clients that
+cannot route by key see one key space. Data servers can serve Redis clients themselves
+(gd2fs server --resp-listen), which saves a hop for the keys they own. The AUTH password is the
+cluster token. See docs/resp.md for the commands and how they differ from Redis.`,
+		Example: `  gd2fs resp --listen :6379 --master http://m:7070
+  redis-cli -p 6379 SET llama/0/8f3a "$(cat block.bin)"
+  LMCACHE_REMOTE_URL=redis://gateway:6379 ...        # LMCache's redis backend, unchanged`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			mv, err := parseSize(maxValue)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			rs, err := resp.Gateway(listen, g.master, g.token, pool, mv, g.logger())
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(os.Stderr, "gd2fs resp gateway on %s (master %s, pool %s)\n", rs.Addr(), g.master, pool)
+			return rs.Serve(ctx)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&listen, "listen", ":6379", "address Redis clients connect to")
+	f.StringVar(&pool, "pool", "perf", "KV pool to serve")
+	f.StringVar(&maxValue, "max-value", "64MiB", "largest SET value accepted (the data servers' --kv-max-value)")
+	return cmd
+}

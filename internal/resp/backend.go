@@ -1,0 +1,144 @@
+package resp
+
+import (
+	"context"
+	"errors"
+	"hash/crc32"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gd2fs/gd2fs/client"
+	"github.com/gd2fs/gd2fs/errs"
+	"github.com/gd2fs/gd2fs/internal/wire"
+)
+
+// Backend is the key space the RESP server serves. Misses are
+// errs.ErrNotFound; an owner that cannot be reached is errs.ErrUnavailable.
+type Backend interface {
+	// Get calls fn with the value's bytes, valid only during fn.
+	Get(ctx context.Context, key []byte, fn func(bufs [][]byte, size int) error) error
+	// Put stores value; with overwrite false an existing key is kept and
+	// existed reports it.
+	Put(ctx context.Context, key, value []byte, overwrite bool) (existed bool, err error)
+	// Stat returns the value's size.
+	Stat(ctx context.Context, key []byte) (int64, error)
+	// Delete removes key and reports whether it was there.
+	Delete(ctx context.Context, key []byte) (bool, error)
+	// Scan lists keys from cursor on (0 to start; 0 back when complete).
+	Scan(ctx context.Context, cursor uint64, count int) ([]string, uint64, error)
+	// Count is the number of keys.
+	Count(ctx context.Context) (int64, error)
+}
+
+// Local is a data server in the same process (internal/server.Server):
+// keys it owns alone are served from its tiers directly, values sent from
+// its DRAM pages without a copy.
+type Local interface {
+	KVOwner(pool string, key []byte) bool
+	KVGetLocal(pool string, key []byte, fn func(bufs [][]byte, size int) error) error
+	KVPutLocal(pool string, key, value []byte, crc uint32, overwrite bool) (existed bool, err error)
+	KVExistsLocal(pool string, key []byte) (size int64, found bool)
+	KVDeleteLocal(pool string, key []byte) (bool, error)
+}
+
+// Cluster serves a pool of the cluster's hash-mode KV cache: keys this
+// process's server owns from its tiers (when Local is set), every other key
+// through the Go client's KV path, forwarded to the owner. One key space.
+type Cluster struct {
+	Client *client.Client
+	Pool   string
+	Local  Local // nil in a gateway
+
+	kv          *client.KV
+	once        sync.Once
+	lastRefresh atomic.Int64
+}
+
+func (c *Cluster) init() {
+	c.once.Do(func() {
+		if c.Pool == "" {
+			c.Pool = "perf"
+		}
+		c.kv = c.Client.KV(c.Pool)
+	})
+}
+
+func (c *Cluster) local(key []byte) bool {
+	return c.Local != nil && c.Local.KVOwner(c.Pool, key)
+}
+
+// unreachable refreshes the membership map (at most once a second) when an
+// owner did not answer, so keys move on once the master marks it down.
+func (c *Cluster) unreachable(err error) {
+	if !errors.Is(err, errs.ErrUnavailable) {
+		return
+	}
+	now := time.Now().UnixNano()
+	last := c.lastRefresh.Load()
+	if now-last < int64(time.Second) || !c.lastRefresh.CompareAndSwap(last, now) {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		c.Client.RefreshMembers(ctx)
+	}()
+}
+
+func (c *Cluster) Get(ctx context.Context, key []byte, fn func(bufs [][]byte, size int) error) error {
+	c.init()
+	if c.local(key) {
+		return c.Local.KVGetLocal(c.Pool, key, fn)
+	}
+	v, err := c.kv.Get(ctx, string(key))
+	if err != nil {
+		c.unreachable(err)
+		return err
+	}
+	return fn([][]byte{v}, len(v))
+}
+
+func (c *Cluster) Put(ctx context.Context, key, value []byte, overwrite bool) (bool, error) {
+	c.init()
+	if c.local(key) {
+		return c.Local.KVPutLocal(c.Pool, key, value, crc32.Checksum(value, wire.Castagnoli), overwrite)
+	}
+	existed, err := c.kv.PutWith(ctx, string(key), value, client.PutOptions{Overwrite: overwrite})
+	c.unreachable(err)
+	return existed, err
+}
+
+func (c *Cluster) Stat(ctx context.Context, key []byte) (int64, error) {
+	c.init()
+	if c.local(key) {
+		n, ok := c.Local.KVExistsLocal(c.Pool, key)
+		if !ok {
+			return 0, errs.New(errs.ErrNotFound, "")
+		}
+		return n, nil
+	}
+	info, err := c.kv.Stat(ctx, string(key))
+	c.unreachable(err)
+	return info.Size, err
+}
+
+func (c *Cluster) Delete(ctx context.Context, key []byte) (bool, error) {
+	c.init()
+	if c.local(key) {
+		return c.Local.KVDeleteLocal(c.Pool, key)
+	}
+	found, err := c.kv.DeleteFound(ctx, string(key))
+	c.unreachable(err)
+	return found, err
+}
+
+func (c *Cluster) Scan(ctx context.Context, cursor uint64, count int) ([]string, uint64, error) {
+	c.init()
+	return c.kv.Scan(ctx, cursor, count)
+}
+
+func (c *Cluster) Count(ctx context.Context) (int64, error) {
+	c.init()
+	return c.kv.Count(ctx)
+}

@@ -1,0 +1,232 @@
+package resp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// Config configures a RESP server.
+type Config struct {
+	Listen  string  // e.g. ":6380"
+	Backend Backend // the key space
+	Token   string  // cluster token: the AUTH password; "" accepts anyone
+	Limits  Limits  // zero: DefaultLimits
+	// MaxValue is the largest SET value (the data servers' --kv-max-value);
+	// default 64 MiB. It replaces Limits.MaxValue.
+	MaxValue   int64
+	MaxClients int    // default 10000, as Redis
+	Role       string // for INFO: "server <id>" or "gateway"
+	// Memory, when set, reports the local KV tiers for INFO memory and
+	// CONFIG GET maxmemory.
+	Memory func() MemoryInfo
+	Log    *slog.Logger
+}
+
+// MemoryInfo is what INFO memory reports.
+type MemoryInfo struct {
+	Used, Cap, DiskUsed, DiskCap int64
+}
+
+// Server serves Redis clients.
+type Server struct {
+	cfg     Config
+	ln      net.Listener
+	ctx     context.Context
+	cancel  context.CancelFunc
+	start   time.Time
+	onClose func() // releases what Attach or Gateway made
+
+	mu     sync.Mutex
+	conns  map[*conn]struct{}
+	closed bool
+	wg     sync.WaitGroup
+
+	nextID                               atomic.Int64
+	clients, connsTotal, cmds, rejected  atomic.Int64
+	hits, misses, unreachable, bytesIn   atomic.Int64
+	bytesOut, protoErrors, refusedValues atomic.Int64
+}
+
+// New listens on cfg.Listen; Serve serves.
+func New(cfg Config) (*Server, error) {
+	if cfg.Backend == nil {
+		return nil, errors.New("resp: no backend")
+	}
+	if cfg.Limits == (Limits{}) {
+		cfg.Limits = DefaultLimits
+	}
+	if cfg.MaxValue > 0 {
+		cfg.Limits.MaxValue = cfg.MaxValue
+	}
+	if cfg.Limits.MaxBulk < cfg.Limits.MaxValue {
+		cfg.Limits.MaxBulk = cfg.Limits.MaxValue
+	}
+	if cfg.MaxClients <= 0 {
+		cfg.MaxClients = 10000
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Role == "" {
+		cfg.Role = "gateway"
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("resp: listen on %s: %w (is a Redis or another gd2fs using the port?)", cfg.Listen, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Server{cfg: cfg, ln: ln, ctx: ctx, cancel: cancel, start: time.Now(), conns: map[*conn]struct{}{}}, nil
+}
+
+// Addr is the listening address.
+func (s *Server) Addr() string { return s.ln.Addr().String() }
+
+// Serve accepts clients until ctx ends or Close is called.
+func (s *Server) Serve(ctx context.Context) error {
+	stop := context.AfterFunc(ctx, func() { s.Close() })
+	defer stop()
+	var delay time.Duration
+	for {
+		nc, err := s.ln.Accept()
+		if err != nil {
+			s.mu.Lock()
+			closed := s.closed
+			s.mu.Unlock()
+			if closed {
+				return nil
+			}
+			// Out of file descriptors and the like: wait and go on, as
+			// net/http does, rather than ending the server.
+			var ne net.Error
+			if errors.As(err, &ne) || errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
+				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+				s.cfg.Log.Warn("resp: accept failed; retrying", "err", err, "in", delay)
+				time.Sleep(delay)
+				continue
+			}
+			return fmt.Errorf("resp: accept: %w", err)
+		}
+		delay = 0
+		s.connsTotal.Add(1)
+		c := newConn(s, nc)
+		if !s.track(c, true) {
+			nc.Close()
+			continue
+		}
+		if s.clients.Add(1) > int64(s.cfg.MaxClients) {
+			s.rejected.Add(1)
+			c.w.error("ERR max number of clients reached")
+			c.w.flush()
+			s.clients.Add(-1)
+			s.track(c, false)
+			nc.Close()
+			continue
+		}
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			defer s.clients.Add(-1)
+			defer s.track(c, false)
+			c.serve()
+		}()
+	}
+}
+
+func (s *Server) track(c *conn, on bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !on {
+		delete(s.conns, c)
+		return true
+	}
+	if s.closed {
+		return false
+	}
+	s.conns[c] = struct{}{}
+	return true
+}
+
+// Close stops accepting, closes every client connection and waits for
+// their handlers.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	for c := range s.conns {
+		c.nc.Close()
+	}
+	s.mu.Unlock()
+	s.cancel()
+	err := s.ln.Close()
+	s.wg.Wait()
+	if s.onClose != nil {
+		s.onClose()
+	}
+	return err
+}
+
+// conn is one client.
+type conn struct {
+	s      *Server
+	nc     net.Conn
+	r      *reader
+	w      *writer
+	id     int64
+	authed bool
+	name   string
+	lib    [2]string // CLIENT SETINFO LIB-NAME, LIB-VER
+	since  time.Time
+}
+
+func newConn(s *Server, nc net.Conn) *conn {
+	c := &conn{s: s, nc: nc, r: newReader(nc, s.cfg.Limits), w: newWriter(nc), id: s.nextID.Add(1),
+		authed: s.cfg.Token == "", since: time.Now()}
+	c.r.authed = c.authed
+	return c
+}
+
+func (c *conn) serve() {
+	defer c.nc.Close()
+	var cmd command
+	defer cmd.release()
+	for {
+		err := c.r.next(&cmd)
+		if err != nil {
+			var pe protoError
+			if errors.As(err, &pe) {
+				c.s.protoErrors.Add(1)
+				c.w.error("ERR " + pe.Error())
+				c.w.flush()
+			} else if !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, net.ErrClosed) {
+				c.s.cfg.Log.Debug("resp: read", "remote", c.nc.RemoteAddr(), "err", err)
+			}
+			return
+		}
+		if len(cmd.args) == 0 {
+			continue
+		}
+		c.s.cmds.Add(1)
+		quit, err := c.exec(&cmd)
+		if err != nil {
+			return // the socket broke while a value was going out
+		}
+		// Flush once the pipeline is drained: a batch of commands costs
+		// one write, a single command is answered at once.
+		if quit || c.r.br.Buffered() == 0 {
+			if err := c.w.flush(); err != nil || quit {
+				return
+			}
+		}
+	}
+}

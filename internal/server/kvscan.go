@@ -1,0 +1,112 @@
+package server
+
+import (
+	"time"
+
+	"github.com/gd2fs/gd2fs/errs"
+	"github.com/gd2fs/gd2fs/internal/kvstore"
+	"github.com/gd2fs/gd2fs/internal/wire"
+)
+
+// maxScanKeys bounds the keys one OpKVScan answers (1 KiB keys: ≤ 4 MiB).
+const maxScanKeys = 4096
+
+// kvScan lists this server's keys of a pool (OpKVScan): SCAN and DBSIZE of
+// the RESP front end. Ownership is not checked: a server lists what it holds.
+func (s *Server) kvScan(dc *dataConn, h wire.Header, ref wire.KVRef, start time.Time) {
+	if s.kv == nil {
+		dc.done(h, start, errNoKV(s.cfg.ID))
+		return
+	}
+	keys, next, total := s.KVScanLocal(ref.Pool, h.Offset, int(min(h.Count, maxScanKeys)))
+	out := h
+	out.Offset, out.Count = next, uint64(total)
+	if h.Count == 0 {
+		keys = nil // a count only (DBSIZE)
+	}
+	dc.send(out, wire.StatusOK, [][]byte{wire.AppendKeyList(nil, keys)}, 0)
+	s.metrics.observe(h.Op, start, nil)
+}
+
+// The methods below let a RESP front end in the same process serve the keys
+// this server owns straight from its tiers, without a loopback round trip
+// and without copying values (package resp).
+
+// KVOwner reports whether this server may serve key of pool from its own
+// tiers: it is the key's only owner (pool of one copy) in its membership
+// map, or it runs without a master. Keys of pools with several copies go
+// through the client path, which writes every copy.
+func (s *Server) KVOwner(pool string, key []byte) bool {
+	if s.kv == nil {
+		return false
+	}
+	ms := s.membership()
+	if ms == nil || len(ms.Members) == 0 {
+		return s.master == nil
+	}
+	if ms.Replicas(pool) != 1 {
+		return false
+	}
+	return s.checkOwner(wire.KVRef{Pool: pool, Key: key}, 0) == nil
+}
+
+// KVGetLocal calls fn with views of the value (valid only during fn); a
+// miss is errs.ErrNotFound.
+func (s *Server) KVGetLocal(pool string, key []byte, fn func(bufs [][]byte, size int) error) error {
+	if s.kv == nil {
+		return errNoKV(s.cfg.ID)
+	}
+	start := time.Now()
+	sent := false
+	_, err := s.kv.Get(kvKey(wire.KVRef{Pool: pool, Key: key}), func(bufs [][]byte, _ uint32) error {
+		sent = true
+		n := 0
+		for _, b := range bufs {
+			n += len(b)
+		}
+		s.metrics.bytesOut.Add(float64(n))
+		return fn(bufs, n)
+	})
+	if !sent && err == nil {
+		err = errs.New(errs.ErrInternal, "kv get returned no value")
+	}
+	s.metrics.observe(wire.OpKVGet, start, err)
+	return err
+}
+
+// KVPutLocal stores value (whose CRC32C is crc) under key; see kvstore.PutChecked.
+func (s *Server) KVPutLocal(pool string, key, value []byte, crc uint32, overwrite bool) (existed bool, err error) {
+	if s.kv == nil {
+		return false, errNoKV(s.cfg.ID)
+	}
+	start := time.Now()
+	s.metrics.bytesIn.Add(float64(len(value)))
+	existed, err = s.kv.PutChecked(kvKey(wire.KVRef{Pool: pool, Key: key}), value, crc, overwrite)
+	s.metrics.observe(wire.OpKVPut, start, err)
+	return existed, err
+}
+
+// KVExistsLocal returns the size of key's value, or found=false.
+func (s *Server) KVExistsLocal(pool string, key []byte) (size int64, found bool) {
+	if s.kv == nil {
+		return 0, false
+	}
+	tier, n := s.kv.Exists(kvKey(wire.KVRef{Pool: pool, Key: key}))
+	return n, tier != kvstore.TierNone
+}
+
+// KVDeleteLocal removes key and reports whether it was there.
+func (s *Server) KVDeleteLocal(pool string, key []byte) (bool, error) {
+	if s.kv == nil {
+		return false, errNoKV(s.cfg.ID)
+	}
+	return s.kv.Delete(kvKey(wire.KVRef{Pool: pool, Key: key}))
+}
+
+// KVScanLocal lists this server's keys of pool; see kvstore.Store.Scan.
+func (s *Server) KVScanLocal(pool string, cursor uint64, count int) (keys []string, next uint64, total int) {
+	if s.kv == nil {
+		return nil, 0, 0
+	}
+	return s.kv.Scan(append([]byte(pool), 0), cursor, count)
+}
