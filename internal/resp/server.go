@@ -222,8 +222,10 @@ func (c *conn) serve() {
 			return // the socket broke while a value was going out
 		}
 		// Flush once the pipeline is drained: a batch of commands costs
-		// one write, a single command is answered at once.
-		if quit || c.r.br.Buffered() == 0 {
+		// one write, a single command is answered at once. After a large
+		// argument flush anyway: reading it cost far more than a write,
+		// and a client pipelining big SETs sees its replies as they come.
+		if quit || c.r.br.Buffered() == 0 || len(cmd.bufs) > 0 || cmd.skipped > 0 {
 			if err := c.w.flush(); err != nil || quit {
 				return
 			}
