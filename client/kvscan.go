@@ -130,3 +130,17 @@ func (kv *KV) DeleteFound(ctx context.Context, key string) (bool, error) {
 	})
 	return found, err
 }
+
+// Owners returns the ids of the servers holding key in this pool, primary
+// first, by the client's membership map (no request is sent).
+func (kv *KV) Owners(ctx context.Context, key string) ([]string, error) {
+	ms, _, err := kv.owners(ctx, key, false)
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]string, len(ms))
+	for i, m := range ms {
+		ids[i] = m.ID
+	}
+	return ids, nil
+}

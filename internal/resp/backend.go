@@ -35,6 +35,7 @@ type Backend interface {
 // keys it owns alone are served from its tiers directly, values sent from
 // its DRAM pages without a copy.
 type Local interface {
+	ID() string
 	KVOwner(pool string, key []byte) bool
 	KVGetLocal(pool string, key []byte, fn func(bufs [][]byte, size int) error) error
 	KVPutLocal(pool string, key, value []byte, crc uint32, overwrite bool) (existed bool, err error)
@@ -64,8 +65,16 @@ func (c *Cluster) init() {
 	})
 }
 
-func (c *Cluster) local(key []byte) bool {
-	return c.Local != nil && c.Local.KVOwner(c.Pool, key)
+// local reports whether key is served from the local tiers: only when the
+// client's map and the server's agree that this server alone owns it. When
+// they disagree (one of them is behind a membership change) the key goes
+// through the binary protocol, whose epochs make the server catch up.
+func (c *Cluster) local(ctx context.Context, key []byte) bool {
+	if c.Local == nil {
+		return false
+	}
+	ids, err := c.kv.Owners(ctx, string(key))
+	return err == nil && len(ids) == 1 && ids[0] == c.Local.ID() && c.Local.KVOwner(c.Pool, key)
 }
 
 // unreachable refreshes the membership map (at most once a second) when an
@@ -88,7 +97,7 @@ func (c *Cluster) unreachable(err error) {
 
 func (c *Cluster) Get(ctx context.Context, key []byte, fn func(bufs [][]byte, size int) error) error {
 	c.init()
-	if c.local(key) {
+	if c.local(ctx, key) {
 		return c.Local.KVGetLocal(c.Pool, key, fn)
 	}
 	v, err := c.kv.Get(ctx, string(key))
@@ -101,7 +110,7 @@ func (c *Cluster) Get(ctx context.Context, key []byte, fn func(bufs [][]byte, si
 
 func (c *Cluster) Put(ctx context.Context, key, value []byte, overwrite bool) (bool, error) {
 	c.init()
-	if c.local(key) {
+	if c.local(ctx, key) {
 		return c.Local.KVPutLocal(c.Pool, key, value, crc32.Checksum(value, wire.Castagnoli), overwrite)
 	}
 	existed, err := c.kv.PutWith(ctx, string(key), value, client.PutOptions{Overwrite: overwrite})
@@ -111,7 +120,7 @@ func (c *Cluster) Put(ctx context.Context, key, value []byte, overwrite bool) (b
 
 func (c *Cluster) Stat(ctx context.Context, key []byte) (int64, error) {
 	c.init()
-	if c.local(key) {
+	if c.local(ctx, key) {
 		n, ok := c.Local.KVExistsLocal(c.Pool, key)
 		if !ok {
 			return 0, errs.New(errs.ErrNotFound, "")
@@ -125,7 +134,7 @@ func (c *Cluster) Stat(ctx context.Context, key []byte) (int64, error) {
 
 func (c *Cluster) Delete(ctx context.Context, key []byte) (bool, error) {
 	c.init()
-	if c.local(key) {
+	if c.local(ctx, key) {
 		return c.Local.KVDeleteLocal(c.Pool, key)
 	}
 	found, err := c.kv.DeleteFound(ctx, string(key))
