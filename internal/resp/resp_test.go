@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gd2fs/gd2fs/internal/cluster"
+	"github.com/gd2fs/gd2fs/internal/resp"
 )
 
 // startCluster runs a master and n servers, each with a RESP front end, on
@@ -381,4 +382,34 @@ func parseScan(t *testing.T, r *rconn) (string, []string) {
 		keys = append(keys, lines[5+2*i])
 	}
 	return cursor, keys
+}
+
+// TestGateway: the stateless gateway (gd2fs resp) forwards every key and
+// sees what the servers' own endpoints wrote.
+func TestGateway(t *testing.T) {
+	c := startCluster(t, 3, "tok")
+	gw, err := resp.Gateway("127.0.0.1:0", c.Master.URL(), "tok", "", 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go gw.Serve(context.Background())
+	t.Cleanup(func() { gw.Close() })
+	s := dial(t, c.RESP[0].Addr())
+	g := dial(t, gw.Addr())
+	eq(t, "AUTH", s.do("AUTH", "tok"), "+OK\r\n")
+	eq(t, "AUTH gw", g.do("AUTH", "tok"), "+OK\r\n")
+	for i := 0; i < 20; i++ {
+		eq(t, "SET", s.do("SET", "g"+strconv.Itoa(i), strconv.Itoa(i)), "+OK\r\n")
+	}
+	for i := 0; i < 20; i++ {
+		eq(t, "GET via gateway", g.do("GET", "g"+strconv.Itoa(i)), bulk(strconv.Itoa(i)))
+	}
+	eq(t, "DBSIZE via gateway", g.do("DBSIZE"), ":20\r\n")
+	eq(t, "SET via gateway", g.do("SET", "gw", "x"), "+OK\r\n")
+	eq(t, "GET via server", s.do("GET", "gw"), bulk("x"))
+	eq(t, "DEL via gateway", g.do("DEL", "gw", "g0", "nope"), ":2\r\n")
+	eq(t, "EXISTS", s.do("EXISTS", "gw", "g0", "g1"), ":1\r\n")
+	if info := g.do("INFO", "server"); !strings.Contains(info, "gd2fs_role:gateway") {
+		t.Errorf("INFO server: %q", info)
+	}
 }

@@ -75,11 +75,12 @@ func (w *writer) bulkString(s string) {
 }
 
 // bulkViews writes a bulk string whose bytes are in several buffers (DRAM
-// pages of the store): the small header goes through the buffer, the pages
-// straight to the socket with one writev, never copied.
+// pages of the store). Small values go through the buffer; a large one goes
+// out with one writev of its header, the pages themselves (never copied)
+// and the CRLF, after any buffered replies ahead of it.
 func (w *writer) bulkViews(bufs [][]byte, n int) error {
-	w.header('$', int64(n))
 	if n < 32<<10 {
+		w.header('$', int64(n))
 		for _, b := range bufs {
 			w.bw.Write(b)
 		}
@@ -89,13 +90,20 @@ func (w *writer) bulkViews(bufs [][]byte, n int) error {
 	if err := w.flush(); err != nil {
 		return err
 	}
-	out := make(net.Buffers, 0, len(bufs)+1)
+	var hb [24]byte
+	hdr := append(hb[:0], '$')
+	hdr = strconv.AppendInt(hdr, int64(n), 10)
+	hdr = append(hdr, '\r', '\n')
+	out := make(net.Buffers, 0, len(bufs)+2)
+	out = append(out, hdr)
 	out = append(out, bufs...)
-	out = append(out, []byte("\r\n"))
+	out = append(out, crlf)
 	w.nc.SetWriteDeadline(time.Now().Add(writeTimeout))
 	_, err := out.WriteTo(w.nc)
 	return err
 }
+
+var crlf = []byte("\r\n")
 
 // null is a missing value: "_" in RESP3, "$-1" in RESP2.
 func (w *writer) null() {
