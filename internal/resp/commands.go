@@ -568,7 +568,7 @@ func (c *conn) hello(args [][]byte) error {
 		}
 	}
 	if !c.authed {
-		c.w.error("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time")
+		c.w.error("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time")
 		return nil
 	}
 	if setName {

@@ -105,8 +105,7 @@ func (s *Server) Serve(ctx context.Context) error {
 			}
 			// Out of file descriptors and the like: wait and go on, as
 			// net/http does, rather than ending the server.
-			var ne net.Error
-			if errors.As(err, &ne) || errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
+			if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) || errors.Is(err, syscall.ECONNABORTED) {
 				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
 				s.cfg.Log.Warn("resp: accept failed; retrying", "err", err, "in", delay)
 				time.Sleep(delay)
