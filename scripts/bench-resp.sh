@@ -34,6 +34,7 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
+trap 'exit 1' INT TERM # so the EXIT trap stops the stores
 go build -o "$work/gd2fs" ./cmd/gd2fs
 
 gport=$((BASE_PORT + 10)) # gd2fs RESP endpoint
