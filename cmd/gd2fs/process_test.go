@@ -212,7 +212,7 @@ func TestCLI(t *testing.T) {
 	port := freeAddr(t)
 	_, p, _ := net.SplitHostPort(port)
 	up := spawn(t, bin, "up", "--dir", filepath.Join(dir, "data"), "--listen", maddr, "--port", p, "--servers", "3",
-		"--mem", "32MiB", "--disk", "1GiB")
+		"--mem", "32MiB", "--disk", "1GiB", "--resp-port", "0")
 	_ = up
 	env := append(os.Environ(), "GD2FS_MASTER=http://"+maddr)
 	run := func(args ...string) (string, error) {
@@ -331,7 +331,7 @@ func TestCLI(t *testing.T) {
 	if out, err := run("kv", "get", "llama/0/a"); err == nil || !strings.Contains(out, "no block") {
 		t.Fatalf("kv get of a deleted key: %v %s", err, out)
 	}
-	for _, sub := range []string{"up", "master", "server", "cp", "ls", "stat", "cat", "rm", "mkdir", "status", "bench", "kv", "kv put", "kv get", "model", "model layout set", "session", "session plan", "session commit", "router",
+	for _, sub := range []string{"up", "master", "server", "cp", "ls", "stat", "cat", "rm", "mkdir", "status", "bench", "kv", "kv put", "kv get", "model", "model layout set", "session", "session plan", "session commit", "router", "resp",
 		"model pull", "model link", "model inspect", "warmup", "cache", "cache gc"} {
 		out, err := run(append(strings.Fields(sub), "--help")...)
 		if err != nil || (!strings.Contains(out, "Example") && sub != "bench") {
@@ -438,7 +438,7 @@ func TestWeightsCLI(t *testing.T) {
 	_, p, _ := net.SplitHostPort(freeAddr(t))
 	env := append(os.Environ(), "GD2FS_MASTER=http://"+maddr, "AWS_ENDPOINT_URL="+s3.URL, "AWS_ACCESS_KEY_ID=AKID",
 		"AWS_SECRET_ACCESS_KEY=secret", "AWS_REGION=us-east-1")
-	up := exec.Command(bin, "up", "--dir", filepath.Join(dir, "data"), "--listen", maddr, "--port", p, "--mem", "32MiB", "--disk", "1GiB")
+	up := exec.Command(bin, "up", "--dir", filepath.Join(dir, "data"), "--listen", maddr, "--port", p, "--mem", "32MiB", "--disk", "1GiB", "--resp-port", "0")
 	up.Env = env
 	var upLog bytes.Buffer
 	up.Stdout, up.Stderr = &upLog, &upLog

@@ -23,7 +23,7 @@ func newUp(g *globals) *cobra.Command {
 		Short: "Run a whole cluster on this machine: a master (SQLite) and several data servers",
 		Example: `  gd2fs up                              # master on 127.0.0.1:7070, 3 servers, data in ./gd2fs-data
   gd2fs up --servers 5 --mem 1GiB --disk 20GiB --dir /var/lib/gd2fs
-  gd2fs up --resp-port 16380 && redis-cli -p 16380 PING   # Redis clients on 16380..16382 (0: off)
+  gd2fs up --resp-port 16380                # Redis clients on 16380..16382 (0: none); redis-cli -p 16380 PING
   gd2fs up --tls-cert node.pem --tls-key node-key.pem --tls-ca ca.pem --token-file ./token   # TLS (off by default on loopback)`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -66,7 +66,7 @@ func newUp(g *globals) *cobra.Command {
 				MemBytes: memB, DiskBytes: diskB, KVMemBytes: kvMemB, KVDiskBytes: kvDiskB, SessionQuota: q, Cold: cc, Token: g.token, Cluster: cluster_, Meta: metaDSN, Log: g.logger(),
 				TLS: g.serverTLS, ClientTLS: g.clientTLS, RESP: respPort > 0, RESPAddrs: respAddrs})
 			if err != nil {
-				return fmt.Errorf("%w (is another gd2fs up running? stop it or pick other ports with --listen/--port)", err)
+				return fmt.Errorf("%w (is another gd2fs up running? stop it or pick other ports with --listen/--port/--resp-port)", err)
 			}
 			defer c.Close()
 			fmt.Printf("gd2fs is up: master %s, %d servers (files: %s DRAM + %s disk; KV: %s DRAM + %s disk each), data in %s\n",
