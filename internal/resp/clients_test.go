@@ -84,7 +84,7 @@ func TestRedisCLI(t *testing.T) {
 		{[]string{"CLIENT", "SETNAME", "cli"}, "OK"},
 		{[]string{"CLIENT", "SETINFO", "LIB-NAME", "x"}, "OK"},
 		{[]string{"CONFIG", "GET", "appendonly"}, "appendonly\nno"},
-		{[]string{"COMMAND", "COUNT"}, "25"},
+		{[]string{"COMMAND", "COUNT"}, "28"},
 		{[]string{"SET", "k", "v", "EX", "5"}, "ERR gd2fs does not expire keys: SET with EX, PX, EXAT or PXAT is refused (values leave by eviction or DEL; see docs/resp.md)"},
 		{[]string{"FLUSHALL"}, "ERR unknown command 'FLUSHALL', with args beginning with: "},
 	} {
@@ -206,6 +206,11 @@ res = p.execute()
 assert res[:200] == [True] * 200, res[:3]
 assert res[200:400] == [(str(i) * 100).encode() for i in range(200)]
 assert res[400] is None
+
+# The default pipeline is a MULTI/EXEC transaction (queued, run at EXEC).
+with r.pipeline() as tp:
+    tp.set("tx1", b"a").get("tx1").exists("tx1", "missing")
+    assert tp.execute() == [True, b"a", 1]
 
 # 8 threads, a connection pool, values up to 256 KiB.
 errors = []

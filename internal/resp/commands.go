@@ -12,14 +12,16 @@ import (
 // spec describes a command as Redis's command table does: arity counts the
 // name (negative: at least that many), noAuth commands run before AUTH.
 type spec struct {
-	name    string
-	arity   int
-	fn      func(c *conn, args [][]byte) error
-	noAuth  bool
-	flags   []string
-	key     [3]int // first key, last key, step (COMMAND INFO)
-	group   string
-	summary string
+	name   string
+	arity  int
+	fn     func(c *conn, args [][]byte) error
+	noAuth bool
+	// txControl commands run at once inside MULTI instead of being queued.
+	txControl bool
+	flags     []string
+	key       [3]int // first key, last key, step (COMMAND INFO)
+	group     string
+	summary   string
 }
 
 var commands map[string]*spec
@@ -46,10 +48,13 @@ func init() {
 		{name: "echo", arity: 2, fn: (*conn).echo, flags: []string{"fast"}, group: "connection", summary: "Returns the given string."},
 		{name: "select", arity: 2, fn: (*conn).sel, flags: []string{"loading", "stale", "fast"}, group: "connection", summary: "Changes the selected database (only 0 exists)."},
 		{name: "client", arity: -2, fn: (*conn).client, flags: []string{"loading", "stale"}, group: "connection", summary: "A container for client connection commands."},
-		{name: "quit", arity: -1, fn: (*conn).quit, noAuth: true, flags: []string{"fast", "no_auth"}, group: "connection", summary: "Closes the connection."},
-		{name: "reset", arity: 1, fn: (*conn).reset, noAuth: true, flags: []string{"fast", "no_auth"}, group: "connection", summary: "Resets the connection."},
+		{name: "quit", arity: -1, fn: (*conn).quit, noAuth: true, txControl: true, flags: []string{"fast", "no_auth"}, group: "connection", summary: "Closes the connection."},
+		{name: "reset", arity: 1, fn: (*conn).reset, noAuth: true, txControl: true, flags: []string{"fast", "no_auth"}, group: "connection", summary: "Resets the connection."},
 		{name: "command", arity: -1, fn: (*conn).command, flags: []string{"loading", "stale"}, group: "server", summary: "Returns detailed information about all commands."},
 		{name: "info", arity: -1, fn: (*conn).info, flags: []string{"loading", "stale"}, group: "server", summary: "Returns information and statistics about the server."},
+		{name: "multi", arity: 1, fn: (*conn).multiCmd, txControl: true, flags: []string{"noscript", "loading", "stale", "fast"}, group: "transactions", summary: "Starts a transaction (queued, run at EXEC; not atomic in gd2fs)."},
+		{name: "exec", arity: 1, fn: (*conn).execCmd, txControl: true, flags: []string{"noscript", "loading", "stale"}, group: "transactions", summary: "Executes all commands in a transaction (one after the other; not atomic in gd2fs)."},
+		{name: "discard", arity: 1, fn: (*conn).discardCmd, txControl: true, flags: []string{"noscript", "loading", "stale", "fast"}, group: "transactions", summary: "Discards a transaction."},
 		{name: "config", arity: -2, fn: (*conn).config, flags: []string{"admin", "loading", "stale"}, group: "server", summary: "A container for server configuration commands."},
 	}
 	commands = make(map[string]*spec, len(list))
@@ -80,6 +85,7 @@ func lower(b []byte) string {
 func (c *conn) exec(cmd *command) (quit bool, err error) {
 	name := lower(cmd.args[0])
 	sp := commands[name]
+	msg := ""
 	switch {
 	case sp == nil:
 		// Redis's wording (server.c, processCommand), which clients and
@@ -92,18 +98,34 @@ func (c *conn) exec(cmd *command) (quit bool, err error) {
 			a = a[:min(len(a), 128-args.Len())]
 			args.WriteString("'" + string(a) + "' ")
 		}
-		c.w.error("ERR unknown command '" + trunc(string(cmd.args[0]), 128) + "', with args beginning with: " + args.String())
-		return false, nil
+		msg = "ERR unknown command '" + trunc(string(cmd.args[0]), 128) + "', with args beginning with: " + args.String()
 	case (sp.arity > 0 && len(cmd.args) != sp.arity) || len(cmd.args) < -sp.arity:
-		c.w.error("ERR wrong number of arguments for '" + sp.name + "' command")
-		return false, nil
+		msg = "ERR wrong number of arguments for '" + sp.name + "' command"
 	case !c.authed && !sp.noAuth:
-		c.w.error("NOAUTH Authentication required.")
-		return false, nil
+		msg = "NOAUTH Authentication required."
 	case cmd.skipped > 0:
 		c.s.refusedValues.Add(1)
-		c.w.error("ERR value of " + strconv.FormatInt(cmd.skipped, 10) + " bytes is over this server's limit of " +
-			strconv.FormatInt(c.s.cfg.Limits.MaxValue, 10) + " bytes (gd2fs server --kv-max-value)")
+		msg = "ERR value of " + strconv.FormatInt(cmd.skipped, 10) + " bytes is over this server's limit of " +
+			strconv.FormatInt(c.s.cfg.Limits.MaxValue, 10) + " bytes (gd2fs server --kv-max-value)"
+	}
+	if c.multi != nil && (sp == nil || !sp.txControl) {
+		// Inside MULTI: queue (Redis answers +QUEUED), or remember that
+		// the transaction is doomed (EXECABORT at EXEC).
+		if msg != "" {
+			c.multiErr = true
+			c.w.error(msg)
+			return false, nil
+		}
+		args := make([][]byte, len(cmd.args))
+		for i, a := range cmd.args {
+			args[i] = append([]byte(nil), a...) // the reader reuses its buffers
+		}
+		c.multi = append(c.multi, args)
+		c.w.simple("QUEUED")
+		return false, nil
+	}
+	if msg != "" {
+		c.w.error(msg)
 		return false, nil
 	}
 	err = sp.fn(c, cmd.args)
@@ -111,6 +133,50 @@ func (c *conn) exec(cmd *command) (quit bool, err error) {
 		return true, nil
 	}
 	return false, err
+}
+
+// multi starts a transaction. gd2fs queues the commands and runs them at
+// EXEC one after the other: the replies come back together, as Redis
+// clients expect (redis-py's default pipeline is a MULTI/EXEC), but
+// other clients' commands may run in between: not atomic (docs/resp.md).
+func (c *conn) multiCmd(args [][]byte) error {
+	if c.multi != nil {
+		c.w.error("ERR MULTI calls can not be nested")
+		return nil
+	}
+	c.multi, c.multiErr = [][][]byte{}, false
+	c.w.simple("OK")
+	return nil
+}
+
+func (c *conn) execCmd(args [][]byte) error {
+	if c.multi == nil {
+		c.w.error("ERR EXEC without MULTI")
+		return nil
+	}
+	queued, failed := c.multi, c.multiErr
+	c.multi, c.multiErr = nil, false
+	if failed {
+		c.w.error("EXECABORT Transaction discarded because of previous errors.")
+		return nil
+	}
+	c.w.array(len(queued))
+	for _, q := range queued {
+		if err := commands[lower(q[0])].fn(c, q); err != nil && !errors.Is(err, errQuit) {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *conn) discardCmd(args [][]byte) error {
+	if c.multi == nil {
+		c.w.error("ERR DISCARD without MULTI")
+		return nil
+	}
+	c.multi, c.multiErr = nil, false
+	c.w.simple("OK")
+	return nil
 }
 
 var errQuit = errors.New("quit")
@@ -715,6 +781,7 @@ func (c *conn) quit(args [][]byte) error {
 }
 
 func (c *conn) reset(args [][]byte) error {
+	c.multi, c.multiErr = nil, false
 	c.w.proto = 2
 	c.name = ""
 	c.lib = [2]string{}

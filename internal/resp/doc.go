@@ -12,6 +12,6 @@
 //
 // Differences from Redis (docs/resp.md): only strings; SET overwrites
 // (write-once stays for the binary API) and refuses EX/PX since gd2fs
-// does not expire keys; keys are 1 to 1024 bytes; MSET and MGET are not
-// atomic; the AUTH password is the cluster token.
+// does not expire keys; keys are 1 to 1024 bytes; MSET, MGET and
+// MULTI/EXEC are not atomic; the AUTH password is the cluster token.
 package resp

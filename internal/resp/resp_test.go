@@ -208,6 +208,18 @@ func TestRedisErrors(t *testing.T) {
 		eq(t, strings.Join(tc.args, " "), r.do(tc.args...), tc.want)
 	}
 	eq(t, "TTL refused", r.do("SET", "a", "b", "EX", "10")[:34], "-ERR gd2fs does not expire keys: S")
+	// MULTI/EXEC: commands queued, run at EXEC, replies in one array.
+	eq(t, "EXEC alone", r.do("EXEC"), "-ERR EXEC without MULTI\r\n")
+	eq(t, "MULTI", r.do("MULTI"), "+OK\r\n")
+	eq(t, "MULTI nested", r.do("MULTI"), "-ERR MULTI calls can not be nested\r\n")
+	eq(t, "queued SET", r.do("SET", "tx", "v"), "+QUEUED\r\n")
+	eq(t, "queued GET", r.do("GET", "tx"), "+QUEUED\r\n")
+	eq(t, "EXEC", r.do("EXEC"), "*2\r\n+OK\r\n"+bulk("v"))
+	eq(t, "MULTI again", r.do("MULTI"), "+OK\r\n")
+	eq(t, "queued bad", r.do("GET"), "-ERR wrong number of arguments for 'get' command\r\n")
+	eq(t, "EXECABORT", r.do("EXEC"), "-EXECABORT Transaction discarded because of previous errors.\r\n")
+	eq(t, "MULTI discard", r.do("MULTI"), "+OK\r\n")
+	eq(t, "DISCARD", r.do("DISCARD"), "+OK\r\n")
 	eq(t, "still alive", r.do("PING"), "+PONG\r\n")
 }
 

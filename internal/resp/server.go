@@ -186,6 +186,10 @@ type conn struct {
 	name   string
 	lib    [2]string // CLIENT SETINFO LIB-NAME, LIB-VER
 	since  time.Time
+	// multi holds the commands queued since MULTI (nil outside one);
+	// multiErr: one of them was refused, EXEC will abort.
+	multi    [][][]byte
+	multiErr bool
 }
 
 func newConn(s *Server, nc net.Conn) *conn {
