@@ -29,7 +29,7 @@ func (r *respFlags) start(ctx context.Context, g *globals, s *server.Server, max
 	if r.listen == "" {
 		return func() {}, nil
 	}
-	rs, err := resp.Attach(s, resp.AttachConfig{Listen: r.listen, Master: g.master, Token: g.token, Pool: r.pool, MaxValue: maxValue, Log: g.logger()})
+	rs, err := resp.Attach(s, resp.AttachConfig{Listen: r.listen, Master: g.master, Token: g.token, Pool: r.pool, MaxValue: maxValue, TLS: g.clientTLS, Log: g.logger()})
 	if err != nil {
 		return nil, err
 	}
@@ -59,7 +59,7 @@ cluster token. See docs/resp.md for the commands and how they differ from Redis.
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			rs, err := resp.Gateway(listen, g.master, g.token, pool, mv, g.logger())
+			rs, err := resp.Gateway(listen, g.master, g.token, pool, mv, g.clientTLS, g.logger())
 			if err != nil {
 				return err
 			}

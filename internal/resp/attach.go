@@ -1,6 +1,7 @@
 package resp
 
 import (
+	"crypto/tls"
 	"log/slog"
 	"time"
 
@@ -13,8 +14,9 @@ type AttachConfig struct {
 	Listen   string // e.g. ":6380"
 	Master   string // master URL(s), for keys owned by other servers
 	Token    string
-	Pool     string // default "perf"
-	MaxValue int64  // the server's --kv-max-value
+	Pool     string      // default "perf"
+	MaxValue int64       // the server's --kv-max-value
+	TLS      *tls.Config // what the forwarding client dials the master and servers with
 	Log      *slog.Logger
 }
 
@@ -22,7 +24,7 @@ type AttachConfig struct {
 // served from its tiers, the others forwarded to their owners. Call Serve
 // on the result; Close it before srv.
 func Attach(srv *server.Server, cfg AttachConfig) (*Server, error) {
-	cl, err := client.New(client.Config{Master: cfg.Master, Token: cfg.Token, Timeout: 15 * time.Second, Streams: 2})
+	cl, err := client.New(client.Config{Master: cfg.Master, Token: cfg.Token, Timeout: 15 * time.Second, Streams: 2, TLS: cfg.TLS})
 	if err != nil {
 		return nil, err
 	}
@@ -45,8 +47,8 @@ func Attach(srv *server.Server, cfg AttachConfig) (*Server, error) {
 
 // Gateway starts a stateless RESP front end for a cluster: every key is
 // forwarded to its owner.
-func Gateway(listen, master, token, pool string, maxValue int64, log *slog.Logger) (*Server, error) {
-	cl, err := client.New(client.Config{Master: master, Token: token, Timeout: 15 * time.Second})
+func Gateway(listen, master, token, pool string, maxValue int64, clientTLS *tls.Config, log *slog.Logger) (*Server, error) {
+	cl, err := client.New(client.Config{Master: master, Token: token, Timeout: 15 * time.Second, TLS: clientTLS})
 	if err != nil {
 		return nil, err
 	}
