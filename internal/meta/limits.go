@@ -14,23 +14,6 @@ import (
 // sessions.go: every figure a request carries is compared with its maximum
 // (package limits) before it is multiplied into a byte count.
 
-// checkLayoutLimits bounds each field and computes the page size with checked
-// multiplication, so no field combination wraps into a small or negative size.
-func checkLayoutLimits(l Layout) error {
-	switch {
-	case l.Layers > limits.MaxLayers, l.KVHeads > limits.MaxKVHeads, l.HeadDim > limits.MaxHeadDim, l.PageTokens > limits.MaxPageTokens:
-		return errs.New(errs.ErrBadRequest, "layout of %s: layers at most %d, kv_heads at most %d, head_dim at most %d, page_tokens at most %d",
-			l.Model, limits.MaxLayers, limits.MaxKVHeads, limits.MaxHeadDim, limits.MaxPageTokens)
-	}
-	// Heads as stored: every rank's region (tp_size of them when heads are
-	// replicated over more ranks than there are heads).
-	heads := int64(l.Regions()) * int64(l.rankHeads())
-	if n, ok := limits.MulAll(2, int64(l.Layers), heads, int64(l.HeadDim), int64(DTypeSize(l.DType)), int64(l.PageTokens)); !ok || n > limits.MaxPageBytes {
-		return errs.New(errs.ErrBadRequest, "layout of %s: a page of %d tokens is larger than %d bytes", l.Model, l.PageTokens, limits.MaxPageBytes)
-	}
-	return nil
-}
-
 // checkTokens bounds a token count of a prefix or plan.
 func checkTokens(what string, n int64) error {
 	if n < 0 || n > limits.MaxTokens {
