@@ -1,4 +1,7 @@
 // Package api holds the master's HTTP/JSON types and a small client for them.
+// It is a leaf the client SDK depends on: it must not import the metadata
+// engine (internal/meta) or anything that links a database driver
+// (client/deps_test.go checks).
 // docs/api.md documents the endpoints; both the Go SDK and the data servers
 // speak to the master through Client.
 package api
@@ -18,8 +21,8 @@ import (
 	"time"
 
 	"github.com/gd2fs/gd2fs/errs"
-	"github.com/gd2fs/gd2fs/internal/meta"
 	"github.com/gd2fs/gd2fs/internal/placement"
+	"github.com/gd2fs/gd2fs/kvlayout"
 )
 
 // ServerInfo is a data server as the master sees it.
@@ -344,8 +347,8 @@ func (c *Client) do1(ctx context.Context, base, method, path string, body []byte
 	return false, nil
 }
 
-// Layout is a model's KV layout (see meta.Layout).
-type Layout = meta.Layout
+// Layout is a model's KV layout.
+type Layout = kvlayout.Layout
 
 // KVRange is one entry of stored_kv_cache or fresh_kv_cache (DESIGN.md §6).
 type KVRange struct {

@@ -27,6 +27,7 @@ import (
 	"github.com/gd2fs/gd2fs/internal/limits"
 	"github.com/gd2fs/gd2fs/internal/meta"
 	"github.com/gd2fs/gd2fs/internal/netguard"
+	"github.com/gd2fs/gd2fs/internal/nspath"
 	"github.com/gd2fs/gd2fs/internal/placement"
 	"github.com/gd2fs/gd2fs/internal/rpc"
 	"github.com/gd2fs/gd2fs/internal/store"
@@ -543,7 +544,7 @@ func writeErr(w http.ResponseWriter, err error) {
 }
 
 func pathArg(r *http.Request) (string, error) {
-	return meta.CleanPath("/" + r.PathValue("path"))
+	return nspath.Clean("/" + r.PathValue("path"))
 }
 
 // Handler is the master's HTTP API.

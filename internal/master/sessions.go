@@ -10,6 +10,7 @@ import (
 	"github.com/gd2fs/gd2fs/internal/api"
 	"github.com/gd2fs/gd2fs/internal/limits"
 	"github.com/gd2fs/gd2fs/internal/meta"
+	"github.com/gd2fs/gd2fs/internal/nspath"
 )
 
 // sessionRoutes adds the explicit-mode KV endpoints (docs/api.md).
@@ -31,7 +32,7 @@ func (m *Master) sessionRoutes(h func(pattern string, fn func(r *http.Request) (
 			return nil, err
 		}
 		var err error
-		if p.Path, err = meta.CleanPath(p.Path); err != nil {
+		if p.Path, err = nspath.Clean(p.Path); err != nil {
 			return nil, err
 		}
 		return p, m.meta.PutPrefix(r.Context(), p)
@@ -179,7 +180,7 @@ func (m *Master) localPath(p string) (string, error) {
 		}
 		p = u.Path
 	}
-	return meta.CleanPath(p)
+	return nspath.Clean(p)
 }
 
 // checkURISafe refuses session ids that cannot stand unescaped in a kv_uri

@@ -3,8 +3,6 @@ package meta
 import (
 	"fmt"
 	"os"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/gd2fs/gd2fs/errs"
 	"github.com/gd2fs/gd2fs/internal/limits"
@@ -41,22 +39,6 @@ func checkPlanInput(in PlanInput) error {
 func CheckSize(size int64) error {
 	if size < 0 || size > limits.MaxFileSize {
 		return errs.New(errs.ErrBadRequest, "size %d: must be between 0 and %d bytes", size, int64(limits.MaxFileSize))
-	}
-	return nil
-}
-
-// checkName refuses path names that are not valid UTF-8 or hold control
-// characters: they print as something else than they are (a newline splits a
-// listing line, a terminal escape rewrites the screen) and cannot be typed
-// back. Checked on every path that reaches the master (CleanPath).
-func checkName(p string) error {
-	if !utf8.ValidString(p) {
-		return errs.New(errs.ErrBadRequest, "path %+q is not valid UTF-8", p)
-	}
-	for _, r := range p {
-		if unicode.IsControl(r) || r == utf8.RuneError {
-			return errs.New(errs.ErrBadRequest, "path %+q holds a control character (U+%04X): names must be printable", p, r)
-		}
 	}
 	return nil
 }
