@@ -14,23 +14,14 @@ import (
 	"github.com/spf13/cobra"
 )
 
-func newBench(g *globals) *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "bench",
-		Short: "Benchmarks that measure gd2fs beside a reference in the same run",
-	}
-	cmd.AddCommand(newBenchFiles(g), newBenchKV(g), newBenchKVMemory(g), newBenchPlan(g), newBenchSessionLoad(g), newBenchWeights(g))
-	return cmd
-}
-
-func newBenchFiles(g *globals) *cobra.Command {
+func newBenchFiles() *cobra.Command {
 	var size, chunk, mem, disk, dir string
 	var streams, parallel, runs int
 	cmd := &cobra.Command{
 		Use:   "files",
 		Short: "Sequential write and read of a large file through a local 3-server cluster, beside raw loopback TCP",
-		Example: `  gd2fs bench files                       # 1 GiB, perf and ha pools, 3 runs, medians
-  gd2fs bench files --size 256MiB --runs 5 --streams 2`,
+		Example: `  gd2fs-bench files                       # 1 GiB, perf and ha pools, 3 runs, medians
+  gd2fs-bench files --size 256MiB --runs 5 --streams 2`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			sz, err := parseSize(size)

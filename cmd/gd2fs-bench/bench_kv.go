@@ -99,15 +99,15 @@ func startRedis(dir string) (*exec.Cmd, string, error) {
 	return nil, "", errors.New("redis-server did not start")
 }
 
-func newBenchKV(g *globals) *cobra.Command {
+func newBenchKV() *cobra.Command {
 	var sizes, concs, mem, dataPer, dir string
 	var servers, batch int
 	var skipDisk, diskOnly bool
 	cmd := &cobra.Command{
 		Use:   "kv",
 		Short: "KV cache SET/GET/batched GET beside Redis and raw loopback TCP, plus reads from the disk tier beside fio",
-		Example: `  gd2fs bench kv                                  # 64KiB,1MiB,4MiB x concurrency 1,4,16
-  gd2fs bench kv --sizes 1MiB --concurrency 4 --skip-disk`,
+		Example: `  gd2fs-bench kv                                  # 64KiB,1MiB,4MiB x concurrency 1,4,16
+  gd2fs-bench kv --sizes 1MiB --concurrency 4 --skip-disk`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := context.Background()
