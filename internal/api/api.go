@@ -309,7 +309,7 @@ func (c *Client) do1(ctx context.Context, base, method, path string, body []byte
 	}
 	req, err := http.NewRequestWithContext(ctx, method, base+path, rd)
 	if err != nil {
-		return false, errs.New(errs.ErrBadRequest, "master address %q: %v", base, err)
+		return false, errs.New(errs.ErrBadRequest, "master address %q: %w", base, err)
 	}
 	if c.Token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.Token)
@@ -326,7 +326,7 @@ func (c *Client) do1(ctx context.Context, base, method, path string, body []byte
 		if ctx.Err() != nil {
 			return false, ctx.Err()
 		}
-		return true, errs.New(errs.ErrUnavailable, "master %s unreachable: %v (is it running? start one with 'gd2fs up' or set --master)", base, err)
+		return true, errs.New(errs.ErrUnavailable, "master %s unreachable: %w (is it running? start one with 'gd2fs up' or set --master)", base, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode/100 != 2 {

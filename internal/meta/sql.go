@@ -206,7 +206,7 @@ func wrapDB(err error) error {
 	if errors.As(err, &e) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
-	return errs.New(errs.ErrUnavailable, "metadata database: %v", err)
+	return errs.New(errs.ErrUnavailable, "metadata database: %w", err)
 }
 
 func (s *sqlStore) counter(ctx context.Context, x execer, k string, add int64) (int64, error) {
