@@ -89,6 +89,9 @@ type Master struct {
 	peers   *rpc.Pool
 	metrics *metrics
 
+	// sessions is the part of meta the explicit-mode handlers use.
+	sessions meta.Sessions
+
 	mu      sync.Mutex
 	servers map[string]*liveServer
 	epoch   int64
@@ -122,7 +125,7 @@ func New(ctx context.Context, cfg Config) (*Master, error) {
 		cfg.SessionPool = "perf"
 	}
 	cfg.fillLimits()
-	m := &Master{cfg: cfg, log: cfg.Log.With("role", "master"), meta: cfg.Meta, servers: map[string]*liveServer{},
+	m := &Master{cfg: cfg, log: cfg.Log.With("role", "master"), meta: cfg.Meta, sessions: cfg.Meta, servers: map[string]*liveServer{},
 		peers: rpc.NewPool(rpc.Options{Token: cfg.Token, Name: "master", Streams: 1, TLS: cfg.ClientTLS})}
 	pools, err := m.meta.Pools(ctx)
 	if err != nil {
