@@ -220,9 +220,10 @@ var (
 	ErrShortPayload = errs.New(errs.ErrBadRequest, "wire: destination shorter than payload")
 )
 
-// Encode writes h and key into b (len(b) >= HeaderSize) and returns the
-// header bytes followed by nothing: the key is sent separately. The header CRC
-// covers key.
+// Encode writes the fixed header for h into b[:HeaderSize] (len(b) >=
+// HeaderSize) and returns that slice. It does not copy key: the caller sends
+// the key right after the header. The header records len(key), and its CRC
+// covers the key too.
 func Encode(b []byte, h *Header, key []byte) []byte {
 	b = b[:HeaderSize]
 	le := binary.LittleEndian
