@@ -484,7 +484,7 @@ func ParseURI(s string) (URI, error) {
 	if hasQuery {
 		q, err := url.ParseQuery(query)
 		if err != nil {
-			return URI{}, errs.New(errs.ErrBadRequest, "%q: bad query: %v", s, err)
+			return URI{}, errs.New(errs.ErrBadRequest, "%q: bad query: %w", s, err)
 		}
 		for k, v := range q {
 			switch {

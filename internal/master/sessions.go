@@ -216,7 +216,7 @@ func (m *Master) commitSession(r *http.Request) (any, error) {
 	for i, k := range saved {
 		path, err := m.localPath(k.KVURI)
 		if err != nil {
-			return nil, errs.New(errs.ErrBadRequest, "saved segment %d: kv_uri %q: %v", i, k.KVURI, err)
+			return nil, errs.New(errs.ErrBadRequest, "saved segment %d: kv_uri %q: %w", i, k.KVURI, err)
 		}
 		in.Saved = append(in.Saved, meta.Range{TokenStart: k.TokenStart, TokenLength: k.TokenLength, Path: path, KVStart: k.KVStart, KVLength: k.KVLength})
 	}
