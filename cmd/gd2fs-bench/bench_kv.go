@@ -85,6 +85,7 @@ func startRedis(dir string) (*exec.Cmd, string, error) {
 	_, port, _ := net.SplitHostPort(addr)
 	cmd := exec.Command(bin, "--bind", "127.0.0.1", "--port", port, "--save", "", "--appendonly", "no",
 		"--dir", dir, "--protected-mode", "no", "--proto-max-bulk-len", "128mb", "--client-query-buffer-limit", "1gb")
+	dieWithUs(cmd)
 	if err := cmd.Start(); err != nil {
 		return nil, "", err
 	}

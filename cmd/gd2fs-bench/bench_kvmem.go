@@ -73,6 +73,7 @@ func newBenchKVMemory() *cobra.Command {
 			srv := exec.Command(bin, "server", "--master", m.URL(), "--listen", addr, "--mem", "0",
 				"--disk", filepath.Join(dir, "chunks")+":64MiB", "--kv-mem", strconv.FormatInt(memB, 10), "--debug-http")
 			srv.Stderr = os.Stderr
+			dieWithUs(srv)
 			if err := srv.Start(); err != nil {
 				return err
 			}

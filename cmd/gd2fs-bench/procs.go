@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/gd2fs/gd2fs/client"
@@ -30,6 +31,7 @@ func gd2fsUp(ctx context.Context, dir string, servers int, extra ...string) (*ex
 		"--servers", strconv.Itoa(servers)}, extra...)
 	cmd := exec.Command(bin, args...)
 	cmd.Stderr = os.Stderr
+	dieWithUs(cmd)
 	if err := cmd.Start(); err != nil {
 		return nil, "", err
 	}
@@ -58,6 +60,12 @@ func gd2fsUp(ctx context.Context, dir string, servers int, extra ...string) (*ex
 	cmd.Process.Kill()
 	cmd.Wait()
 	return nil, "", fmt.Errorf("gd2fs up (%s) did not bring %d servers up within 30 s", bin, servers)
+}
+
+// dieWithUs has the kernel kill cmd when the benchmark dies, so an
+// interrupted run (Ctrl-C) leaves no server or Redis behind.
+func dieWithUs(cmd *exec.Cmd) {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 }
 
 // stopProc ends a process the benchmark started and reaps it.
