@@ -56,7 +56,7 @@ func readJSON(r *http.Request, v any) error {
 		if errors.As(err, &mb) {
 			return errs.New(errs.ErrTooLarge, "JSON body over %d bytes", limits.MaxJSONBody)
 		}
-		return errs.New(errs.ErrBadRequest, "reading the body: %v", err)
+		return errs.New(errs.ErrBadRequest, "reading the body: %w", err)
 	}
 	return decodeStrict(b, v)
 }

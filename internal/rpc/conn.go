@@ -278,7 +278,7 @@ func clientTLS(ctx context.Context, nc net.Conn, addr string, o Options) (net.Co
 	defer cancel()
 	if err := tc.HandshakeContext(hctx); err != nil {
 		nc.Close()
-		return nil, errs.New(errs.ErrUnavailable, "TLS handshake with server %s: %v (check --tls-ca, and --tls-cert/--tls-key where servers require client certificates)", addr, err)
+		return nil, errs.New(errs.ErrUnavailable, "TLS handshake with server %s: %w (check --tls-ca, and --tls-cert/--tls-key where servers require client certificates)", addr, err)
 	}
 	return tc, nil
 }
