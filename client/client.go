@@ -25,7 +25,7 @@ import (
 
 	"github.com/gd2fs/gd2fs/errs"
 	"github.com/gd2fs/gd2fs/internal/api"
-	"github.com/gd2fs/gd2fs/internal/meta"
+	"github.com/gd2fs/gd2fs/internal/nspath"
 	"github.com/gd2fs/gd2fs/internal/rpc"
 	"github.com/gd2fs/gd2fs/internal/wire"
 )
@@ -168,7 +168,7 @@ func infoOf(f api.File) FileInfo {
 
 // urlPath validates a namespace path and escapes it for the master's URLs.
 func urlPath(p string) (string, error) {
-	clean, err := meta.CleanPath(p)
+	clean, err := nspath.Clean(p)
 	if err != nil {
 		return "", err
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -15,6 +16,7 @@ import (
 	"github.com/gd2fs/gd2fs/errs"
 	"github.com/gd2fs/gd2fs/internal/cluster"
 	"github.com/gd2fs/gd2fs/internal/store"
+	"github.com/gd2fs/gd2fs/internal/testutil"
 	"github.com/gd2fs/gd2fs/internal/wire"
 )
 
@@ -37,17 +39,7 @@ func start(t *testing.T, cfg cluster.Config) *cluster.Cluster {
 	return c
 }
 
-func rnd(n int, seed uint64) []byte {
-	r := rand.New(rand.NewPCG(seed, 9))
-	b := make([]byte, n)
-	for i := 0; i+8 <= n; i += 8 {
-		v := r.Uint64()
-		for k := 0; k < 8; k++ {
-			b[i+k] = byte(v >> (8 * k))
-		}
-	}
-	return b
-}
+func rnd(n int, seed uint64) []byte { return testutil.RandomBytes(n, seed) }
 
 func writeFile(t *testing.T, cl *client.Client, path, pool string, data []byte) {
 	t.Helper()
@@ -144,20 +136,14 @@ func TestFilesRoundTrip(t *testing.T) {
 		t.Fatalf("stat removed: %v", err)
 	}
 	// The servers drop the removed file's chunks after a heartbeat or two.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testutil.Eventually(t, 10*time.Second, func() (bool, string) {
 		total := 0
 		for _, s := range c.Servers {
 			total += s.Store().Usage().Chunks
 		}
-		if total == 6 { // the perf file's chunks remain
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("servers still hold %d chunks after remove", total)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		// The perf file's chunks remain.
+		return total == 6, fmt.Sprintf("servers still hold %d chunks after remove", total)
+	})
 }
 
 func TestSparseWriteAtAndSync(t *testing.T) {
@@ -396,14 +382,10 @@ func TestRestartLosesNothing(t *testing.T) {
 		}
 	}
 	// The restarted server reported what it held; the orphan goes.
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if _, err := c2.Servers[0].Store().Stat(424242); errors.Is(err, errs.ErrNotFound) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("orphan chunk not deleted after restart")
-		}
-	}
+	testutil.Eventually(t, 10*time.Second, func() (bool, string) {
+		_, err := c2.Servers[0].Store().Stat(424242)
+		return errors.Is(err, errs.ErrNotFound), "orphan chunk not deleted after restart"
+	})
 }
 
 func TestRepairRestoresReplicas(t *testing.T) {
@@ -420,8 +402,7 @@ func TestRepairRestoresReplicas(t *testing.T) {
 			s.Close()
 		}
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	testutil.Eventually(t, 20*time.Second, func() (bool, string) {
 		st, err := cl.Stat(ctx, "/r")
 		healthy := err == nil
 		for _, ch := range st.Chunks {
@@ -430,14 +411,8 @@ func TestRepairRestoresReplicas(t *testing.T) {
 			}
 			healthy = healthy && len(ch.Replicas) == 3
 		}
-		if healthy {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("replicas not restored: %+v", st.Chunks)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return healthy, fmt.Sprintf("replicas not restored: %+v", st.Chunks)
+	})
 	if got, err := readFile(t, cl, "/r"); err != nil || !bytes.Equal(got, data) {
 		t.Fatalf("read after repair: %v", err)
 	}

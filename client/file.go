@@ -402,7 +402,7 @@ func (f *File) readReplicas(ctx context.Context, c api.Chunk, spread int, off in
 	if len(c.Replicas) == 1 {
 		hint = "this " + pool + "-pool chunk has one copy; it is back when its server is"
 	}
-	return errs.New(errs.ErrUnavailable, "%s: chunk %d unavailable: no replica answered (tried %s; last error: %v); %s",
+	return errs.New(errs.ErrUnavailable, "%s: chunk %d unavailable: no replica answered (tried %s; last error: %w); %s",
 		f.info.Path, c.Index, strings.Join(tried, ", "), last, hint)
 }
 

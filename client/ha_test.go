@@ -3,6 +3,7 @@ package client_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"path/filepath"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/gd2fs/gd2fs/internal/meta/metatest"
 	"github.com/gd2fs/gd2fs/internal/server"
 	"github.com/gd2fs/gd2fs/internal/store"
+	"github.com/gd2fs/gd2fs/internal/testutil"
 )
 
 // TestMasterFailover runs two masters on one PostgreSQL database: one leads,
@@ -64,13 +66,7 @@ func TestMasterFailover(t *testing.T) {
 	m1.Close() // the leader goes away, and with its process its database session and lock
 	ms1.Close()
 	// The standby takes over within a few of its ticks; the servers find it.
-	deadline := time.Now().Add(20 * time.Second)
-	for !m2.Leader() {
-		if time.Now().After(deadline) {
-			t.Fatal("standby did not take over")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testutil.Eventually(t, 20*time.Second, func() (bool, string) { return m2.Leader(), "standby did not take over" })
 	waitServersUp(t, cl, 3)
 	if got, err := readFile(t, cl, "/ha/file"); err != nil || !bytes.Equal(got, data) {
 		t.Fatalf("read after failover: %v", err)
@@ -80,23 +76,9 @@ func TestMasterFailover(t *testing.T) {
 
 func waitServersUp(t *testing.T, cl *client.Client, n int) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	testutil.Eventually(t, 20*time.Second, func() (bool, string) {
 		st, err := cl.Status(context.Background())
-		up := 0
-		if err == nil {
-			for _, s := range st.Servers {
-				if s.State == "up" {
-					up++
-				}
-			}
-		}
-		if up >= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d servers up, want %d (%v)", up, n, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		up := testutil.UpServers(st)
+		return err == nil && up >= n, fmt.Sprintf("%d servers up, want %d (%v)", up, n, err)
+	})
 }

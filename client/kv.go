@@ -206,7 +206,7 @@ func (kv *KV) get(ctx context.Context, key string, dst []byte) ([]byte, error) {
 		if errors.Is(last, errs.ErrNotFound) {
 			return errs.New(errs.ErrNotFound, "kv: no block %q in pool %s", trim(key), kv.pool)
 		}
-		return errs.New(errs.ErrUnavailable, "kv get %q: no owner answered (last error: %v); the block is back when its server is, or recompute it", trim(key), last)
+		return errs.New(errs.ErrUnavailable, "kv get %q: no owner answered (last error: %w); the block is back when its server is, or recompute it", trim(key), last)
 	})
 	return out, err
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/gd2fs/gd2fs/client"
 	"github.com/gd2fs/gd2fs/errs"
 	"github.com/gd2fs/gd2fs/internal/cluster"
+	"github.com/gd2fs/gd2fs/internal/testutil"
 )
 
 func startKV(t *testing.T, servers int) *cluster.Cluster {
@@ -203,19 +204,13 @@ func TestKVMovedAfterAddingServer(t *testing.T) {
 	}
 	// Wait until every server has heard the new map (one heartbeat).
 	st, _ := cl.Status(ctx)
-	for deadline := time.Now().Add(10 * time.Second); ; {
+	testutil.Eventually(t, 10*time.Second, func() (bool, string) {
 		synced := true
 		for _, s := range c.Servers {
 			synced = synced && s.Epoch() >= st.Epoch
 		}
-		if synced {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("servers did not learn the new membership map")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return synced, "servers did not learn the new membership map"
+	})
 	misses := 0
 	for _, k := range keys {
 		got, err := kv.Get(ctx, k)

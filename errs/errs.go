@@ -49,19 +49,58 @@ var (
 	ErrInternal = errors.New("internal error")
 )
 
-// Error is a sentinel with a human message. errors.Is(e, e.Kind) holds.
+// Error is a sentinel kind with a human message and, when it has one, the
+// error underneath. errors.Is sees both: errors.Is(e, e.Kind) holds, and so
+// does errors.Is(e, context.DeadlineExceeded) for an error that wraps a
+// timeout. Only the kind crosses the wire; the cause stays in this process.
 type Error struct {
-	Kind error
-	Msg  string
+	Kind  error
+	Msg   string
+	Cause error // nil when there is none
 }
 
 func (e *Error) Error() string { return e.Msg }
-func (e *Error) Unwrap() error { return e.Kind }
+
+// Unwrap gives errors.Is and errors.As the kind, then the cause.
+func (e *Error) Unwrap() []error {
+	if e.Cause == nil {
+		return []error{e.Kind}
+	}
+	return []error{e.Kind, e.Cause}
+}
 
 // New returns an error of kind with a formatted message. The message should
-// say what to do next where that is known.
+// say what to do next where that is known. Format the underlying error with
+// %w, as fmt.Errorf does, to keep it as the cause.
 func New(kind error, format string, args ...any) error {
-	return &Error{Kind: kind, Msg: fmt.Sprintf(format, args...)}
+	e := fmt.Errorf(format, args...)
+	var cause error
+	switch w := e.(type) {
+	case interface{ Unwrap() error }:
+		cause = w.Unwrap()
+	case interface{ Unwrap() []error }:
+		cause = e // several %w: the fmt error holds them all
+	}
+	return &Error{Kind: kind, Msg: e.Error(), Cause: cause}
+}
+
+// KindOf is the sentinel kind of err: the Kind of the outermost *Error in
+// its chain, so a cause of another kind never decides it; else the first
+// sentinel, in the order of the table below, that errors.Is finds; else nil.
+func KindOf(err error) error {
+	if err == nil {
+		return nil
+	}
+	var e *Error
+	if errors.As(err, &e) && e.Kind != nil {
+		return e.Kind
+	}
+	for _, c := range codes {
+		if errors.Is(err, c.err) {
+			return c.err
+		}
+	}
+	return nil
 }
 
 var codes = []struct {
@@ -89,8 +128,9 @@ var codes = []struct {
 
 // Code names err's kind for the HTTP API ("internal" when it has none).
 func Code(err error) string {
+	kind := KindOf(err)
 	for _, c := range codes {
-		if errors.Is(err, c.err) {
+		if kind == c.err {
 			return c.code
 		}
 	}

@@ -19,6 +19,10 @@ package kvlayout
 
 import (
 	"fmt"
+
+	"github.com/gd2fs/gd2fs/errs"
+	"github.com/gd2fs/gd2fs/internal/dtype"
+	"github.com/gd2fs/gd2fs/internal/limits"
 )
 
 // Order is a byte layout.
@@ -44,7 +48,127 @@ func ParseOrder(s string) (Order, error) {
 	return 0, fmt.Errorf("kvlayout: unknown layout %q (layer_first, page_first or kv_first)", s)
 }
 
-// Desc describes a model's KV shape.
+// Layout describes how a model's KV is laid out in bytes. It is the one
+// layout type of gd2fs: the master stores it, the HTTP API carries it as
+// JSON, and RankDesc gives the paged shape one tensor-parallel rank holds,
+// which Gather and Scatter move.
+type Layout struct {
+	Model      string `json:"model"`
+	Layers     int    `json:"layers"`
+	KVHeads    int    `json:"kv_heads"`
+	HeadDim    int    `json:"head_dim"`
+	DType      string `json:"dtype"` // fp32, fp16, bf16, fp8, int8
+	PageTokens int    `json:"page_tokens"`
+	Order      string `json:"layout"` // layer_first, page_first or kv_first
+	// TPSize is the number of tensor-parallel ranks the engine shards the
+	// KV heads over (default 1). A range then holds one region per rank,
+	// back to back: rank r's at kv_start + r × kv_length/regions.
+	TPSize int `json:"tp_size,omitempty"`
+	// Replicated: every rank holds the same KV (MLA), stored once.
+	Replicated bool `json:"replicated,omitempty"`
+}
+
+// DTypeSize is the size in bytes of one element of dtype, or 0 if unknown.
+func DTypeSize(name string) int { return dtype.Size(name) }
+
+// Validate checks a layout's fields.
+func (l Layout) Validate() error {
+	switch {
+	case l.Model == "":
+		return errs.New(errs.ErrBadRequest, "layout needs a model name")
+	case l.Layers < 1 || l.KVHeads < 1 || l.HeadDim < 1 || l.PageTokens < 1:
+		return errs.New(errs.ErrBadRequest, "layout of %s: layers, kv_heads, head_dim and page_tokens must be positive", l.Model)
+	case DTypeSize(l.DType) == 0:
+		return errs.New(errs.ErrBadRequest, "layout of %s: unknown dtype %q (fp32, fp16, bf16, fp8, int8)", l.Model, l.DType)
+	case l.Order != "layer_first" && l.Order != "page_first" && l.Order != "kv_first":
+		return errs.New(errs.ErrBadRequest, "layout of %s: layout must be layer_first, page_first or kv_first, not %q", l.Model, l.Order)
+	case l.TPSize < 0 || l.TPSize > 1024:
+		return errs.New(errs.ErrBadRequest, "layout of %s: tp_size must be 1 to 1024, not %d", l.Model, l.TPSize)
+	case l.Layers > 1<<16 || l.KVHeads > 1<<16 || l.HeadDim > 1<<16 || l.PageTokens > 1<<20:
+		return errs.New(errs.ErrBadRequest, "layout of %s: layers, kv_heads and head_dim are at most 65536, page_tokens at most 2^20", l.Model)
+	case l.RankHeads() == 0:
+		return errs.New(errs.ErrBadRequest, "layout of %s: %d KV heads cannot be split over %d ranks (one must divide the other)", l.Model, l.KVHeads, l.TPSize)
+	case l.PageBytes() > 1<<30:
+		return errs.New(errs.ErrBadRequest, "layout of %s: a page of %d bytes is too large", l.Model, l.PageBytes())
+	}
+	return l.checkLimits()
+}
+
+// checkLimits bounds each field and computes the page size with checked
+// multiplication, so no field combination wraps into a small or negative size.
+func (l Layout) checkLimits() error {
+	switch {
+	case l.Layers > limits.MaxLayers, l.KVHeads > limits.MaxKVHeads, l.HeadDim > limits.MaxHeadDim, l.PageTokens > limits.MaxPageTokens:
+		return errs.New(errs.ErrBadRequest, "layout of %s: layers at most %d, kv_heads at most %d, head_dim at most %d, page_tokens at most %d",
+			l.Model, limits.MaxLayers, limits.MaxKVHeads, limits.MaxHeadDim, limits.MaxPageTokens)
+	}
+	// Heads as stored: every rank's region (tp_size of them when heads are
+	// replicated over more ranks than there are heads).
+	heads := int64(l.Regions()) * int64(l.RankHeads())
+	if n, ok := limits.MulAll(2, int64(l.Layers), heads, int64(l.HeadDim), int64(DTypeSize(l.DType)), int64(l.PageTokens)); !ok || n > limits.MaxPageBytes {
+		return errs.New(errs.ErrBadRequest, "layout of %s: a page of %d tokens is larger than %d bytes", l.Model, l.PageTokens, limits.MaxPageBytes)
+	}
+	return nil
+}
+
+// Regions is how many per-rank regions a range holds: the TP size, or 1
+// when the KV is replicated on every rank.
+func (l Layout) Regions() int {
+	if l.Replicated || l.TPSize < 2 {
+		return 1
+	}
+	return l.TPSize
+}
+
+// RankHeads is the KV heads one rank holds: kv_heads/tp_size, or 1 when
+// there are fewer heads than ranks (engines then replicate heads), or 0
+// when neither divides the other.
+func (l Layout) RankHeads() int {
+	tp := max(l.TPSize, 1)
+	switch {
+	case l.Replicated || tp == 1:
+		return l.KVHeads
+	case l.KVHeads%tp == 0:
+		return l.KVHeads / tp
+	case tp%l.KVHeads == 0:
+		return 1
+	}
+	return 0
+}
+
+// RankTokenBytes is the KV size of one token on one rank: K and V, every
+// layer, the rank's heads.
+func (l Layout) RankTokenBytes() int64 {
+	return 2 * int64(l.Layers) * int64(l.RankHeads()) * int64(l.HeadDim) * int64(DTypeSize(l.DType))
+}
+
+// TokenBytes is the KV size of one token as stored: every rank's region.
+func (l Layout) TokenBytes() int64 { return int64(l.Regions()) * l.RankTokenBytes() }
+
+// PageBytes is the size of one page of PageTokens tokens.
+func (l Layout) PageBytes() int64 { return int64(l.PageTokens) * l.TokenBytes() }
+
+// RangeBytes is the size of a range of tokens: whole pages, the last one
+// padded. Pages are counted from the start of the range.
+func (l Layout) RangeBytes(tokens int64) int64 {
+	pages := (tokens + int64(l.PageTokens) - 1) / int64(l.PageTokens)
+	return pages * l.PageBytes()
+}
+
+// RankDesc is the paged KV shape one tensor-parallel rank holds: the
+// rank's heads, in the layout's byte order.
+func (l Layout) RankDesc() (Desc, error) {
+	if err := l.Validate(); err != nil {
+		return Desc{}, err
+	}
+	o, err := ParseOrder(l.Order)
+	if err != nil {
+		return Desc{}, err
+	}
+	return Desc{Layers: l.Layers, KVHeads: l.RankHeads(), HeadDim: l.HeadDim, DTypeSize: DTypeSize(l.DType), PageTokens: l.PageTokens, Order: o}, nil
+}
+
+// Desc is the paged KV shape one rank holds (Layout.RankDesc).
 type Desc struct {
 	Layers     int
 	KVHeads    int

@@ -135,3 +135,23 @@ func itoa(n int) string {
 	}
 	return "64"
 }
+
+// TestRankDesc: a layout's per-rank shape holds the rank's heads, and its
+// pages make up the layout's bytes over all regions.
+func TestRankDesc(t *testing.T) {
+	l := Layout{Model: "m", Layers: 4, KVHeads: 8, HeadDim: 16, DType: "bf16", PageTokens: 16, Order: "kv_first", TPSize: 2}
+	d, err := l.RankDesc()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.KVHeads != 4 || d.Order != KVFirst || d.DTypeSize != 2 {
+		t.Fatalf("rank shape %+v", d)
+	}
+	if int64(d.PageBytes()*l.Regions()) != l.PageBytes() {
+		t.Fatalf("a rank page of %d bytes x %d regions != a layout page of %d", d.PageBytes(), l.Regions(), l.PageBytes())
+	}
+	l.DType = "bf17"
+	if _, err := l.RankDesc(); err == nil {
+		t.Fatal("unknown dtype accepted")
+	}
+}

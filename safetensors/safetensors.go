@@ -16,6 +16,7 @@ import (
 	"sort"
 
 	"github.com/gd2fs/gd2fs/errs"
+	"github.com/gd2fs/gd2fs/internal/dtype"
 )
 
 // MaxHeader is the largest header accepted (the format's own limit).
@@ -43,19 +44,7 @@ type Header struct {
 }
 
 // DTypeSize is the element size of a safetensors dtype, 0 if unknown.
-func DTypeSize(dt string) int64 {
-	switch dt {
-	case "F64", "I64", "U64":
-		return 8
-	case "F32", "I32", "U32":
-		return 4
-	case "F16", "BF16", "I16", "U16":
-		return 2
-	case "F8_E4M3", "F8_E5M2", "I8", "U8", "BOOL":
-		return 1
-	}
-	return 0
-}
+func DTypeSize(dt string) int64 { return int64(dtype.Size(dt)) }
 
 func bad(format string, args ...any) error {
 	return errs.New(errs.ErrBadRequest, "safetensors: "+format, args...)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -66,4 +67,12 @@ func newMaster(g *globals) *cobra.Command {
 	f.DurationVar(&downAfter, "down-after", 5*time.Second, "mark a server down after this long without a heartbeat")
 	f.DurationVar(&repairAfter, "repair-after", 30*time.Second, "re-replicate HA chunks of a server down this long (negative: never)")
 	return cmd
+}
+
+// redactDSN names the metadata engine without a PostgreSQL DSN's password.
+func redactDSN(d string) string {
+	if strings.HasPrefix(d, "postgres://") || strings.HasPrefix(d, "postgresql://") {
+		return "PostgreSQL"
+	}
+	return d
 }

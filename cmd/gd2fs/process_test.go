@@ -19,6 +19,7 @@ import (
 	"github.com/gd2fs/gd2fs/client"
 	"github.com/gd2fs/gd2fs/errs"
 	"github.com/gd2fs/gd2fs/internal/s3test"
+	"github.com/gd2fs/gd2fs/internal/testutil"
 	"github.com/gd2fs/gd2fs/safetensors"
 )
 
@@ -183,23 +184,10 @@ func readAll(cl *client.Client, p string) ([]byte, error) {
 
 func waitUp(t *testing.T, cl *client.Client, n int) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
+	testutil.Eventually(t, 30*time.Second, func() (bool, string) {
 		st, err := cl.Status(context.Background())
-		if err == nil {
-			up := 0
-			for _, s := range st.Servers {
-				if s.State == "up" {
-					up++
-				}
-			}
-			if up == n {
-				return
-			}
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("%d servers not up within 30s", n)
+		return err == nil && testutil.UpServers(st) == n, fmt.Sprintf("%d of %d servers up (%v)", testutil.UpServers(st), n, err)
+	})
 }
 
 func TestCLI(t *testing.T) {
@@ -221,17 +209,10 @@ func TestCLI(t *testing.T) {
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testutil.Eventually(t, 30*time.Second, func() (bool, string) {
 		out, err := run("status")
-		if err == nil && strings.Count(out, " up ") == 3 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("status: %v\n%s", err, out)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return err == nil && strings.Count(out, " up ") == 3, fmt.Sprintf("status: %v\n%s", err, out)
+	})
 	src := filepath.Join(dir, "model.bin")
 	data := make([]byte, 20<<20+17)
 	for i := range data {
@@ -331,10 +312,10 @@ func TestCLI(t *testing.T) {
 	if out, err := run("kv", "get", "llama/0/a"); err == nil || !strings.Contains(out, "no block") {
 		t.Fatalf("kv get of a deleted key: %v %s", err, out)
 	}
-	for _, sub := range []string{"up", "master", "server", "cp", "ls", "stat", "cat", "rm", "mkdir", "status", "bench", "kv", "kv put", "kv get", "model", "model layout set", "session", "session plan", "session commit", "router", "resp",
+	for _, sub := range []string{"up", "master", "server", "cp", "ls", "stat", "cat", "rm", "mkdir", "status", "kv", "kv put", "kv get", "model", "model layout set", "session", "session plan", "session commit", "router", "resp",
 		"model pull", "model link", "model inspect", "warmup", "cache", "cache gc"} {
 		out, err := run(append(strings.Fields(sub), "--help")...)
-		if err != nil || (!strings.Contains(out, "Example") && sub != "bench") {
+		if err != nil || !strings.Contains(out, "Example") {
 			t.Fatalf("%s --help lacks an example: %v\n%s", sub, err, out)
 		}
 	}
@@ -440,7 +421,7 @@ func TestWeightsCLI(t *testing.T) {
 		"AWS_SECRET_ACCESS_KEY=secret", "AWS_REGION=us-east-1")
 	up := exec.Command(bin, "up", "--dir", filepath.Join(dir, "data"), "--listen", maddr, "--port", p, "--mem", "32MiB", "--disk", "1GiB", "--resp-port", "0")
 	up.Env = env
-	var upLog bytes.Buffer
+	var upLog testutil.SyncBuffer // read while gd2fs up writes to it
 	up.Stdout, up.Stderr = &upLog, &upLog
 	if err := up.Start(); err != nil {
 		t.Fatal(err)
@@ -452,15 +433,10 @@ func TestWeightsCLI(t *testing.T) {
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		if out, err := run("status"); err == nil && strings.Count(out, " up ") == 3 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("cluster did not come up:\n%s", upLog.String())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testutil.Eventually(t, 30*time.Second, func() (bool, string) {
+		out, err := run("status")
+		return err == nil && strings.Count(out, " up ") == 3, "cluster did not come up:\n" + upLog.String()
+	})
 	cache := filepath.Join(dir, "hf")
 	for _, s := range []struct {
 		args []string

@@ -1,4 +1,7 @@
 // Package api holds the master's HTTP/JSON types and a small client for them.
+// It is a leaf the client SDK depends on: it must not import the metadata
+// engine (internal/meta) or anything that links a database driver
+// (client/deps_test.go checks).
 // docs/api.md documents the endpoints; both the Go SDK and the data servers
 // speak to the master through Client.
 package api
@@ -18,8 +21,8 @@ import (
 	"time"
 
 	"github.com/gd2fs/gd2fs/errs"
-	"github.com/gd2fs/gd2fs/internal/meta"
 	"github.com/gd2fs/gd2fs/internal/placement"
+	"github.com/gd2fs/gd2fs/kvlayout"
 )
 
 // ServerInfo is a data server as the master sees it.
@@ -306,7 +309,7 @@ func (c *Client) do1(ctx context.Context, base, method, path string, body []byte
 	}
 	req, err := http.NewRequestWithContext(ctx, method, base+path, rd)
 	if err != nil {
-		return false, errs.New(errs.ErrBadRequest, "master address %q: %v", base, err)
+		return false, errs.New(errs.ErrBadRequest, "master address %q: %w", base, err)
 	}
 	if c.Token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.Token)
@@ -323,7 +326,7 @@ func (c *Client) do1(ctx context.Context, base, method, path string, body []byte
 		if ctx.Err() != nil {
 			return false, ctx.Err()
 		}
-		return true, errs.New(errs.ErrUnavailable, "master %s unreachable: %v (is it running? start one with 'gd2fs up' or set --master)", base, err)
+		return true, errs.New(errs.ErrUnavailable, "master %s unreachable: %w (is it running? start one with 'gd2fs up' or set --master)", base, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
@@ -344,8 +347,8 @@ func (c *Client) do1(ctx context.Context, base, method, path string, body []byte
 	return false, nil
 }
 
-// Layout is a model's KV layout (see meta.Layout).
-type Layout = meta.Layout
+// Layout is a model's KV layout.
+type Layout = kvlayout.Layout
 
 // KVRange is one entry of stored_kv_cache or fresh_kv_cache (DESIGN.md §6).
 type KVRange struct {
@@ -481,7 +484,7 @@ func ParseURI(s string) (URI, error) {
 	if hasQuery {
 		q, err := url.ParseQuery(query)
 		if err != nil {
-			return URI{}, errs.New(errs.ErrBadRequest, "%q: bad query: %v", s, err)
+			return URI{}, errs.New(errs.ErrBadRequest, "%q: bad query: %w", s, err)
 		}
 		for k, v := range q {
 			switch {

@@ -21,6 +21,7 @@ type KVTarget interface {
 // KVResult is one measured case.
 type KVResult struct {
 	BytesPerSec float64
+	Bytes       int64 // value bytes moved
 	P50, P99    time.Duration
 	Ops         int
 }
@@ -108,5 +109,5 @@ func RunKV(ctx context.Context, t KVTarget, c KVCase, prefix string) (KVResult, 
 		per *= int64(c.Batch)
 	}
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-	return KVResult{BytesPerSec: float64(per*int64(ops)) / el.Seconds(), P50: lat[len(lat)/2], P99: lat[len(lat)*99/100], Ops: ops}, nil
+	return KVResult{BytesPerSec: float64(per*int64(ops)) / el.Seconds(), Bytes: per * int64(ops), P50: lat[len(lat)/2], P99: lat[len(lat)*99/100], Ops: ops}, nil
 }

@@ -76,7 +76,7 @@ func New(cfg Config) (*Source, error) {
 	if strings.Contains(ep, "://") {
 		u, err := url.Parse(ep)
 		if err != nil {
-			return nil, errs.New(errs.ErrBadRequest, "S3 endpoint %q: %v", ep, err)
+			return nil, errs.New(errs.ErrBadRequest, "S3 endpoint %q: %w", ep, err)
 		}
 		secure = u.Scheme == "https"
 		ep = u.Host
@@ -92,7 +92,7 @@ func New(cfg Config) (*Source, error) {
 	}
 	mc, err := minio.New(ep, &minio.Options{Creds: cr, Secure: secure, Region: cfg.Region, BucketLookup: minio.BucketLookupPath})
 	if err != nil {
-		return nil, errs.New(errs.ErrBadRequest, "S3 endpoint %q: %v", ep, err)
+		return nil, errs.New(errs.ErrBadRequest, "S3 endpoint %q: %w", ep, err)
 	}
 	return &Source{mc: mc, cfg: cfg}, nil
 }
@@ -129,7 +129,7 @@ func explain(err error, what string) error {
 	case "InvalidRange":
 		return errs.New(errs.ErrOutOfRange, "%s: range outside the object", what)
 	}
-	return errs.New(errs.ErrUnavailable, "%s: %v", what, err)
+	return errs.New(errs.ErrUnavailable, "%s: %w", what, err)
 }
 
 func final(err error) bool {
@@ -205,7 +205,7 @@ func (s *Source) ReadRangeETag(ctx context.Context, bucket, key, etag string, of
 	return s.retry(ctx, func() error {
 		opts := minio.GetObjectOptions{}
 		if err := opts.SetRange(off, off+int64(len(dst))-1); err != nil {
-			return errs.New(errs.ErrBadRequest, "%s: %v", what, err)
+			return errs.New(errs.ErrBadRequest, "%s: %w", what, err)
 		}
 		if etag != "" {
 			opts.SetMatchETag(etag)
@@ -220,7 +220,7 @@ func (s *Source) ReadRangeETag(ctx context.Context, bucket, key, etag string, of
 			if e := explain(err, what); !errors.Is(e, errs.ErrUnavailable) {
 				return e
 			}
-			return errs.New(errs.ErrUnavailable, "%s: read %d of %d bytes: %v", what, n, len(dst), err)
+			return errs.New(errs.ErrUnavailable, "%s: read %d of %d bytes: %w", what, n, len(dst), err)
 		}
 		return nil
 	})

@@ -125,6 +125,8 @@ type Store struct {
 
 	memHits, diskHits, misses, puts, existed      atomic.Uint64
 	demotions, promotions, evictions, corruptRecs atomic.Uint64
+
+	closed bool // guarded by mu
 }
 
 // Open opens a store; with a disk tier it loads the segments, keeping every
@@ -168,6 +170,7 @@ func Open(cfg Config) (*Store, error) {
 func (s *Store) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.closed = true
 	for _, g := range s.segs {
 		g.f.Close()
 	}

@@ -21,6 +21,7 @@ func open(t *testing.T, cfg Config) *Store {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
+	checkAfter(t, s) // cleanups run last first: before Close
 	return s
 }
 

@@ -56,7 +56,7 @@ func readJSON(r *http.Request, v any) error {
 		if errors.As(err, &mb) {
 			return errs.New(errs.ErrTooLarge, "JSON body over %d bytes", limits.MaxJSONBody)
 		}
-		return errs.New(errs.ErrBadRequest, "reading the body: %v", err)
+		return errs.New(errs.ErrBadRequest, "reading the body: %w", err)
 	}
 	return decodeStrict(b, v)
 }
@@ -69,7 +69,7 @@ func decodeStrict(b []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return errs.New(errs.ErrBadRequest, "bad JSON body: %v", err)
+		return errs.New(errs.ErrBadRequest, "bad JSON body: %w", err)
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return errs.New(errs.ErrBadRequest, "bad JSON body: data after the first value")

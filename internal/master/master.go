@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"log/slog"
 	"math"
 	"net"
@@ -27,6 +26,7 @@ import (
 	"github.com/gd2fs/gd2fs/internal/limits"
 	"github.com/gd2fs/gd2fs/internal/meta"
 	"github.com/gd2fs/gd2fs/internal/netguard"
+	"github.com/gd2fs/gd2fs/internal/nspath"
 	"github.com/gd2fs/gd2fs/internal/placement"
 	"github.com/gd2fs/gd2fs/internal/rpc"
 	"github.com/gd2fs/gd2fs/internal/store"
@@ -88,7 +88,9 @@ type Master struct {
 	srv     *http.Server
 	peers   *rpc.Pool
 	metrics *metrics
-	seed    maphash.Seed
+
+	// sessions is the part of meta the explicit-mode handlers use.
+	sessions meta.Sessions
 
 	mu      sync.Mutex
 	servers map[string]*liveServer
@@ -123,8 +125,8 @@ func New(ctx context.Context, cfg Config) (*Master, error) {
 		cfg.SessionPool = "perf"
 	}
 	cfg.fillLimits()
-	m := &Master{cfg: cfg, log: cfg.Log.With("role", "master"), meta: cfg.Meta, servers: map[string]*liveServer{},
-		peers: rpc.NewPool(rpc.Options{Token: cfg.Token, Name: "master", Streams: 1, TLS: cfg.ClientTLS}), seed: maphash.MakeSeed()}
+	m := &Master{cfg: cfg, log: cfg.Log.With("role", "master"), meta: cfg.Meta, sessions: cfg.Meta, servers: map[string]*liveServer{},
+		peers: rpc.NewPool(rpc.Options{Token: cfg.Token, Name: "master", Streams: 1, TLS: cfg.ClientTLS})}
 	pools, err := m.meta.Pools(ctx)
 	if err != nil {
 		return nil, err
@@ -378,43 +380,29 @@ func (m *Master) pool(ctx context.Context, name string) (meta.Pool, error) {
 	return meta.Pool{}, errs.New(errs.ErrNotFound, "no pool %q: pools are %s", name, strings.Join(names, ", "))
 }
 
-// place picks replicas distinct servers for chunk idx of file fileID with
-// weighted rendezvous hashing: each server's score is -ln(u)/free, u a hash
-// of (file, chunk, server). A file's chunks spread over all servers, the
-// emptier ones take proportionally more, and the choice is stable.
+// place picks replicas distinct servers for chunk idx of file fileID by
+// placement.Weighted over the up servers with need bytes free: a file's
+// chunks spread over all servers, the emptier ones take proportionally
+// more, and the choice depends only on (file, chunk) and the servers' free
+// space, not on which master process makes it.
 func (m *Master) place(fileID, idx int64, replicas int, need int64) ([]string, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	type cand struct {
-		id    string
-		score float64
-	}
-	var cs []cand
+	var cs []placement.Candidate
 	up := 0
 	for id, s := range m.servers {
 		if !s.serving() {
 			continue
 		}
 		up++
-		free := s.info.Free()
-		if free < need {
-			continue
+		if free := s.info.Free(); free >= need {
+			cs = append(cs, placement.Candidate{ID: id, Free: free})
 		}
-		var h maphash.Hash
-		h.SetSeed(m.seed)
-		fmt.Fprintf(&h, "%d/%d/%s", fileID, idx, id)
-		u := (float64(h.Sum64()>>11) + 0.5) / (1 << 53)
-		cs = append(cs, cand{id, -math.Log(u) / float64(free)})
 	}
 	if len(cs) < replicas {
 		return nil, errs.New(errs.ErrUnavailable, "placement needs %d servers with %d bytes free, %d of %d up servers have it: start more servers, free space, or use a pool with fewer replicas", replicas, need, len(cs), up)
 	}
-	sort.Slice(cs, func(i, j int) bool { return cs[i].score < cs[j].score })
-	out := make([]string, replicas)
-	for i := range out {
-		out[i] = cs[i].id
-	}
-	return out, nil
+	return placement.Weighted([]byte(fmt.Sprintf("%d/%d", fileID, idx)), cs, replicas), nil
 }
 
 // chunksOut turns meta chunks into API chunks with addresses and liveness.
@@ -543,7 +531,7 @@ func writeErr(w http.ResponseWriter, err error) {
 }
 
 func pathArg(r *http.Request) (string, error) {
-	return meta.CleanPath("/" + r.PathValue("path"))
+	return nspath.Clean("/" + r.PathValue("path"))
 }
 
 // Handler is the master's HTTP API.

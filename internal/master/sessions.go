@@ -10,6 +10,7 @@ import (
 	"github.com/gd2fs/gd2fs/internal/api"
 	"github.com/gd2fs/gd2fs/internal/limits"
 	"github.com/gd2fs/gd2fs/internal/meta"
+	"github.com/gd2fs/gd2fs/internal/nspath"
 )
 
 // sessionRoutes adds the explicit-mode KV endpoints (docs/api.md).
@@ -20,10 +21,10 @@ func (m *Master) sessionRoutes(h func(pattern string, fn func(r *http.Request) (
 			return nil, err
 		}
 		l.Model = r.PathValue("model")
-		return l, m.meta.PutLayout(r.Context(), l)
+		return l, m.sessions.PutLayout(r.Context(), l)
 	})
 	h("GET /v1/models/{model}/layout", func(r *http.Request) (any, error) {
-		return m.meta.Layout(r.Context(), r.PathValue("model"))
+		return m.sessions.Layout(r.Context(), r.PathValue("model"))
 	})
 	h("POST /v1/prefixes", func(r *http.Request) (any, error) {
 		var p meta.Prefix
@@ -31,10 +32,10 @@ func (m *Master) sessionRoutes(h func(pattern string, fn func(r *http.Request) (
 			return nil, err
 		}
 		var err error
-		if p.Path, err = meta.CleanPath(p.Path); err != nil {
+		if p.Path, err = nspath.Clean(p.Path); err != nil {
 			return nil, err
 		}
-		return p, m.meta.PutPrefix(r.Context(), p)
+		return p, m.sessions.PutPrefix(r.Context(), p)
 	})
 	h("POST /v1/sessions/{id}/plan", m.plan)
 	h("POST /v1/sessions/{id}/commit", m.commitSession)
@@ -43,25 +44,25 @@ func (m *Master) sessionRoutes(h func(pattern string, fn func(r *http.Request) (
 		if err := readJSON(r, &req); err != nil {
 			return nil, err
 		}
-		if err := m.meta.ForkSession(r.Context(), r.PathValue("id"), req.NewID, time.Now()); err != nil {
+		if err := m.sessions.ForkSession(r.Context(), r.PathValue("id"), req.NewID, time.Now()); err != nil {
 			return nil, err
 		}
-		s, err := m.meta.Session(r.Context(), req.NewID)
+		s, err := m.sessions.Session(r.Context(), req.NewID)
 		return m.sessionOut(s), err
 	})
 	h("GET /v1/sessions/{id}", func(r *http.Request) (any, error) {
-		s, err := m.meta.Session(r.Context(), r.PathValue("id"))
+		s, err := m.sessions.Session(r.Context(), r.PathValue("id"))
 		return m.sessionOut(s), err
 	})
 	h("DELETE /v1/sessions/{id}", func(r *http.Request) (any, error) {
-		return struct{}{}, m.meta.DeleteSession(r.Context(), r.PathValue("id"))
+		return struct{}{}, m.sessions.DeleteSession(r.Context(), r.PathValue("id"))
 	})
 	h("GET /v1/sessions", func(r *http.Request) (any, error) {
 		limit, err := queryInt(r, "limit", 1000, 1, limits.MaxListLimit)
 		if err != nil {
 			return nil, err
 		}
-		ss, err := m.meta.Sessions(r.Context(), r.URL.Query().Get("after"), limit)
+		ss, err := m.sessions.Sessions(r.Context(), r.URL.Query().Get("after"), limit)
 		out := api.SessionList{Sessions: make([]api.Session, 0, len(ss))}
 		for _, s := range ss {
 			out.Sessions = append(out.Sessions, m.sessionOut(s))
@@ -135,7 +136,7 @@ func (m *Master) plan(r *http.Request) (any, error) {
 			return nil, err
 		}
 	}
-	p, err := m.meta.PlanSession(r.Context(), meta.PlanInput{
+	p, err := m.sessions.PlanSession(r.Context(), meta.PlanInput{
 		Session: r.PathValue("id"), Model: req.Model, Prefixes: prefixes, PromptTokens: req.PromptTokens,
 		DecodeTokens: req.DecodeTokens, NewFile: req.NewFile, Dir: "/kv-sessions", Pool: m.cfg.SessionPool,
 		ChunkSize: DefaultChunkSize, Quota: m.cfg.SessionQuota, PlanTTL: 10 * time.Minute, Now: time.Now(), Aligned: engine,
@@ -179,7 +180,7 @@ func (m *Master) localPath(p string) (string, error) {
 		}
 		p = u.Path
 	}
-	return meta.CleanPath(p)
+	return nspath.Clean(p)
 }
 
 // checkURISafe refuses session ids that cannot stand unescaped in a kv_uri
@@ -215,11 +216,11 @@ func (m *Master) commitSession(r *http.Request) (any, error) {
 	for i, k := range saved {
 		path, err := m.localPath(k.KVURI)
 		if err != nil {
-			return nil, errs.New(errs.ErrBadRequest, "saved segment %d: kv_uri %q: %v", i, k.KVURI, err)
+			return nil, errs.New(errs.ErrBadRequest, "saved segment %d: kv_uri %q: %w", i, k.KVURI, err)
 		}
 		in.Saved = append(in.Saved, meta.Range{TokenStart: k.TokenStart, TokenLength: k.TokenLength, Path: path, KVStart: k.KVStart, KVLength: k.KVLength})
 	}
-	s, err := m.meta.CommitSession(r.Context(), in)
+	s, err := m.sessions.CommitSession(r.Context(), in)
 	if err != nil {
 		m.metrics.commitFailures.Inc()
 	}

@@ -3,8 +3,6 @@ package meta
 import (
 	"fmt"
 	"os"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/gd2fs/gd2fs/errs"
 	"github.com/gd2fs/gd2fs/internal/limits"
@@ -13,23 +11,6 @@ import (
 // Numeric checks of layouts, plans and prefixes, kept apart from the SQL of
 // sessions.go: every figure a request carries is compared with its maximum
 // (package limits) before it is multiplied into a byte count.
-
-// checkLayoutLimits bounds each field and computes the page size with checked
-// multiplication, so no field combination wraps into a small or negative size.
-func checkLayoutLimits(l Layout) error {
-	switch {
-	case l.Layers > limits.MaxLayers, l.KVHeads > limits.MaxKVHeads, l.HeadDim > limits.MaxHeadDim, l.PageTokens > limits.MaxPageTokens:
-		return errs.New(errs.ErrBadRequest, "layout of %s: layers at most %d, kv_heads at most %d, head_dim at most %d, page_tokens at most %d",
-			l.Model, limits.MaxLayers, limits.MaxKVHeads, limits.MaxHeadDim, limits.MaxPageTokens)
-	}
-	// Heads as stored: every rank's region (tp_size of them when heads are
-	// replicated over more ranks than there are heads).
-	heads := int64(l.Regions()) * int64(l.rankHeads())
-	if n, ok := limits.MulAll(2, int64(l.Layers), heads, int64(l.HeadDim), int64(DTypeSize(l.DType)), int64(l.PageTokens)); !ok || n > limits.MaxPageBytes {
-		return errs.New(errs.ErrBadRequest, "layout of %s: a page of %d tokens is larger than %d bytes", l.Model, l.PageTokens, limits.MaxPageBytes)
-	}
-	return nil
-}
 
 // checkTokens bounds a token count of a prefix or plan.
 func checkTokens(what string, n int64) error {
@@ -58,22 +39,6 @@ func checkPlanInput(in PlanInput) error {
 func CheckSize(size int64) error {
 	if size < 0 || size > limits.MaxFileSize {
 		return errs.New(errs.ErrBadRequest, "size %d: must be between 0 and %d bytes", size, int64(limits.MaxFileSize))
-	}
-	return nil
-}
-
-// checkName refuses path names that are not valid UTF-8 or hold control
-// characters: they print as something else than they are (a newline splits a
-// listing line, a terminal escape rewrites the screen) and cannot be typed
-// back. Checked on every path that reaches the master (CleanPath).
-func checkName(p string) error {
-	if !utf8.ValidString(p) {
-		return errs.New(errs.ErrBadRequest, "path %+q is not valid UTF-8", p)
-	}
-	for _, r := range p {
-		if unicode.IsControl(r) || r == utf8.RuneError {
-			return errs.New(errs.ErrBadRequest, "path %+q holds a control character (U+%04X): names must be printable", p, r)
-		}
 	}
 	return nil
 }

@@ -2,7 +2,6 @@ package meta
 
 import (
 	"context"
-	"errors"
 	"math"
 	"testing"
 
@@ -60,19 +59,5 @@ func TestLimits(t *testing.T) {
 			mustIs(t, err, errs.ErrBadRequest)
 			mustIs(t, s.PutPrefix(ctx, Prefix{Path: "/big", Model: "llama", Tokens: math.MaxInt64}), errs.ErrBadRequest)
 		})
-	}
-}
-
-// TestCleanPathNames: names that print as something else are refused.
-func TestCleanPathNames(t *testing.T) {
-	for _, p := range []string{"/a\nb", "/a\xffb", "/esc\x1b[2J", "/tab\there", "/del\x7f", "/c1\u0085"} {
-		if _, err := CleanPath(p); !errors.Is(err, errs.ErrBadRequest) {
-			t.Errorf("CleanPath(%q) = %v, want a bad request", p, err)
-		}
-	}
-	for _, p := range []string{"/models/m/w.bin", "/日本語/モデル", "/a b/c-d_e.f"} {
-		if _, err := CleanPath(p); err != nil {
-			t.Errorf("CleanPath(%q): %v", p, err)
-		}
 	}
 }

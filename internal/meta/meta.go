@@ -57,15 +57,30 @@ type Placed struct {
 	Pool string
 }
 
-// Store is the metadata interface the master uses. Errors wrap errs sentinels.
+// Store is the whole metadata store: the four interfaces below, one per
+// consumer inside the master, over one database. Errors wrap errs
+// sentinels. A consumer that needs only part of it takes the small
+// interface (the session handlers take Sessions, the plan benchmark
+// Sessions and Namespace).
 type Store interface {
 	Close() error
+	Leadership
+	Membership
+	Namespace
+	Sessions
+}
 
+// Leadership elects one master among several on one database.
+type Leadership interface {
 	// Lead tries to make this store's master the leader (recording url) and
 	// reports whether it leads; Leader is the url the leader recorded.
 	Lead(ctx context.Context, url string) (bool, error)
 	Leader(ctx context.Context) (string, error)
+}
 
+// Membership is the servers, pools and epoch of the membership map, where
+// each server's chunks are, and the chunk deletions servers owe.
+type Membership interface {
 	Epoch(ctx context.Context) (int64, error)
 	BumpEpoch(ctx context.Context) (int64, error)
 
@@ -74,6 +89,18 @@ type Store interface {
 	PutPool(ctx context.Context, p Pool) error
 	Pools(ctx context.Context) ([]Pool, error)
 
+	ChunksOn(ctx context.Context, serverID string) ([]Placed, error)
+	// ReplaceReplica swaps server old for new in a chunk's replica list.
+	ReplaceReplica(ctx context.Context, chunkID uint64, old, new string) error
+
+	Tombstones(ctx context.Context, serverID string, limit int) ([]uint64, error)
+	// Orphans tombstones the chunks in held that serverID should not hold.
+	Orphans(ctx context.Context, serverID string, held []uint64) (int, error)
+	ClearTombstones(ctx context.Context, serverID string, ids []uint64) error
+}
+
+// Namespace is directories, files, their chunks and attributes.
+type Namespace interface {
 	Mkdir(ctx context.Context, path string, now time.Time) error
 	RemoveDir(ctx context.Context, path string) error
 	CreateFile(ctx context.Context, f File) (File, error)
@@ -91,22 +118,17 @@ type Store interface {
 	// them fresh ids, and returns the chunks at all asked indexes.
 	AddChunks(ctx context.Context, fileID int64, want []Chunk) ([]Chunk, error)
 	Chunks(ctx context.Context, fileID int64) ([]Chunk, error)
-	ChunksOn(ctx context.Context, serverID string) ([]Placed, error)
-	// ReplaceReplica swaps server old for new in a chunk's replica list.
-	ReplaceReplica(ctx context.Context, chunkID uint64, old, new string) error
-
-	Tombstones(ctx context.Context, serverID string, limit int) ([]uint64, error)
-	// Orphans tombstones the chunks in held that serverID should not hold.
-	Orphans(ctx context.Context, serverID string, held []uint64) (int, error)
-	ClearTombstones(ctx context.Context, serverID string, ids []uint64) error
 
 	Totals(ctx context.Context) (files, bytes int64, err error)
 
 	// File attributes (cold source, etag, sha256 of model files).
 	SetAttrs(ctx context.Context, path string, attrs map[string]string) error
 	Attrs(ctx context.Context, path string) (map[string]string, error)
+}
 
-	// Explicit-mode KV sessions (sessions.go).
+// Sessions is explicit-mode KV: layouts, shared prefixes, sessions and their
+// plans (sessions.go).
+type Sessions interface {
 	PutLayout(ctx context.Context, l Layout) error
 	Layout(ctx context.Context, model string) (Layout, error)
 	PutPrefix(ctx context.Context, p Prefix) error

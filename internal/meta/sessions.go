@@ -10,6 +10,7 @@ import (
 
 	"github.com/gd2fs/gd2fs/errs"
 	"github.com/gd2fs/gd2fs/internal/limits"
+	"github.com/gd2fs/gd2fs/kvlayout"
 )
 
 // Explicit-mode KV cache (DESIGN.md §3 Session, §6): model layouts, shared
@@ -18,102 +19,12 @@ import (
 // transaction, so two plans never overlap and a plan never names bytes that
 // an eviction removed.
 
-// Layout describes how a model's KV is laid out in bytes.
-type Layout struct {
-	Model      string `json:"model"`
-	Layers     int    `json:"layers"`
-	KVHeads    int    `json:"kv_heads"`
-	HeadDim    int    `json:"head_dim"`
-	DType      string `json:"dtype"` // fp32, fp16, bf16, fp8, int8
-	PageTokens int    `json:"page_tokens"`
-	Order      string `json:"layout"` // layer_first, page_first or kv_first
-	// TPSize is the number of tensor-parallel ranks the engine shards the
-	// KV heads over (default 1). A range then holds one region per rank,
-	// back to back: rank r's at kv_start + r × kv_length/regions.
-	TPSize int `json:"tp_size,omitempty"`
-	// Replicated: every rank holds the same KV (MLA), stored once.
-	Replicated bool `json:"replicated,omitempty"`
-}
+// Layout describes how a model's KV is laid out in bytes (kvlayout.Layout,
+// the one layout type).
+type Layout = kvlayout.Layout
 
 // DTypeSize is the size in bytes of one element of dtype, or 0 if unknown.
-func DTypeSize(dtype string) int {
-	switch dtype {
-	case "fp32", "float32":
-		return 4
-	case "fp16", "float16", "bf16", "bfloat16":
-		return 2
-	case "fp8", "fp8_e4m3", "fp8_e5m2", "int8", "uint8":
-		return 1
-	}
-	return 0
-}
-
-// Validate checks a layout's fields.
-func (l Layout) Validate() error {
-	switch {
-	case l.Model == "":
-		return errs.New(errs.ErrBadRequest, "layout needs a model name")
-	case l.Layers < 1 || l.KVHeads < 1 || l.HeadDim < 1 || l.PageTokens < 1:
-		return errs.New(errs.ErrBadRequest, "layout of %s: layers, kv_heads, head_dim and page_tokens must be positive", l.Model)
-	case DTypeSize(l.DType) == 0:
-		return errs.New(errs.ErrBadRequest, "layout of %s: unknown dtype %q (fp32, fp16, bf16, fp8, int8)", l.Model, l.DType)
-	case l.Order != "layer_first" && l.Order != "page_first" && l.Order != "kv_first":
-		return errs.New(errs.ErrBadRequest, "layout of %s: layout must be layer_first, page_first or kv_first, not %q", l.Model, l.Order)
-	case l.TPSize < 0 || l.TPSize > 1024:
-		return errs.New(errs.ErrBadRequest, "layout of %s: tp_size must be 1 to 1024, not %d", l.Model, l.TPSize)
-	case l.Layers > 1<<16 || l.KVHeads > 1<<16 || l.HeadDim > 1<<16 || l.PageTokens > 1<<20:
-		return errs.New(errs.ErrBadRequest, "layout of %s: layers, kv_heads and head_dim are at most 65536, page_tokens at most 2^20", l.Model)
-	case l.rankHeads() == 0:
-		return errs.New(errs.ErrBadRequest, "layout of %s: %d KV heads cannot be split over %d ranks (one must divide the other)", l.Model, l.KVHeads, l.TPSize)
-	case l.PageBytes() > 1<<30:
-		return errs.New(errs.ErrBadRequest, "layout of %s: a page of %d bytes is too large", l.Model, l.PageBytes())
-	}
-	return checkLayoutLimits(l)
-}
-
-// Regions is how many per-rank regions a range holds: the TP size, or 1
-// when the KV is replicated on every rank.
-func (l Layout) Regions() int {
-	if l.Replicated || l.TPSize < 2 {
-		return 1
-	}
-	return l.TPSize
-}
-
-// rankHeads is the KV heads one rank holds: kv_heads/tp_size, or 1 when
-// there are fewer heads than ranks (engines then replicate heads), or 0
-// when neither divides the other.
-func (l Layout) rankHeads() int {
-	tp := max(l.TPSize, 1)
-	switch {
-	case l.Replicated || tp == 1:
-		return l.KVHeads
-	case l.KVHeads%tp == 0:
-		return l.KVHeads / tp
-	case tp%l.KVHeads == 0:
-		return 1
-	}
-	return 0
-}
-
-// RankTokenBytes is the KV size of one token on one rank: K and V, every
-// layer, the rank's heads.
-func (l Layout) RankTokenBytes() int64 {
-	return 2 * int64(l.Layers) * int64(l.rankHeads()) * int64(l.HeadDim) * int64(DTypeSize(l.DType))
-}
-
-// TokenBytes is the KV size of one token as stored: every rank's region.
-func (l Layout) TokenBytes() int64 { return int64(l.Regions()) * l.RankTokenBytes() }
-
-// PageBytes is the size of one page of PageTokens tokens.
-func (l Layout) PageBytes() int64 { return int64(l.PageTokens) * l.TokenBytes() }
-
-// RangeBytes is the size of a range of tokens: whole pages, the last one
-// padded. Pages are counted from the start of the range.
-func (l Layout) RangeBytes(tokens int64) int64 {
-	pages := (tokens + int64(l.PageTokens) - 1) / int64(l.PageTokens)
-	return pages * l.PageBytes()
-}
+func DTypeSize(dtype string) int { return kvlayout.DTypeSize(dtype) }
 
 // Prefix is a registered shared prefix: a file holding the KV of Tokens tokens.
 type Prefix struct {

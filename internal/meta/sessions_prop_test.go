@@ -79,7 +79,7 @@ func mix(x uint64) uint64 {
 // engine would gather it from its paged memory: RangeBytes(n) bytes, one
 // region per tensor-parallel rank (each rank's heads have their own KV).
 func encode(l Layout, c conv, start, n int64) []byte {
-	d := kvlayout.Desc{Layers: l.Layers, KVHeads: l.rankHeads(), HeadDim: l.HeadDim, DTypeSize: DTypeSize(l.DType), PageTokens: l.PageTokens}
+	d := kvlayout.Desc{Layers: l.Layers, KVHeads: l.RankHeads(), HeadDim: l.HeadDim, DTypeSize: DTypeSize(l.DType), PageTokens: l.PageTokens}
 	d.Order, _ = kvlayout.ParseOrder(l.Order)
 	pages := int((n + int64(l.PageTokens) - 1) / int64(l.PageTokens))
 	table := make([]int, pages)

@@ -206,7 +206,7 @@ func wrapDB(err error) error {
 	if errors.As(err, &e) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
-	return errs.New(errs.ErrUnavailable, "metadata database: %v", err)
+	return errs.New(errs.ErrUnavailable, "metadata database: %w", err)
 }
 
 func (s *sqlStore) counter(ctx context.Context, x execer, k string, add int64) (int64, error) {
@@ -273,27 +273,6 @@ func (s *sqlStore) Pools(ctx context.Context) ([]Pool, error) {
 		out = append(out, p)
 	}
 	return out, wrapDB(rows.Err())
-}
-
-// CleanPath validates and normalises a namespace path: absolute, no empty,
-// "." or ".." segments, no NUL, at most 4096 bytes, valid UTF-8 without
-// control characters.
-func CleanPath(p string) (string, error) {
-	if !strings.HasPrefix(p, "/") {
-		p = "/" + p
-	}
-	if len(p) > 4096 || strings.ContainsRune(p, 0) {
-		return "", errs.New(errs.ErrBadRequest, "path %.64q: too long or contains NUL", p)
-	}
-	if err := checkName(p); err != nil {
-		return "", err
-	}
-	for _, seg := range strings.Split(strings.Trim(p, "/"), "/") {
-		if seg == "." || seg == ".." {
-			return "", errs.New(errs.ErrBadRequest, "path %q: '.' and '..' are not allowed", p)
-		}
-	}
-	return path.Clean(p), nil
 }
 
 func parentOf(p string) string { return path.Dir(p) }

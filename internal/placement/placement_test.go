@@ -61,3 +61,28 @@ func TestOwnersDistinctAndStable(t *testing.T) {
 		t.Fatal("fewer members than replicas")
 	}
 }
+
+// TestWeighted: picks are distinct, repeatable, and spread in proportion to
+// free space.
+func TestWeighted(t *testing.T) {
+	cands := []Candidate{{"a", 1 << 30}, {"b", 1 << 30}, {"c", 2 << 30}, {"d", 0}}
+	wins := map[string]int{}
+	for i := 0; i < 20000; i++ {
+		key := []byte(fmt.Sprintf("%d/%d", i/7, i%7))
+		got := Weighted(key, cands, 2)
+		if len(got) != 2 || got[0] == got[1] {
+			t.Fatalf("key %s: %v", key, got)
+		}
+		if again := Weighted(key, cands, 2); again[0] != got[0] || again[1] != got[1] {
+			t.Fatalf("key %s: %v then %v", key, got, again)
+		}
+		wins[got[0]]++
+	}
+	// c has half the free space: it should win about half the first picks.
+	if wins["d"] != 0 || wins["c"] < 9000 || wins["c"] > 11000 || wins["a"] < 4000 || wins["b"] < 4000 {
+		t.Fatalf("first picks %v", wins)
+	}
+	if got := Weighted([]byte("k"), cands, 9); len(got) != 4 || got[3] != "d" {
+		t.Fatalf("all candidates, empty last: %v", got)
+	}
+}

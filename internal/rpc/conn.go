@@ -103,7 +103,7 @@ func Dial(ctx context.Context, addr string, o Options, local string) (*Conn, err
 	}
 	nc, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
-		return nil, errs.New(errs.ErrUnavailable, "connect to server %s: %v", addr, err)
+		return nil, errs.New(errs.ErrUnavailable, "connect to server %s: %w", addr, err)
 	}
 	if o.TLS != nil {
 		if nc, err = clientTLS(ctx, nc, addr, o); err != nil {
@@ -189,7 +189,7 @@ func (c *Conn) Do(ctx context.Context, req *Request) (Response, error) {
 	c.wmu.Unlock()
 	if err != nil {
 		// A partial frame leaves the stream out of sync: the connection is done.
-		c.fail(errs.New(errs.ErrUnavailable, "send to server %s: %v", c.addr, err))
+		c.fail(errs.New(errs.ErrUnavailable, "send to server %s: %w", c.addr, err))
 	}
 
 	select {
@@ -216,7 +216,7 @@ func (c *Conn) readLoop(r *wire.Reader) {
 			if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
 				err = errs.New(errs.ErrUnavailable, "server %s closed the connection", c.addr)
 			} else {
-				err = errs.New(errs.ErrUnavailable, "connection to server %s: %v", c.addr, err)
+				err = errs.New(errs.ErrUnavailable, "connection to server %s: %w", c.addr, err)
 			}
 			c.fail(err)
 			return
@@ -257,7 +257,7 @@ func (c *Conn) readLoop(r *wire.Reader) {
 			cl.err = perr
 		}
 		if perr != nil && perr != wire.ErrPayloadCRC && perr != wire.ErrShortPayload {
-			cl.err = errs.New(errs.ErrUnavailable, "connection to server %s: %v", c.addr, perr)
+			cl.err = errs.New(errs.ErrUnavailable, "connection to server %s: %w", c.addr, perr)
 			close(cl.done)
 			c.fail(cl.err)
 			return
@@ -278,7 +278,7 @@ func clientTLS(ctx context.Context, nc net.Conn, addr string, o Options) (net.Co
 	defer cancel()
 	if err := tc.HandshakeContext(hctx); err != nil {
 		nc.Close()
-		return nil, errs.New(errs.ErrUnavailable, "TLS handshake with server %s: %v (check --tls-ca, and --tls-cert/--tls-key where servers require client certificates)", addr, err)
+		return nil, errs.New(errs.ErrUnavailable, "TLS handshake with server %s: %w (check --tls-ca, and --tls-cert/--tls-key where servers require client certificates)", addr, err)
 	}
 	return tc, nil
 }

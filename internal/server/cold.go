@@ -70,7 +70,7 @@ func (s *Server) fillChunk(ref wire.ColdRef) error {
 	bp := bufpool.Get(int(ref.Length))
 	defer bufpool.Put(bp)
 	buf := *bp
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	ctx, cancel := context.WithTimeout(s.life, 10*time.Minute)
 	defer cancel()
 	const part = 4 << 20
 	var wg sync.WaitGroup

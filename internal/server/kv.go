@@ -73,7 +73,7 @@ func (s *Server) checkOwner(ref wire.KVRef, clientEpoch int64) error {
 func (s *Server) refreshMembership() {
 	s.refreshMu.Lock()
 	defer s.refreshMu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(s.life, 5*time.Second)
 	defer cancel()
 	s.heartbeat(ctx)
 }
@@ -94,7 +94,7 @@ func (s *Server) kvPut(ref wire.KVRef, epoch int64, overwrite bool, value []byte
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			ctx, cancel := context.WithTimeout(s.life, 60*time.Second)
 			defer cancel()
 			if _, err := s.peers.KVPut(ctx, addr, wire.KVRef{Pool: ref.Pool, Key: ref.Key}, epoch, value, overwrite, crc); err != nil {
 				errc <- fmt.Errorf("replica %s: %w", addr, err)

@@ -94,6 +94,12 @@ type Server struct {
 	deleted   []uint64 // chunk deletions to acknowledge in the next heartbeat
 	held      []uint64 // chunks found on disk at start, until the master reconciled them
 	wg        sync.WaitGroup
+
+	// life ends when Close is called: forwards, copies, S3 fills and
+	// membership refreshes run under it, so Close never waits out their
+	// timeouts and nothing outlives the server.
+	life context.Context
+	stop context.CancelFunc
 }
 
 // New opens the store and starts listening; Run serves.
@@ -147,6 +153,7 @@ func New(cfg Config) (*Server, error) {
 		httpLn: newChanListener(ln.Addr()),
 		conns:  make(map[net.Conn]struct{}),
 	}
+	s.life, s.stop = context.WithCancel(context.Background())
 	s.metrics = newMetrics(s)
 	// Taken before serving: a chunk written after this is the master's own
 	// allocation and can never look like an orphan.
@@ -254,6 +261,7 @@ func (s *Server) Close() error {
 		c.Close()
 	}
 	s.mu.Unlock()
+	s.stop()
 	s.ln.Close()
 	s.httpSrv.Close()
 	s.peers.Close()
@@ -582,7 +590,7 @@ func (s *Server) write(ref wire.ChunkRef, off int64, p []byte, crc uint32) error
 		return s.store.WriteChecked(ref.ID, off, p, crc)
 	}
 	errc := make(chan error, len(ref.Forward))
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(s.life, 60*time.Second)
 	defer cancel()
 	for _, addr := range ref.Forward {
 		go func() {
@@ -609,7 +617,7 @@ func (s *Server) writeDirect(ref wire.ChunkRef, off int64, pw *store.Pending, cr
 		return pw.Commit(crc)
 	}
 	errc := make(chan error, len(ref.Forward))
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(s.life, 60*time.Second)
 	defer cancel()
 	// Forwards and the local commit run together; the pages stay pinned
 	// and the chunk locked until the forwards are done (CommitWhen waits).
@@ -686,7 +694,7 @@ func (s *Server) control(dc *dataConn, h wire.Header, id uint64, body []byte, st
 // copyFrom fetches chunk id from server src: used by the master to restore
 // the replica count of HA chunks after a server is lost.
 func (s *Server) copyFrom(id uint64, src string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(s.life, 5*time.Minute)
 	defer cancel()
 	length, sealed, err := s.peers.StatChunk(ctx, src, id)
 	if err != nil {

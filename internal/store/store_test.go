@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/gd2fs/gd2fs/errs"
+	"github.com/gd2fs/gd2fs/internal/testutil"
 	"github.com/gd2fs/gd2fs/internal/wire"
 )
 
@@ -20,6 +21,7 @@ func open(t *testing.T, cfg Config) *Store {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
+	checkAfter(t, s) // cleanups run last first: before Close
 	return s
 }
 
@@ -41,14 +43,7 @@ func readAll(t *testing.T, s *Store, id uint64, off, n int64) []byte {
 	return out
 }
 
-func rnd(n int, seed uint64) []byte {
-	r := rand.New(rand.NewPCG(seed, 1))
-	b := make([]byte, n)
-	for i := range b {
-		b[i] = byte(r.Uint32())
-	}
-	return b
-}
+func rnd(n int, seed uint64) []byte { return testutil.RandomBytes(n, seed) }
 
 // model applies the same writes to a plain byte slice.
 func modelWrite(m []byte, off int, p []byte) []byte {

@@ -12,7 +12,6 @@ package wire
 import (
 	"bufio"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
@@ -103,41 +102,60 @@ const (
 	StatusExists
 )
 
-var statusErr = map[Status]error{
-	StatusBadRequest:   errs.ErrBadRequest,
-	StatusNotFound:     errs.ErrNotFound,
-	StatusChecksum:     errs.ErrChecksum,
-	StatusNoSpace:      errs.ErrNoSpace,
-	StatusSealed:       errs.ErrSealed,
-	StatusOutOfRange:   errs.ErrOutOfRange,
-	StatusUnauthorized: errs.ErrUnauthorized,
-	StatusVersion:      errs.ErrVersion,
-	StatusUnavailable:  errs.ErrUnavailable,
-	StatusMoved:        errs.ErrMoved,
-	StatusInternal:     errs.ErrInternal,
-	StatusTooLarge:     errs.ErrTooLarge,
-	StatusUnknownOp:    errs.ErrUnknownOp,
-	StatusExists:       errs.ErrExists,
+// statusErrs pairs each status with its sentinel, in status order.
+var statusErrs = []struct {
+	s   Status
+	err error
+}{
+	{StatusBadRequest, errs.ErrBadRequest},
+	{StatusNotFound, errs.ErrNotFound},
+	{StatusChecksum, errs.ErrChecksum},
+	{StatusNoSpace, errs.ErrNoSpace},
+	{StatusSealed, errs.ErrSealed},
+	{StatusOutOfRange, errs.ErrOutOfRange},
+	{StatusUnauthorized, errs.ErrUnauthorized},
+	{StatusVersion, errs.ErrVersion},
+	{StatusUnavailable, errs.ErrUnavailable},
+	{StatusMoved, errs.ErrMoved},
+	{StatusInternal, errs.ErrInternal},
+	{StatusTooLarge, errs.ErrTooLarge},
+	{StatusUnknownOp, errs.ErrUnknownOp},
+	{StatusExists, errs.ErrExists},
+}
+
+// statusErr is the sentinel s carries.
+func statusErr(s Status) (error, bool) {
+	for _, e := range statusErrs {
+		if e.s == s {
+			return e.err, true
+		}
+	}
+	return nil, false
 }
 
 func (s Status) String() string {
 	if s == StatusOK {
 		return "ok"
 	}
-	if e, ok := statusErr[s]; ok {
+	if e, ok := statusErr(s); ok {
 		return e.Error()
 	}
 	return fmt.Sprintf("status(%d)", uint16(s))
 }
 
-// StatusOf maps an error to the status that carries it on the wire.
+// StatusOf maps an error to the status that carries it on the wire: its kind
+// (errs.KindOf), or StatusInternal when the wire has no status for it.
 func StatusOf(err error) Status {
 	if err == nil {
 		return StatusOK
 	}
-	for s, e := range statusErr {
-		if errors.Is(err, e) {
-			return s
+	// The kind decides, not a cause of another kind it wraps (errs.KindOf),
+	// and the table is walked in a fixed order, so the answer is the same
+	// every time.
+	kind := errs.KindOf(err)
+	for _, e := range statusErrs {
+		if kind == e.err {
+			return e.s
 		}
 	}
 	return StatusInternal
@@ -148,7 +166,7 @@ func ErrorOf(s Status, msg string) error {
 	if s == StatusOK {
 		return nil
 	}
-	kind, ok := statusErr[s]
+	kind, ok := statusErr(s)
 	if !ok {
 		kind = errs.ErrInternal
 	}
@@ -203,9 +221,10 @@ var (
 	ErrShortPayload = errs.New(errs.ErrBadRequest, "wire: destination shorter than payload")
 )
 
-// Encode writes h and key into b (len(b) >= HeaderSize) and returns the
-// header bytes followed by nothing: the key is sent separately. The header CRC
-// covers key.
+// Encode writes the fixed header for h into b[:HeaderSize] (len(b) >=
+// HeaderSize) and returns that slice. It does not copy key: the caller sends
+// the key right after the header. The header records len(key), and its CRC
+// covers the key too.
 func Encode(b []byte, h *Header, key []byte) []byte {
 	b = b[:HeaderSize]
 	le := binary.LittleEndian

@@ -95,6 +95,14 @@ func TestStatusMapping(t *testing.T) {
 	if StatusOf(errors.New("plain")) != StatusInternal {
 		t.Error("plain error should map to internal")
 	}
+	// The kind decides, every time, even when the cause has another kind
+	// the wire also knows.
+	err := errs.New(errs.ErrUnavailable, "no replica (last: %w)", ErrorOf(StatusChecksum, "crc"))
+	for i := 0; i < 100; i++ {
+		if got := StatusOf(err); got != StatusUnavailable {
+			t.Fatalf("StatusOf = %v, want unavailable", got)
+		}
+	}
 }
 
 func TestParseChunkRefBad(t *testing.T) {

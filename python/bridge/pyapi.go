@@ -270,7 +270,7 @@ func (e *Engine) Call(method string, params []byte) ([]byte, error) {
 	}
 	if len(params) > 0 {
 		if err := json.Unmarshal(params, &p); err != nil {
-			return nil, errs.New(errs.ErrBadRequest, "%s: params: %v", method, err)
+			return nil, errs.New(errs.ErrBadRequest, "%s: params: %w", method, err)
 		}
 	}
 	ctx, cancel := context.WithTimeout(e.ctx, 60*time.Second)

@@ -12,7 +12,7 @@ import (
 
 	"github.com/gd2fs/gd2fs/client"
 	"github.com/gd2fs/gd2fs/errs"
-	"github.com/gd2fs/gd2fs/internal/meta"
+	"github.com/gd2fs/gd2fs/internal/nspath"
 )
 
 // Op is a transfer's direction.
@@ -77,7 +77,7 @@ func CleanPath(p string) (string, error) {
 	if !strings.HasPrefix(p, "/") {
 		return "", errs.New(errs.ErrBadRequest, "path %q: want an absolute path such as /kv/model/0", p)
 	}
-	return meta.CleanPath(p)
+	return nspath.Clean(p)
 }
 
 // Submit starts a transfer of the file range [off, off+sum(len)) into

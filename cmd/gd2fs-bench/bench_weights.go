@@ -20,14 +20,14 @@ import (
 	"github.com/spf13/cobra"
 )
 
-func newBenchWeights(g *globals) *cobra.Command {
+func newBenchWeights() *cobra.Command {
 	var size string
 	var files int
 	cmd := &cobra.Command{
 		Use:   "weights",
 		Short: "Model weights through the tiers: pull vs aws s3 cp, warm read vs loopback, hot read vs fio, 8 loaders vs 1",
-		Example: `  gd2fs bench weights                        # a 1 GiB model in 4 files
-  gd2fs bench weights --size 2GiB --files 8`,
+		Example: `  gd2fs-bench weights                        # a 1 GiB model in 4 files
+  gd2fs-bench weights --size 2GiB --files 8`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := context.Background()

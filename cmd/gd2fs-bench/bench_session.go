@@ -19,14 +19,14 @@ import (
 	"github.com/spf13/cobra"
 )
 
-func newBenchPlan(g *globals) *cobra.Command {
+func newBenchPlan() *cobra.Command {
 	var metaDSN string
 	var sessions, plans, conc int
 	cmd := &cobra.Command{
 		Use:   "plan",
 		Short: "Plan latency and plans per second with many sessions, against SQLite or PostgreSQL",
-		Example: `  gd2fs bench plan                                           # 100,000 sessions in a temp SQLite file
-  gd2fs bench plan --meta postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable`,
+		Example: `  gd2fs-bench plan                                           # 100,000 sessions in a temp SQLite file
+  gd2fs-bench plan --meta postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := context.Background()
@@ -139,21 +139,14 @@ func newBenchPlan(g *globals) *cobra.Command {
 	return cmd
 }
 
-func redactDSN(d string) string {
-	if strings.HasPrefix(d, "postgres://") || strings.HasPrefix(d, "postgresql://") {
-		return "PostgreSQL"
-	}
-	return d
-}
-
-func newBenchSessionLoad(g *globals) *cobra.Command {
+func newBenchSessionLoad() *cobra.Command {
 	var tokens, turn int64
 	var runs int
 	cmd := &cobra.Command{
 		Use:   "session-load",
 		Short: "Load a long context through a plan (its stored ranges) beside reading the same bytes as one file",
-		Example: `  gd2fs bench session-load                 # 32k tokens of Llama-3-8B KV per TP rank (16 KiB/token, 512 MiB)
-  gd2fs bench session-load --tokens 8192`,
+		Example: `  gd2fs-bench session-load                 # 32k tokens of Llama-3-8B KV per TP rank (16 KiB/token, 512 MiB)
+  gd2fs-bench session-load --tokens 8192`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := context.Background()

@@ -85,6 +85,7 @@ func startRedis(dir string) (*exec.Cmd, string, error) {
 	_, port, _ := net.SplitHostPort(addr)
 	cmd := exec.Command(bin, "--bind", "127.0.0.1", "--port", port, "--save", "", "--appendonly", "no",
 		"--dir", dir, "--protected-mode", "no", "--proto-max-bulk-len", "128mb", "--client-query-buffer-limit", "1gb")
+	dieWithUs(cmd)
 	if err := cmd.Start(); err != nil {
 		return nil, "", err
 	}
@@ -99,15 +100,15 @@ func startRedis(dir string) (*exec.Cmd, string, error) {
 	return nil, "", errors.New("redis-server did not start")
 }
 
-func newBenchKV(g *globals) *cobra.Command {
+func newBenchKV() *cobra.Command {
 	var sizes, concs, mem, dataPer, dir string
 	var servers, batch int
 	var skipDisk, diskOnly bool
 	cmd := &cobra.Command{
 		Use:   "kv",
 		Short: "KV cache SET/GET/batched GET beside Redis and raw loopback TCP, plus reads from the disk tier beside fio",
-		Example: `  gd2fs bench kv                                  # 64KiB,1MiB,4MiB x concurrency 1,4,16
-  gd2fs bench kv --sizes 1MiB --concurrency 4 --skip-disk`,
+		Example: `  gd2fs-bench kv                                  # 64KiB,1MiB,4MiB x concurrency 1,4,16
+  gd2fs-bench kv --sizes 1MiB --concurrency 4 --skip-disk`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := context.Background()
@@ -152,13 +153,16 @@ func newBenchKV(g *globals) *cobra.Command {
 			rdb := redis.NewClient(&redis.Options{Addr: raddr, PoolSize: 64, ReadTimeout: time.Minute, WriteTimeout: time.Minute})
 			defer rdb.Close()
 
-			c, err := cluster.Start(ctx, cluster.Config{Dir: filepath.Join(dir, "cluster"), Servers: servers,
-				MemBytes: 64 << 20, KVMemBytes: memB})
+			up, url, err := gd2fsUp(ctx, filepath.Join(dir, "cluster"), servers, "--mem", "64MiB", "--disk", "0",
+				"--kv-mem", strconv.FormatInt(memB, 10), "--kv-disk", "0")
 			if err != nil {
 				return err
 			}
-			defer c.Close()
-			cl := c.Client()
+			defer stopProc(up)
+			cl, err := client.New(client.Config{Master: url})
+			if err != nil {
+				return err
+			}
 			defer cl.Close()
 			gd := gdTarget{kv: cl.KV("perf"), prefix: "b/"}
 			rd := redisTarget{c: rdb}
@@ -169,36 +173,48 @@ func newBenchKV(g *globals) *cobra.Command {
 					rv = strings.TrimSpace(strings.TrimPrefix(l, "redis_version:"))
 				}
 			}
-			fmt.Printf("bench kv: gd2fs %d server(s) in this process (%s KV DRAM each), Redis %s (go-redis v9) on loopback, %s of data per case, %d CPUs\n",
+			fmt.Printf("bench kv: gd2fs %d server(s) in a 'gd2fs up' process (%s KV DRAM each), Redis %s (go-redis v9) on loopback, %s of data per case, %d CPUs\n",
 				servers, human(memB), rv, human(per), runtime.NumCPU())
-			const row = "%8s %4s %5s %12s %12s %12s %15s %15s %20s %20s\n"
-			fmt.Printf(row, "value", "conc", "op", "gd2fs MiB/s", "Redis MiB/s", "gd2fs/Redis", "loopback MiB/s", "gd2fs/loopback", "gd2fs p50 / p99", "Redis p50 / p99")
+			fmt.Printf("CPU s/GiB: user+sys CPU seconds per GiB of values moved, of the server process and the benchmark process (clients), from /proc\n")
+			const row = "%8s %4s %5s %12s %12s %12s %15s %15s %20s %20s %10s %10s %10s\n"
+			fmt.Printf(row, "value", "conc", "op", "gd2fs MiB/s", "Redis MiB/s", "gd2fs/Redis", "loopback MiB/s", "gd2fs/loopback", "gd2fs p50 / p99", "Redis p50 / p99",
+				"gd2fs CPU", "Redis CPU", "loop CPU")
+			gdCPU, rdCPU, loopCPU := newCPUMeter(up.Process.Pid), newCPUMeter(rcmd.Process.Pid), newCPUMeter()
 			for _, size := range vs {
 				for _, conc := range cs {
 					keys := max(8, int(per/int64(size)))
+					loopCPU.Start()
 					loop, err := bench.Loopback(int64(keys)*int64(size), conc)
 					if err != nil {
 						return err
 					}
+					loopC := loopCPU.Stop(int64(keys) * int64(size))
 					for _, op := range []string{"set", "get", "mget"} {
 						if op == "mget" && int64(size)*int64(batch)*int64(conc) > 4<<30 {
 							continue // 128 x 4 MiB x 16 workers would need 8 GiB of buffers
 						}
 						kc := bench.KVCase{Op: op, ValueSize: size, Concurrency: conc, Keys: keys, Batch: batch}
 						res := map[string]bench.KVResult{}
-						for name, t := range map[string]bench.KVTarget{"gd2fs": gd, "redis": rd} {
+						cpu := map[string]float64{}
+						for _, tc := range []struct {
+							name string
+							t    bench.KVTarget
+							m    *cpuMeter
+						}{{"gd2fs", gd, gdCPU}, {"redis", rd, rdCPU}} {
 							pfx := fmt.Sprintf("b/%d", conc)
-							r, err := bench.RunKV(ctx, t, kc, pfx)
+							tc.m.Start()
+							r, err := bench.RunKV(ctx, tc.t, kc, pfx)
 							if err != nil {
-								return fmt.Errorf("%s %s %s c=%d: %w", name, op, human(int64(size)), conc, err)
+								return fmt.Errorf("%s %s %s c=%d: %w", tc.name, op, human(int64(size)), conc, err)
 							}
-							res[name] = r
+							res[tc.name], cpu[tc.name] = r, tc.m.Stop(r.Bytes)
 						}
 						o, r := res["gd2fs"], res["redis"]
 						fmt.Printf(row, human(int64(size)), strconv.Itoa(conc), op,
 							fmt.Sprintf("%.0f", o.BytesPerSec/(1<<20)), fmt.Sprintf("%.0f", r.BytesPerSec/(1<<20)),
 							fmt.Sprintf("%.2fx", o.BytesPerSec/r.BytesPerSec), fmt.Sprintf("%.0f", loop/(1<<20)),
-							fmt.Sprintf("%.2fx", o.BytesPerSec/loop), dur(o.P50)+" / "+dur(o.P99), dur(r.P50)+" / "+dur(r.P99))
+							fmt.Sprintf("%.2fx", o.BytesPerSec/loop), dur(o.P50)+" / "+dur(o.P99), dur(r.P50)+" / "+dur(r.P99),
+							fmt.Sprintf("%.2f", cpu["gd2fs"]), fmt.Sprintf("%.2f", cpu["redis"]), fmt.Sprintf("%.2f", loopC))
 					}
 					gd.Clear(ctx)
 					rd.Clear(ctx)

@@ -21,13 +21,13 @@ import (
 	"github.com/spf13/cobra"
 )
 
-func newBenchKVMemory(g *globals) *cobra.Command {
+func newBenchKVMemory() *cobra.Command {
 	var total, valueSize, mem string
 	cmd := &cobra.Command{
 		Use:   "kv-memory",
 		Short: "GC time and RSS of a KV server process as stored data grows (off-heap DRAM tier)",
-		Example: `  gd2fs bench kv-memory                        # 8 GiB of 1 MiB blocks, figures at 0, 1, 2, 4, 8 GiB
-  gd2fs bench kv-memory --total 2GiB --kv-mem 3GiB`,
+		Example: `  gd2fs-bench kv-memory                        # 8 GiB of 1 MiB blocks, figures at 0, 1, 2, 4, 8 GiB
+  gd2fs-bench kv-memory --total 2GiB --kv-mem 3GiB`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			tot, err := parseSize(total)
@@ -66,10 +66,14 @@ func newBenchKVMemory(g *globals) *cobra.Command {
 			l, _ := net.Listen("tcp", "127.0.0.1:0")
 			addr := l.Addr().String()
 			l.Close()
-			self, _ := os.Executable()
-			srv := exec.Command(self, "server", "--master", m.URL(), "--listen", addr, "--mem", "0",
+			bin, err := gd2fsPath()
+			if err != nil {
+				return err
+			}
+			srv := exec.Command(bin, "server", "--master", m.URL(), "--listen", addr, "--mem", "0",
 				"--disk", filepath.Join(dir, "chunks")+":64MiB", "--kv-mem", strconv.FormatInt(memB, 10), "--debug-http")
 			srv.Stderr = os.Stderr
+			dieWithUs(srv)
 			if err := srv.Start(); err != nil {
 				return err
 			}

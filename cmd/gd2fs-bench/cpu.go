@@ -1,0 +1,79 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// CPU time per GiB moved is the figure that does not depend on what else
+// runs on the machine: throughput on a shared machine swings with the
+// neighbours' load, the work done per byte does not. Every benchmark that
+// reports a throughput reports it too, for gd2fs and for its reference,
+// summed over every process involved (the benchmark process itself, which
+// runs the clients, and each server process).
+
+// clockTick is the unit of utime and stime in /proc/<pid>/stat: USER_HZ,
+// which Linux fixes at 100 on every architecture gd2fs runs on.
+const clockTick = 10 * time.Millisecond
+
+// procCPU is the user+sys CPU time pid has used so far, all its threads
+// (os.Getpid() for this process).
+func procCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2) is in parentheses and may hold spaces:
+	// count fields from the last ')'.
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: no command name", pid)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	// f[0] is field 3 (state); utime and stime are fields 14 and 15.
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f)+2)
+	}
+	ut, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("/proc/%d/stat: bad utime/stime %q %q", pid, f[11], f[12])
+	}
+	return time.Duration(ut+st) * clockTick, nil
+}
+
+// cpuMeter measures the CPU time a set of processes uses between Start
+// and Stop.
+type cpuMeter struct {
+	pids  []int
+	start time.Duration
+}
+
+// newCPUMeter meters this process and pids.
+func newCPUMeter(pids ...int) *cpuMeter {
+	return &cpuMeter{pids: append([]int{os.Getpid()}, pids...)}
+}
+
+func (m *cpuMeter) total() time.Duration {
+	var sum time.Duration
+	for _, p := range m.pids {
+		if d, err := procCPU(p); err == nil {
+			sum += d
+		}
+	}
+	return sum
+}
+
+// Start begins a measurement.
+func (m *cpuMeter) Start() { m.start = m.total() }
+
+// Stop ends it and returns the CPU seconds per GiB for bytes moved.
+func (m *cpuMeter) Stop(bytes int64) float64 {
+	if bytes <= 0 {
+		return 0
+	}
+	return (m.total() - m.start).Seconds() / (float64(bytes) / (1 << 30))
+}

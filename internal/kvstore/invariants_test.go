@@ -1,0 +1,125 @@
+package kvstore
+
+import (
+	"fmt"
+	"testing"
+)
+
+// checkInvariants checks, with no operation in flight, that every DRAM page
+// is free or held by exactly one indexed block, that the S3-FIFO queues hold
+// exactly the blocks in DRAM, that the disk usage is the sum of the
+// segments' sizes and each segment's live bytes the sum of its blocks, and
+// that every indexed block has a copy somewhere. open runs it after every
+// test that leaves its store open.
+func (s *Store) checkInvariants() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	owner := map[int32]string{}
+	inQueues, smallBytes := 0, int64(0)
+	live := map[*segment]int64{}
+	segs := map[*segment]bool{}
+	var disk int64
+	for _, g := range s.segs {
+		segs[g] = true
+		disk += g.size
+		if g.gone {
+			return fmt.Errorf("segment %d is gone but still listed", g.id)
+		}
+	}
+	for k, e := range s.index {
+		switch {
+		case e.key != k:
+			return fmt.Errorf("block %q indexed under %q", e.key, k)
+		case e.dead:
+			return fmt.Errorf("dead block %q still indexed", k)
+		case e.pins != 0:
+			return fmt.Errorf("block %q still pinned %d times", k, e.pins)
+		case e.pages == nil && e.seg == nil:
+			return fmt.Errorf("block %q indexed with no copy in DRAM or on disk", k)
+		}
+		if e.pages != nil {
+			if e.q != &s.small && e.q != &s.main {
+				return fmt.Errorf("block %q in DRAM but in no queue", k)
+			}
+			if len(e.pages) != pagesFor(e.size) {
+				return fmt.Errorf("block %q of %d bytes holds %d pages", k, e.size, len(e.pages))
+			}
+			inQueues++
+			if e.q == &s.small {
+				smallBytes += e.size
+			}
+			for _, p := range e.pages {
+				if o, dup := owner[p]; dup {
+					return fmt.Errorf("page %d held by blocks %q and %q", p, o, k)
+				}
+				owner[p] = k
+			}
+		} else if e.q != nil {
+			return fmt.Errorf("block %q not in DRAM but queued", k)
+		}
+		if e.seg != nil {
+			if !segs[e.seg] {
+				return fmt.Errorf("block %q points at segment %d, which is not listed", k, e.seg.id)
+			}
+			live[e.seg] += e.size
+		}
+	}
+	if n := s.small.Len() + s.main.Len(); n != inQueues {
+		return fmt.Errorf("queues hold %d blocks, %d are in DRAM", n, inQueues)
+	}
+	if smallBytes != s.smallBytes {
+		return fmt.Errorf("small queue counted %d bytes, holds %d", s.smallBytes, smallBytes)
+	}
+	if s.arena != nil && len(owner)+s.arena.FreePages() != s.arena.Pages() {
+		return fmt.Errorf("arena: %d pages held + %d free != %d", len(owner), s.arena.FreePages(), s.arena.Pages())
+	}
+	if disk != s.diskUsed {
+		return fmt.Errorf("disk usage %d, segments hold %d bytes", s.diskUsed, disk)
+	}
+	for _, g := range s.segs {
+		if live[g] != g.live {
+			return fmt.Errorf("segment %d counts %d live bytes, its blocks hold %d", g.id, g.live, live[g])
+		}
+	}
+	return nil
+}
+
+// checkAfter runs checkInvariants when t ends, before the store closes.
+func checkAfter(t *testing.T, s *Store) {
+	t.Cleanup(func() {
+		if err := s.checkInvariants(); err != nil {
+			t.Errorf("kvstore invariant: %v", err)
+		}
+	})
+}
+
+// TestInvariantCheck: the check passes on a store in use and catches a page
+// that leaked and a miscounted disk.
+func TestInvariantCheck(t *testing.T) {
+	s, err := Open(Config{MemBytes: 1 << 20, Dir: t.TempDir(), DiskBytes: 64 << 20, SegmentSize: 1 << 20, MaxValue: 200 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for i := 0; i < 40; i++ { // more than DRAM holds: some demote to disk
+		if _, err := s.Put([]byte(fmt.Sprint("k", i)), val("k", 100<<10), false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.checkInvariants(); err != nil {
+		t.Fatal(err)
+	}
+	s.diskUsed++
+	if s.checkInvariants() == nil {
+		t.Error("a miscounted disk passed")
+	}
+	s.diskUsed--
+	leak, _ := s.arena.Alloc(1)
+	if s.checkInvariants() == nil {
+		t.Error("a leaked page passed")
+	}
+	s.arena.Release(leak)
+}

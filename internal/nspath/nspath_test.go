@@ -1,0 +1,36 @@
+package nspath
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/gd2fs/gd2fs/errs"
+)
+
+func TestClean(t *testing.T) {
+	for in, want := range map[string]string{"a/b": "/a/b", "/a//b/": "/a/b", "/": "/", "": "/"} {
+		if got, err := Clean(in); err != nil || got != want {
+			t.Errorf("Clean(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"/a/../b", "/./a", "/a\x00b", "/" + strings.Repeat("x", 4096)} {
+		if _, err := Clean(in); !errors.Is(err, errs.ErrBadRequest) {
+			t.Errorf("Clean(%.20q) = %v, want ErrBadRequest", in, err)
+		}
+	}
+}
+
+// TestCleanNames: names that print as something else are refused.
+func TestCleanNames(t *testing.T) {
+	for _, p := range []string{"/a\nb", "/a\xffb", "/esc\x1b[2J", "/tab\there", "/del\x7f", "/c1\u0085"} {
+		if _, err := Clean(p); !errors.Is(err, errs.ErrBadRequest) {
+			t.Errorf("Clean(%q) = %v, want a bad request", p, err)
+		}
+	}
+	for _, p := range []string{"/models/m/w.bin", "/日本語/モデル", "/a b/c-d_e.f"} {
+		if _, err := Clean(p); err != nil {
+			t.Errorf("Clean(%q): %v", p, err)
+		}
+	}
+}
