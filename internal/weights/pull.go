@@ -14,6 +14,7 @@ import (
 	"path"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/gd2fs/gd2fs/client"
 	"github.com/gd2fs/gd2fs/errs"
@@ -110,13 +111,35 @@ func (p *Puller) pullOne(ctx context.Context, bucket string, o cold.Object, dst 
 	var f *client.File
 	if st, err := p.Client.Stat(ctx, dst); err == nil {
 		same := st.Attrs["source"] == source && st.Attrs["etag"] == o.ETag
+		// An empty open file with no identity is a pull interrupted between
+		// creating the file and recording what it pulls: nothing to lose.
+		adopt := !st.Sealed && st.Size == 0 && st.Attrs["source"] == "" && st.Attrs["etag"] == ""
 		switch {
+		case adopt:
+			if err := p.setIdentity(ctx, dst, source, o.ETag); err != nil {
+				return rep, err
+			}
+			if f, err = p.Client.Open(ctx, dst); err != nil {
+				return rep, err
+			}
 		case same && st.Sealed && st.Size == o.Size && st.Attrs["sha256"] != "":
 			rep.Skipped, rep.SHA256 = true, st.Attrs["sha256"]
 			if p.Progress != nil {
 				p.Progress(dst, o.Size, o.Size)
 			}
 			return rep, nil
+		case same && st.Sealed && st.Size == o.Size:
+			// Sealed, but stopped before its sha256 was recorded: hash it.
+			g, err := p.Client.Open(ctx, dst)
+			if err != nil {
+				return rep, err
+			}
+			h := sha256.New()
+			if err := hashPrefix(ctx, g, st.Size, h); err != nil {
+				return rep, err
+			}
+			rep.Skipped, rep.SHA256 = true, hex.EncodeToString(h.Sum(nil))
+			return rep, p.setAttrs(ctx, dst, map[string]string{"sha256": rep.SHA256})
 		case same && !st.Sealed:
 			if f, err = p.Client.Open(ctx, dst); err != nil {
 				return rep, err
@@ -133,7 +156,7 @@ func (p *Puller) pullOne(ctx context.Context, bucket string, o cold.Object, dst 
 			return rep, err
 		}
 		// Identity first, so an interrupted pull knows what it was pulling.
-		if err := p.Client.SetAttrs(ctx, dst, map[string]string{"source": source, "etag": o.ETag}); err != nil {
+		if err := p.setIdentity(ctx, dst, source, o.ETag); err != nil {
 			return rep, err
 		}
 	}
@@ -158,7 +181,22 @@ func (p *Puller) pullOne(ctx context.Context, bucket string, o cold.Object, dst 
 	if err := f.Close(); err != nil {
 		return rep, err
 	}
-	return rep, p.Client.SetAttrs(ctx, dst, map[string]string{"sha256": rep.SHA256})
+	return rep, p.setAttrs(ctx, dst, map[string]string{"sha256": rep.SHA256})
+}
+
+// setIdentity records what dst is pulled from. It is not cut short by a
+// cancelled pull: a file created must say what it holds, or the next pull
+// cannot resume it.
+func (p *Puller) setIdentity(ctx context.Context, dst, source, etag string) error {
+	return p.setAttrs(ctx, dst, map[string]string{"source": source, "etag": etag})
+}
+
+// setAttrs sets attributes that must follow what was already done to the
+// file (its creation, its sealing), even when the pull is being cancelled.
+func (p *Puller) setAttrs(ctx context.Context, dst string, attrs map[string]string) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	return p.Client.SetAttrs(ctx, dst, attrs)
 }
 
 func hashPrefix(ctx context.Context, f *client.File, n int64, h hash.Hash) error {
