@@ -9,8 +9,9 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
+
+	"github.com/gd2fs/gd2fs/internal/netguard"
 )
 
 // Config configures a RESP server.
@@ -38,7 +39,7 @@ type MemoryInfo struct {
 // Server serves Redis clients.
 type Server struct {
 	cfg     Config
-	ln      net.Listener
+	ln      *netguard.Listener // survives EMFILE; the client limit is ours (Redis's error text)
 	ctx     context.Context
 	cancel  context.CancelFunc
 	start   time.Time
@@ -83,7 +84,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("resp: listen on %s: %w (is a Redis or another gd2fs using the port?)", cfg.Listen, err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Server{cfg: cfg, ln: ln, ctx: ctx, cancel: cancel, start: time.Now(), conns: map[*conn]struct{}{}}, nil
+	return &Server{cfg: cfg, ln: netguard.New(ln, 0, cfg.Log), ctx: ctx, cancel: cancel, start: time.Now(), conns: map[*conn]struct{}{}}, nil
 }
 
 // Addr is the listening address.
@@ -93,9 +94,10 @@ func (s *Server) Addr() string { return s.ln.Addr().String() }
 func (s *Server) Serve(ctx context.Context) error {
 	stop := context.AfterFunc(ctx, func() { s.Close() })
 	defer stop()
-	var delay time.Duration
 	for {
-		nc, err := s.ln.Accept()
+		// Failures other than a close (out of file descriptors, say) are
+		// retried with a backoff inside AcceptTracked, as on the data plane.
+		nc, release, err := s.ln.AcceptTracked()
 		if err != nil {
 			s.mu.Lock()
 			closed := s.closed
@@ -103,21 +105,13 @@ func (s *Server) Serve(ctx context.Context) error {
 			if closed {
 				return nil
 			}
-			// Out of file descriptors and the like: wait and go on, as
-			// net/http does, rather than ending the server.
-			if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) || errors.Is(err, syscall.ECONNABORTED) {
-				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
-				s.cfg.Log.Warn("resp: accept failed; retrying", "err", err, "in", delay)
-				time.Sleep(delay)
-				continue
-			}
 			return fmt.Errorf("resp: accept: %w", err)
 		}
-		delay = 0
 		s.connsTotal.Add(1)
 		c := newConn(s, nc)
 		if !s.track(c, true) {
 			nc.Close()
+			release()
 			continue
 		}
 		if s.clients.Add(1) > int64(s.cfg.MaxClients) {
@@ -127,11 +121,13 @@ func (s *Server) Serve(ctx context.Context) error {
 			s.clients.Add(-1)
 			s.track(c, false)
 			nc.Close()
+			release()
 			continue
 		}
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
+			defer release() // after serve closed the connection
 			defer s.clients.Add(-1)
 			defer s.track(c, false)
 			c.serve()
