@@ -22,7 +22,13 @@ func (s *Store) checkInvariants() error {
 	live := map[*segment]int64{}
 	segs := map[*segment]bool{}
 	var disk int64
+	if len(s.queue) != 0 {
+		return fmt.Errorf("%d disk writes reserved and never written", len(s.queue))
+	}
 	for _, g := range s.segs {
+		if g.refs != 0 {
+			return fmt.Errorf("segment %d still referenced %d times", g.id, g.refs)
+		}
 		segs[g] = true
 		disk += g.size
 		if g.gone {
@@ -35,6 +41,8 @@ func (s *Store) checkInvariants() error {
 			return fmt.Errorf("block %q indexed under %q", e.key, k)
 		case e.dead:
 			return fmt.Errorf("dead block %q still indexed", k)
+		case e.pend != nil:
+			return fmt.Errorf("block %q has a disk write in flight", k)
 		case e.pins != 0:
 			return fmt.Errorf("block %q still pinned %d times", k, e.pins)
 		case e.pages == nil && e.seg == nil:

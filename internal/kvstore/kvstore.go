@@ -96,8 +96,9 @@ type entry struct {
 
 	// Disk copy.
 	seg      *segment
-	off      int64 // record start
-	diskRead bool  // read since written to this segment
+	off      int64  // record start
+	diskRead bool   // read since written to this segment
+	pend     *write // a disk write of this block in flight (write.go)
 
 	dead bool // deleted or replaced; pages freed when unpinned
 }
@@ -120,6 +121,7 @@ type Store struct {
 	mainGhosts  int64
 
 	segs     []*segment // oldest first; last is active
+	queue    []*write   // records reserved by the operation holding mu (write.go)
 	nextSeg  uint64
 	diskUsed int64
 
@@ -237,21 +239,20 @@ func (s *Store) PutChecked(key []byte, value []byte, crc uint32, overwrite bool)
 	var ok bool
 	if s.arena != nil {
 		ok, err = s.allocLocked(e)
-		if err != nil {
-			s.mu.Unlock()
-			return false, err
-		}
 	}
-	s.mu.Unlock()
+	s.unlockAndWrite() // the demotions that made room
+	if err != nil {
+		return false, err
+	}
 	if ok {
 		// Copy outside the lock: the entry is not visible yet.
 		s.arena.CopyIn(e.pages, 0, value)
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if old := s.index[string(key)]; old != nil {
 		if !overwrite { // another put won the race
 			s.freeLocked(e)
+			s.mu.Unlock()
 			s.existed.Add(1)
 			return true, nil
 		}
@@ -259,27 +260,37 @@ func (s *Store) PutChecked(key []byte, value []byte, crc uint32, overwrite bool)
 		// restart can never bring the old bytes back.
 		if err := s.deleteLocked(old); err != nil {
 			s.freeLocked(e)
+			s.unlockAndWrite()
 			return false, err
 		}
 	}
+	var w *write
 	if !ok {
-		// No room in DRAM (or no DRAM tier): straight to disk.
+		// No room in DRAM (or no DRAM tier): straight to disk. The block is
+		// indexed now (a second put of the key sees it) and readable once
+		// its bytes are written.
 		if s.cfg.Dir == "" {
+			s.unlockAndWrite()
 			return false, errs.New(errs.ErrNoSpace, "KV DRAM tier full (%d bytes) and every block is in use, no disk tier: retry, or give the server more --mem or a --disk", s.cfg.MemBytes)
 		}
-		if err := s.appendLocked(e, [][]byte{value}); err != nil {
+		if w, err = s.reserveLocked(e.key, e.size, e.crc, false); err != nil {
+			s.unlockAndWrite()
 			return false, err
 		}
+		w.e, w.val = e, value
+		e.pend = w
+	} else if s.ghostHitLocked(e.key, e.size) {
+		// Seen recently and demoted: it belongs in main.
+		s.enqueueLocked(e, &s.main)
 	} else {
-		if s.ghostHitLocked(e.key, e.size) {
-			// Seen recently and demoted: it belongs in main.
-			s.enqueueLocked(e, &s.main)
-		} else {
-			s.enqueueLocked(e, &s.small)
-		}
+		s.enqueueLocked(e, &s.small)
 	}
 	s.index[e.key] = e
 	s.puts.Add(1)
+	s.unlockAndWrite()
+	if w != nil && w.err != nil {
+		return false, w.err
+	}
 	return false, nil
 }
 
@@ -351,20 +362,28 @@ func (s *Store) evictOneLocked() bool {
 	return false
 }
 
-// demoteLocked moves e's bytes to disk (if it has none there yet) and frees
-// its pages. Without a disk tier the block is dropped.
+// demoteLocked frees e's pages, queueing a copy of its bytes for the disk
+// tier if it has none there yet (the write happens after the lock is
+// released; Gets meanwhile read the copy). Without a disk tier the block is
+// dropped.
 func (s *Store) demoteLocked(e *entry, fromSmall bool) {
 	s.addGhostLocked(e.key, fromSmall)
-	if e.seg == nil && s.cfg.Dir != "" {
-		if err := s.appendLocked(e, s.arena.Views(e.pages, 0, e.size)); err != nil {
+	if e.seg == nil && e.pend == nil && s.cfg.Dir != "" {
+		if w, err := s.reserveLocked(e.key, e.size, e.crc, false); err != nil {
 			s.log.Warn("kv demotion to disk failed; dropping block", "err", err)
 		} else {
-			s.demotions.Add(1)
+			bp := bufpool.Get(int(e.size))
+			n := 0
+			for _, v := range s.arena.Views(e.pages, 0, e.size) {
+				n += copy((*bp)[n:], v)
+			}
+			w.e, w.val, w.pooled, w.readable = e, *bp, bp, true
+			e.pend = w
 		}
 	}
 	s.arena.Release(e.pages)
 	e.pages = nil
-	if e.seg == nil {
+	if e.seg == nil && e.pend == nil {
 		delete(s.index, e.key)
 		s.evictions.Add(1)
 	}
@@ -396,6 +415,14 @@ func (s *Store) removeLocked(e *entry) {
 func (s *Store) Get(key []byte, fn func(bufs [][]byte, crc uint32) error) (Tier, error) {
 	s.mu.Lock()
 	e := s.index[string(key)]
+	for e != nil && e.pages == nil && e.seg == nil && e.pend != nil && !e.pend.readable {
+		// Put straight to disk and still being written: wait for it.
+		done := e.pend.done
+		s.mu.Unlock()
+		<-done
+		s.mu.Lock()
+		e = s.index[string(key)]
+	}
 	if e == nil {
 		s.mu.Unlock()
 		s.misses.Add(1)
@@ -413,6 +440,18 @@ func (s *Store) Get(key []byte, fn func(bufs [][]byte, crc uint32) error) (Tier,
 		s.unpin(e)
 		return TierDRAM, err
 	}
+	if e.seg == nil {
+		// Demoted, its bytes on the way to disk: serve the copy being
+		// written. It counts as a disk hit: the block has left DRAM.
+		w := e.pend
+		w.readers++
+		v := w.val[:e.size:e.size]
+		e.diskRead = true
+		s.mu.Unlock()
+		defer s.releasePending(w)
+		s.diskHits.Add(1)
+		return TierDisk, fn([][]byte{v}, e.crc)
+	}
 	seg, off := e.seg, e.off
 	seg.refs++
 	e.diskRead = true
@@ -426,10 +465,14 @@ func (s *Store) Get(key []byte, fn func(bufs [][]byte, crc uint32) error) (Tier,
 		s.misses.Add(1)
 		s.log.Warn("dropping damaged KV record", "segment", seg.path, "offset", off, "err", err)
 		s.mu.Lock()
-		if s.index[e.key] == e {
-			s.removeLocked(e)
+		if s.index[e.key] == e && e.seg == seg {
+			// A tombstone, as for any block on disk: a copy on its way to
+			// another segment must not come back after a restart.
+			if err := s.deleteLocked(e); err != nil {
+				s.log.Warn("no tombstone for a damaged KV record", "err", err)
+			}
 		}
-		s.mu.Unlock()
+		s.unlockAndWrite()
 		return TierNone, errs.New(errs.ErrNotFound, "block %q failed its checksum on disk and was dropped", trimKey(key))
 	}
 	defer bufpool.Put(bp)
@@ -443,7 +486,7 @@ func (s *Store) Get(key []byte, fn func(bufs [][]byte, crc uint32) error) (Tier,
 // promote copies a disk block back into DRAM's main queue (a ghost hit).
 func (s *Store) promote(e *entry, val []byte) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.unlockAndWrite()
 	if s.index[e.key] != e || e.pages != nil {
 		return
 	}
@@ -491,7 +534,7 @@ func (s *Store) Exists(key []byte) (Tier, int64) {
 // Delete removes key; a tombstone on disk keeps it deleted across restarts.
 func (s *Store) Delete(key []byte) (bool, error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.unlockAndWrite()
 	e := s.index[string(key)]
 	if e == nil {
 		return false, nil
@@ -500,10 +543,14 @@ func (s *Store) Delete(key []byte) (bool, error) {
 }
 
 func (s *Store) deleteLocked(e *entry) error {
-	onDisk := e.seg != nil
+	// A block whose bytes are on the way to disk counts as on disk: its
+	// record may land after this returns, and only a tombstone reserved
+	// after it keeps a restart from loading it.
+	onDisk := e.seg != nil || e.pend != nil
 	s.removeLocked(e)
 	if onDisk {
-		return s.appendLocked(&entry{key: e.key}, nil)
+		_, err := s.reserveLocked(e.key, 0, 0, true)
+		return err
 	}
 	return nil
 }
@@ -511,7 +558,7 @@ func (s *Store) deleteLocked(e *entry) error {
 // DeleteByPrefix removes every key starting with prefix and returns how many.
 func (s *Store) DeleteByPrefix(prefix []byte) (int, error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.unlockAndWrite()
 	n := 0
 	for k, e := range s.index {
 		if strings.HasPrefix(k, string(prefix)) {
@@ -569,60 +616,19 @@ func encodeHeader(h []byte, key string, vlen int64, vcrc uint32, tomb bool) {
 	le.PutUint32(h[20:], 0)
 }
 
-// appendLocked writes e (value in bufs; a tombstone when bufs is nil) at the
-// head of the disk tier, evicting old segments past capacity.
-func (s *Store) appendLocked(e *entry, bufs [][]byte) error {
-	tomb := bufs == nil
-	need := int64(recHeader + len(e.key))
-	if !tomb {
-		need += e.size
-	}
-	if need > s.cfg.DiskBytes {
-		return errs.New(errs.ErrNoSpace, "KV disk tier of %d bytes cannot hold a %d-byte block", s.cfg.DiskBytes, need)
-	}
-	for s.diskUsed+need > s.cfg.DiskBytes {
-		if !s.evictSegmentLocked() {
-			return errs.New(errs.ErrNoSpace, "KV disk tier full and nothing can be evicted (blocks in use): retry, or give the server a larger --disk")
-		}
-	}
-	g := s.activeLocked(need)
-	if g == nil {
-		return errs.New(errs.ErrInternal, "kvstore: cannot open a segment in %s", s.cfg.Dir)
-	}
-	var h [recHeader]byte
-	encodeHeader(h[:], e.key, e.size, e.crc, tomb)
-	off := g.size
-	parts := append([][]byte{h[:], []byte(e.key)}, bufs...)
-	pos := off
-	for _, p := range parts {
-		if _, err := g.f.WriteAt(p, pos); err != nil {
-			return fmt.Errorf("kvstore: write segment %s: %w", g.path, err)
-		}
-		pos += int64(len(p))
-	}
-	g.size = pos
-	s.diskUsed += need
-	if !tomb {
-		e.seg, e.off, e.diskRead = g, off, false
-		g.live += e.size
-		g.keys = append(g.keys, e.key)
-	}
-	return nil
-}
-
 // activeLocked returns the segment to append need bytes to, starting a new one when full.
-func (s *Store) activeLocked(need int64) *segment {
+func (s *Store) activeLocked(need int64) (*segment, error) {
 	if n := len(s.segs); n > 0 && s.segs[n-1].size+need <= s.cfg.SegmentSize {
-		return s.segs[n-1]
+		return s.segs[n-1], nil
 	}
 	g, err := s.openSegment(s.nextSeg, true)
 	if err != nil {
 		s.log.Error("open KV segment", "err", err)
-		return nil
+		return nil, errs.New(errs.ErrInternal, "kvstore: cannot open a segment in %s: %w", s.cfg.Dir, err)
 	}
 	s.nextSeg++
 	s.segs = append(s.segs, g)
-	return g
+	return g, nil
 }
 
 func (s *Store) openSegment(id uint64, create bool) (*segment, error) {
@@ -638,9 +644,11 @@ func (s *Store) openSegment(id uint64, create bool) (*segment, error) {
 	return &segment{id: id, path: p, f: f}, nil
 }
 
-// evictSegmentLocked drops the oldest segment, first re-appending blocks read
-// since they were written there (up to half a segment). It returns false
-// when only the active segment is left.
+// evictSegmentLocked drops the oldest segment, first reserving room at the
+// head for blocks read since they were written there (up to half a
+// segment): they are copied after the lock is released (write.go), and read
+// from the old segment until then. It returns false when only the active
+// segment is left.
 func (s *Store) evictSegmentLocked() bool {
 	if len(s.segs) < 2 {
 		return false
@@ -648,52 +656,38 @@ func (s *Store) evictSegmentLocked() bool {
 	old := s.segs[0]
 	s.segs = s.segs[1:]
 	s.diskUsed -= old.size
+	old.gone = true
+	old.refs++ // held while the moves below are reserved
+	dropSegmentFile(old)
 	budget := s.cfg.SegmentSize / 2
 	for _, k := range old.keys {
 		e := s.index[k]
-		if e == nil || e.seg != old {
-			continue
+		if e == nil || e.seg != old || e.pend != nil {
+			continue // gone, elsewhere, or already moving (a key listed twice)
 		}
-		keep := e.diskRead && e.size <= budget
-		if keep {
-			if bp, v, err := old.readRecord(e.off, []byte(k), e.size, e.crc); err == nil {
-				e.seg = nil
+		if e.diskRead && e.pend == nil && e.size <= budget {
+			if w, err := s.reserveLocked(e.key, e.size, e.crc, false); err == nil {
 				budget -= e.size
-				if s.appendLocked(e, [][]byte{v}) != nil {
-					keep = false
-				}
-				bufpool.Put(bp)
-			} else {
-				keep = false
+				w.e, w.from, w.fromOff = e, old, e.off
+				old.refs++
+				e.pend = w
+				continue
 			}
 		}
-		if !keep {
-			e.seg = nil
-			if e.pages == nil {
-				delete(s.index, k)
-				s.evictions.Add(1)
-			}
+		e.seg = nil
+		if e.pages == nil {
+			delete(s.index, k)
+			s.evictions.Add(1)
 		}
 	}
-	old.gone = true
-	if old.refs == 0 {
-		old.close()
-	}
+	s.unrefLocked(old)
 	return true
-}
-
-func (g *segment) close() {
-	g.f.Close()
-	os.Remove(g.path)
 }
 
 func (s *Store) unref(g *segment) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	g.refs--
-	if g.refs == 0 && g.gone {
-		g.close()
-	}
+	s.unrefLocked(g)
 }
 
 // readRecord reads the whole record at off with one pread into a pooled
