@@ -72,15 +72,18 @@ type PlanInput struct {
 	Now       time.Time
 }
 
-// Plan says which token ranges are stored and where the new KV goes.
+// Plan says which token ranges are stored and where the new KV goes, in
+// namespace paths. It is the store's answer, not a wire type: the master
+// turns it into api.Plan or api.EnginePlan (kv_uris in the requested format,
+// the hit rate) in one place, internal/master/sessions.go.
 type Plan struct {
-	ID      int64   `json:"plan_id"`
-	Stored  []Range `json:"stored_kv_cache"`
-	Fresh   []Range `json:"fresh_kv_cache"`
-	Cached  int64   `json:"cached_tokens"`
-	Prefill int64   `json:"prefill_tokens"`
-	Decode  int64   `json:"decode_tokens"`
-	Load    int64   `json:"load_bytes"`
+	ID      int64
+	Stored  []Range
+	Fresh   []Range
+	Cached  int64
+	Prefill int64
+	Decode  int64
+	Load    int64
 	Evicted []string
 }
 
