@@ -610,14 +610,10 @@ func (m *Master) stat(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	f, err := m.meta.File(r.Context(), p)
+	f, cs, err := m.fileAndChunks(r.Context(), p)
 	if errors.Is(err, errs.ErrIsDir) {
 		return api.File{Path: p, IsDir: true}, nil
 	}
-	if err != nil {
-		return nil, err
-	}
-	cs, err := m.meta.Chunks(r.Context(), f.ID)
 	if err != nil {
 		return nil, err
 	}
@@ -627,6 +623,38 @@ func (m *Master) stat(r *http.Request) (any, error) {
 		out.Attrs = nil
 	}
 	return out, err
+}
+
+// fileAndChunks reads a file and its chunks as one consistent answer. They
+// are two queries: a remove (or a remove and a create) committed between
+// them would pair the file's size with no chunks, which a client reads as
+// holes, zeros where data was (the chaos harness found it). So the file is
+// read again after its chunks: a file gone meanwhile is not found, one
+// removed and created again is looked up again.
+func (m *Master) fileAndChunks(ctx context.Context, p string) (meta.File, []meta.Chunk, error) {
+	for attempt := 0; ; attempt++ {
+		f, err := m.meta.File(ctx, p)
+		if err != nil {
+			return meta.File{}, nil, err
+		}
+		cs, err := m.meta.Chunks(ctx, f.ID)
+		if err != nil {
+			return meta.File{}, nil, err
+		}
+		again, err := m.meta.File(ctx, p)
+		if err != nil {
+			return meta.File{}, nil, err
+		}
+		if again.ID == f.ID {
+			// Still the same file. f, not again: every chunk under f's
+			// committed size was allocated before that commit, so cs
+			// (read after f) holds them all; again's size may be newer.
+			return f, cs, nil
+		}
+		if attempt == 3 {
+			return meta.File{}, nil, errs.New(errs.ErrUnavailable, "%s changed during the lookup (removed and created again): retry", p)
+		}
+	}
 }
 
 // link registers a file whose bytes live in a cold source: every chunk is
