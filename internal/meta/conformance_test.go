@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -619,4 +620,29 @@ func testSessionEngine(t *testing.T, s Store) {
 	mustIs(t, s.DeleteSession(ctx, "e2"), nil)
 	_, err = s.CommitSession(ctx, CommitInput{Session: "e2", PlanID: other.ID, Now: now})
 	mustIs(t, err, errs.ErrExists)
+}
+
+// TestLeaderSessionNoticesSilence: the PostgreSQL session that holds the
+// leader lock runs with short keepalives and a user timeout, so the database
+// ends it (and frees the lock for a standby) seconds after a leader is cut
+// off, not after the kernel's two hours. The partition itself is exercised
+// by the chaos harness (leader-partition).
+func TestLeaderSessionNoticesSilence(t *testing.T) {
+	if os.Getenv("GD2FS_TEST_POSTGRES") == "" && os.Getenv("GD2FS_REQUIRE_POSTGRES") == "" {
+		t.Skip("PostgreSQL only: set GD2FS_TEST_POSTGRES")
+	}
+	ctx := context.Background()
+	s := PostgresForTest(t).(*sqlStore)
+	if ok, err := s.Lead(ctx, "http://m1"); !ok || err != nil {
+		t.Fatalf("lead: %v %v", ok, err)
+	}
+	for name, want := range map[string]string{"tcp_keepalives_idle": "2", "tcp_keepalives_interval": "1", "tcp_keepalives_count": "3", "tcp_user_timeout": "5000"} {
+		var got string
+		if err := s.lead.conn.QueryRowContext(ctx, "SHOW "+name).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if got != want {
+			t.Errorf("leader session %s = %q, want %q", name, got, want)
+		}
+	}
 }

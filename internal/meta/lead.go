@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -24,6 +25,18 @@ const (
 	sessionsLockKey = 7070003
 )
 
+// leadTimeout bounds one leadership check (the ping of the lock's session,
+// or the attempt to take it).
+const leadTimeout = 3 * time.Second
+
+// leaderSessionSettings are set on the session that holds the leader lock.
+var leaderSessionSettings = []string{
+	`SET tcp_keepalives_idle = 2`,
+	`SET tcp_keepalives_interval = 1`,
+	`SET tcp_keepalives_count = 3`,
+	`SET tcp_user_timeout = 5000`,
+}
+
 type leadership struct {
 	mu     sync.Mutex
 	conn   *sql.Conn // PostgreSQL: holds the advisory lock
@@ -36,6 +49,11 @@ type leadership struct {
 // url as the leader's address, and reports whether this store leads now.
 // Called periodically: it also notices a lost lock (a dropped connection).
 func (s *sqlStore) Lead(ctx context.Context, url string) (bool, error) {
+	// A master cut off from the database must notice within a bound, step
+	// down and stop answering as the leader; without a deadline its ping
+	// waits for TCP to give up (minutes).
+	ctx, cancel := context.WithTimeout(ctx, leadTimeout)
+	defer cancel()
 	l := &s.lead
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -53,6 +71,18 @@ func (s *sqlStore) Lead(ctx context.Context, url string) (bool, error) {
 		c, err := s.db.Conn(ctx)
 		if err != nil {
 			return false, wrapDB(err)
+		}
+		// The database must notice a leader it cannot reach, too: until
+		// PostgreSQL ends the lock's session, no standby can lead. Its
+		// defaults wait for the kernel's keepalive (2 hours); these end the
+		// session about 5 s after the leader falls silent, whether the
+		// session was idle (keepalives) or had unacknowledged data (user
+		// timeout). Each SET is per session and any role may make it.
+		for _, q := range leaderSessionSettings {
+			if _, err := c.ExecContext(ctx, q); err != nil {
+				c.Close()
+				return false, wrapDB(err)
+			}
 		}
 		var got bool
 		if err := c.QueryRowContext(ctx, `SELECT pg_try_advisory_lock(hashtext(current_schema()), $1)`, leaderLockKey).Scan(&got); err != nil {
