@@ -111,23 +111,24 @@ func chunkKey(id uint64) []byte { return binary.LittleEndian.AppendUint64(nil, i
 // WriteChunk writes data at off of chunk id on addr; the server forwards it to
 // the forward replicas and answers when all hold it.
 func (p *Pool) WriteChunk(ctx context.Context, addr string, id uint64, off int64, data []byte, forward []string) error {
-	return p.ForwardChunk(ctx, addr, id, off, data, forward, 0)
+	return p.ForwardChunk(ctx, addr, id, off, data, forward, 0, 0)
 }
 
 // ForwardChunk is WriteChunk for bytes whose CRC32C the caller verified
 // already (a primary forwarding a frame to the other replicas): crc is sent
-// as it is instead of being computed again (0 means compute it).
-func (p *Pool) ForwardChunk(ctx context.Context, addr string, id uint64, off int64, data []byte, forward []string, crc uint32) error {
+// as it is instead of being computed again (0 means compute it). flags are
+// the request's (wire.FlagSync).
+func (p *Pool) ForwardChunk(ctx context.Context, addr string, id uint64, off int64, data []byte, forward []string, crc uint32, flags uint16) error {
 	key := wire.AppendChunkRef(nil, wire.ChunkRef{ID: id, Forward: forward})
-	_, err := p.Do(ctx, addr, &Request{Op: wire.OpWrite, Key: key, Offset: uint64(off), Payload: [][]byte{data}, PayloadCRC: crc, HaveCRC: crc != 0})
+	_, err := p.Do(ctx, addr, &Request{Op: wire.OpWrite, Flags: flags, Key: key, Offset: uint64(off), Payload: [][]byte{data}, PayloadCRC: crc, HaveCRC: crc != 0})
 	return err
 }
 
 // ForwardChunkV is ForwardChunk for bytes in several buffers (DRAM pages),
 // sent with writev.
-func (p *Pool) ForwardChunkV(ctx context.Context, addr string, id uint64, off int64, data [][]byte, crc uint32) error {
+func (p *Pool) ForwardChunkV(ctx context.Context, addr string, id uint64, off int64, data [][]byte, crc uint32, flags uint16) error {
 	key := wire.AppendChunkRef(nil, wire.ChunkRef{ID: id})
-	_, err := p.Do(ctx, addr, &Request{Op: wire.OpWrite, Key: key, Offset: uint64(off), Payload: data, PayloadCRC: crc, HaveCRC: crc != 0})
+	_, err := p.Do(ctx, addr, &Request{Op: wire.OpWrite, Flags: flags, Key: key, Offset: uint64(off), Payload: data, PayloadCRC: crc, HaveCRC: crc != 0})
 	return err
 }
 

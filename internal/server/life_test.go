@@ -43,7 +43,7 @@ func TestCloseEndsForwards(t *testing.T) {
 	go func() {
 		defer s.wg.Done()
 		data := []byte("hello")
-		done <- s.write(wire.ChunkRef{ID: 42, Forward: []string{hole.Addr().String()}}, 0, data, wire.Checksum(data))
+		done <- s.write(wire.ChunkRef{ID: 42, Forward: []string{hole.Addr().String()}}, 0, data, wire.Checksum(data), 0)
 	}()
 	select {
 	case c := <-accepted:

@@ -210,7 +210,10 @@ func loadID(dir string) (string, error) {
 	if old, err := os.ReadFile(p); err == nil && len(strings.TrimSpace(string(old))) > 0 {
 		return strings.TrimSpace(string(old)), nil
 	}
-	return id, os.WriteFile(p, []byte(id+"\n"), 0o600)
+	// Atomic and durable: a server that lost power while writing its id
+	// must not come back with an empty one (a new identity, its chunks
+	// orphaned).
+	return id, store.WriteFileAtomic(p, []byte(id+"\n"), 0o600)
 }
 
 // ID is the server's identity.
@@ -469,7 +472,7 @@ func (s *Server) serveData(nc net.Conn, br *bufio.Reader) {
 					wg.Add(1)
 					go func() {
 						defer func() { <-sem; dc.finished(); wg.Done() }()
-						dc.done(h, start, s.writeDirect(ref, int64(h.Offset), pw, h.PayloadCRC))
+						dc.done(h, start, s.writeDirect(ref, int64(h.Offset), pw, h.PayloadCRC, h.Flags))
 					}()
 					continue
 				}
@@ -538,7 +541,7 @@ func (s *Server) handle(dc *dataConn, h wire.Header, key, body []byte, start tim
 		}
 		switch h.Op {
 		case wire.OpWrite:
-			dc.done(h, start, s.write(ref, int64(h.Offset), body, h.PayloadCRC))
+			dc.done(h, start, s.write(ref, int64(h.Offset), body, h.PayloadCRC, h.Flags))
 		case wire.OpRead:
 			s.read(dc, h, ref.ID, start)
 		default:
@@ -583,18 +586,31 @@ func isEOF(err error) bool {
 	return errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) || errors.Is(err, syscall.ECONNRESET)
 }
 
+// durable is the acknowledgement rule (docs/architecture.md, "Durability"):
+// a write to a replicated chunk (the primary got a forward list) and a write
+// flagged wire.FlagSync (a primary's forward) are on disk before they are
+// acknowledged; a write to a chunk of one replica is in the page cache.
+func durable(ref wire.ChunkRef, flags uint16) bool {
+	return len(ref.Forward) > 0 || flags&wire.FlagSync != 0
+}
+
 // write stores locally and forwards to the other replicas in parallel; it
-// succeeds only when every copy succeeded (DESIGN.md §8).
-func (s *Server) write(ref wire.ChunkRef, off int64, p []byte, crc uint32) error {
+// succeeds only when every copy succeeded (DESIGN.md §8) and, for a
+// replicated chunk, is on every replica's disk.
+func (s *Server) write(ref wire.ChunkRef, off int64, p []byte, crc uint32, flags uint16) error {
 	if len(ref.Forward) == 0 {
-		return s.store.WriteChecked(ref.ID, off, p, crc)
+		err := s.store.WriteChecked(ref.ID, off, p, crc)
+		if err == nil && durable(ref, flags) {
+			err = s.store.Sync(ref.ID)
+		}
+		return err
 	}
 	errc := make(chan error, len(ref.Forward))
 	ctx, cancel := context.WithTimeout(s.life, 60*time.Second)
 	defer cancel()
 	for _, addr := range ref.Forward {
 		go func() {
-			if err := s.peers.ForwardChunk(ctx, addr, ref.ID, off, p, nil, crc); err != nil {
+			if err := s.peers.ForwardChunk(ctx, addr, ref.ID, off, p, nil, crc, wire.FlagSync); err != nil {
 				errc <- fmt.Errorf("replica %s: %w", addr, err)
 				return
 			}
@@ -602,6 +618,9 @@ func (s *Server) write(ref wire.ChunkRef, off int64, p []byte, crc uint32) error
 		}()
 	}
 	err := s.store.WriteChecked(ref.ID, off, p, crc)
+	if err == nil {
+		err = s.store.Sync(ref.ID) // while the replicas sync theirs
+	}
 	for range ref.Forward {
 		if e := <-errc; e != nil && err == nil {
 			err = e
@@ -612,9 +631,13 @@ func (s *Server) write(ref wire.ChunkRef, off int64, p []byte, crc uint32) error
 
 // writeDirect completes a write received straight into DRAM pages: it
 // forwards the same pages to the other replicas while committing locally.
-func (s *Server) writeDirect(ref wire.ChunkRef, off int64, pw *store.Pending, crc uint32) error {
+func (s *Server) writeDirect(ref wire.ChunkRef, off int64, pw *store.Pending, crc uint32, flags uint16) error {
 	if len(ref.Forward) == 0 {
-		return pw.Commit(crc)
+		err := pw.Commit(crc)
+		if err == nil && durable(ref, flags) {
+			err = s.store.Sync(ref.ID)
+		}
+		return err
 	}
 	errc := make(chan error, len(ref.Forward))
 	ctx, cancel := context.WithTimeout(s.life, 60*time.Second)
@@ -626,13 +649,19 @@ func (s *Server) writeDirect(ref wire.ChunkRef, off int64, pw *store.Pending, cr
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := s.peers.ForwardChunkV(ctx, addr, ref.ID, off, pw.Bytes(), crc); err != nil {
+			if err := s.peers.ForwardChunkV(ctx, addr, ref.ID, off, pw.Bytes(), crc, wire.FlagSync); err != nil {
 				errc <- fmt.Errorf("replica %s: %w", addr, err)
 			}
 		}()
 	}
-	err := pw.CommitWhen(crc, wg.Wait)
+	// The local fdatasync runs while the replicas write and sync theirs
+	// (Sync does not need the chunk lock CommitWhen holds meanwhile).
+	var serr error
+	err := pw.CommitWhen(crc, func() { serr = s.store.Sync(ref.ID); wg.Wait() })
 	close(errc)
+	if err == nil {
+		err = serr
+	}
 	if err == nil {
 		err = <-errc
 	}
@@ -721,6 +750,11 @@ func (s *Server) copyFrom(id uint64, src string) error {
 		if err := s.store.Write(id, off, (*bp)[:n]); err != nil {
 			return err
 		}
+	}
+	// A copy made to restore the replica count is as durable as the
+	// replicas it joins, before the master records it as one.
+	if err := s.store.Sync(id); err != nil {
+		return err
 	}
 	if sealed {
 		return s.store.Seal(id)

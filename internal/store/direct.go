@@ -134,12 +134,12 @@ func (p *Pending) commit(want uint32) error {
 	if got != want {
 		return wire.ErrPayloadCRC
 	}
-	var f *os.File
+	var f file
 	if s.cfg.Dir != "" {
 		var err error
 		if f, err = s.open(c.id, true); err == nil {
 			defer f.Close()
-			_, err = pwritev(f, p.dst, dataOff+p.off)
+			_, err = f.WriteVAt(p.dst, dataOff+p.off)
 		}
 		if err != nil {
 			return fmt.Errorf("store: write chunk %d: %w", c.id, err)
@@ -155,6 +155,7 @@ func (p *Pending) commit(want uint32) error {
 	s.touch(c)
 	s.mu.Unlock()
 	c.length = p.newLen
+	c.written.Add(1)
 	p.settled = true
 	return nil
 }

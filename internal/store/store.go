@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -43,6 +44,8 @@ type Config struct {
 	Dir       string // disk tier directory; "" means no disk tier
 	DiskBytes int64  // disk tier capacity in bytes
 	Log       *slog.Logger
+
+	fs fileSystem // the disk tier's file system; nil means the operating system's
 }
 
 // Usage is a snapshot of tier capacity and use.
@@ -68,12 +71,16 @@ type Info struct {
 type Store struct {
 	cfg   Config
 	log   *slog.Logger
+	fs    fileSystem
 	arena *arena.Arena // nil without a DRAM tier
 
 	mu       sync.Mutex // guards chunks, lru, diskUsed and the arena
 	chunks   map[uint64]*chunk
 	lru      list.List // cached chunks, front = most recent
 	diskUsed int64
+
+	dirMu  sync.Mutex      // guards linked
+	linked map[string]bool // chunk subdirectories whose own entry is durable
 
 	memReads, diskReads, evictions, corrupt atomic.Uint64
 }
@@ -92,12 +99,23 @@ type chunk struct {
 	pages []int32 // DRAM pages covering [0, length), nil when not cached
 	pins  int
 	elem  *list.Element
+
+	// Durability (see Sync). written counts writes that reached the chunk
+	// file (bumped under mu); syncMu orders the fdatasyncs of this chunk.
+	written atomic.Uint64
+	durable atomic.Bool // Sync was asked for: Seal syncs too
+	syncMu  sync.Mutex
+	synced  uint64 // guarded by syncMu: writes covered by the last fdatasync
+	linked  bool   // guarded by syncMu: the file's directory entry is durable
 }
 
 // Open opens (or creates) a store and, with a disk tier, loads every chunk
 // whose header is intact. Damaged chunk files are renamed *.corrupt.
 func Open(cfg Config) (*Store, error) {
-	s := &Store{cfg: cfg, log: cfg.Log, chunks: make(map[uint64]*chunk)}
+	s := &Store{cfg: cfg, log: cfg.Log, fs: cfg.fs, chunks: make(map[uint64]*chunk), linked: map[string]bool{}}
+	if s.fs == nil {
+		s.fs = osFS{}
+	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -271,7 +289,7 @@ func (s *Store) write(id uint64, off int64, p []byte, segs []uint32) error {
 		s.dropIfEmpty(c)
 		return err
 	}
-	var f *os.File
+	var f file
 	if s.cfg.Dir != "" {
 		var err error
 		if f, err = s.open(id, true); err == nil {
@@ -299,6 +317,7 @@ func (s *Store) write(id uint64, off int64, p []byte, segs []uint32) error {
 		}
 	}
 	c.length = newLen
+	c.written.Add(1)
 	return nil
 }
 
@@ -306,7 +325,7 @@ func (s *Store) write(id uint64, off int64, p []byte, segs []uint32) error {
 // [off, end) that made the chunk newLen long, and returns the first block
 // that changed. Blocks the write covers take their CRC from segs; blocks it
 // covers in part (and hole blocks) are checksummed from the merged bytes.
-func (s *Store) updateCRCs(c *chunk, f *os.File, off, end, newLen int64, segs []uint32) int {
+func (s *Store) updateCRCs(c *chunk, f file, off, end, newLen int64, segs []uint32) int {
 	first := int(min(off, c.length) / BlockSize)
 	last := blocks(newLen)
 	if last > len(c.crcs) {
@@ -325,7 +344,7 @@ func (s *Store) updateCRCs(c *chunk, f *os.File, off, end, newLen int64, segs []
 
 // mergedCRC checksums bytes [bs, be) of c as they are now, from DRAM when
 // cached, else from the chunk file.
-func (s *Store) mergedCRC(c *chunk, f *os.File, bs, be int64) uint32 {
+func (s *Store) mergedCRC(c *chunk, f file, bs, be int64) uint32 {
 	s.mu.Lock()
 	if c.pages != nil {
 		crc := wire.Checksum(s.arena.Views(c.pages, bs, be-bs)...)
@@ -575,6 +594,13 @@ func (s *Store) Seal(id uint64) error {
 			if err := s.writeHeader(c, true); err != nil {
 				return err
 			}
+			// A chunk written durably is sealed durably: a seal marker on
+			// disk then always stands on bytes that are on disk too.
+			if c.durable.Load() {
+				if err := s.sync(c); err != nil {
+					return err
+				}
+			}
 		}
 		c.sealed = true
 		return nil
@@ -585,7 +611,7 @@ func (s *Store) Seal(id uint64) error {
 func (s *Store) Delete(id uint64) error {
 	return s.withChunk(id, func(c *chunk) error {
 		if s.cfg.Dir != "" {
-			if err := os.Remove(s.path(id)); err != nil && !os.IsNotExist(err) {
+			if err := s.fs.Remove(s.path(id)); err != nil && !os.IsNotExist(err) {
 				return fmt.Errorf("store: delete chunk %d: %w", id, err)
 			}
 		}
@@ -630,23 +656,23 @@ func (s *Store) path(id uint64) string {
 	return filepath.Join(s.cfg.Dir, "chunks", fmt.Sprintf("%02x", id&0xff), strconv.FormatUint(id, 16)+".chunk")
 }
 
-func (s *Store) open(id uint64, create bool) (*os.File, error) {
+func (s *Store) open(id uint64, create bool) (file, error) {
 	p := s.path(id)
 	if !create {
-		return os.Open(p)
+		return s.fs.OpenFile(p, os.O_RDONLY, 0)
 	}
-	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o600)
+	f, err := s.fs.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o600)
 	if os.IsNotExist(err) {
-		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		if err := s.fs.MkdirAll(filepath.Dir(p), 0o700); err != nil {
 			return nil, err
 		}
-		f, err = os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o600)
+		f, err = s.fs.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o600)
 	}
 	return f, err
 }
 
 // writeCRCs persists block CRCs from block first on, then the header.
-func (s *Store) writeCRCs(c *chunk, f *os.File, first int, newLen int64) error {
+func (s *Store) writeCRCs(c *chunk, f file, first int, newLen int64) error {
 	last := blocks(newLen)
 	tab := make([]byte, 4*(last-first))
 	for i := range last - first {
@@ -667,7 +693,7 @@ func (s *Store) writeHeader(c *chunk, sealed bool) error {
 	return writeHeaderTo(f, c.length, sealed)
 }
 
-func writeHeaderTo(f *os.File, length int64, sealed bool) error {
+func writeHeaderTo(f io.WriterAt, length int64, sealed bool) error {
 	var h [24]byte
 	binary.LittleEndian.PutUint32(h[0:], chunkMagic)
 	binary.LittleEndian.PutUint16(h[4:], chunkVersion)
@@ -700,6 +726,12 @@ func (s *Store) readDisk(c *chunk, off, n int64, fn func([][]byte, uint32) error
 	defer bufpool.Put(bp)
 	buf := *bp
 	if _, err := f.ReadAt(buf, dataOff+bs); err != nil {
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			// The header promises bytes the file does not have: a write
+			// that never reached the disk (power loss). Torn, not data.
+			s.corrupt.Add(1)
+			return errs.New(errs.ErrChecksum, "store: chunk %d is shorter on disk than its header says (torn by a crash): read another replica", c.id)
+		}
 		return fmt.Errorf("store: read chunk %d: %w", c.id, err)
 	}
 	for b := bs; b < be; b += BlockSize {
@@ -715,32 +747,51 @@ func (s *Store) readDisk(c *chunk, off, n int64, fn func([][]byte, uint32) error
 	return fn([][]byte{buf[off-bs : off-bs+n]}, crc)
 }
 
-// load scans the disk tier at start-up.
+// load scans the disk tier at start-up: chunks/<2 hex digits>/<id>.chunk.
 func (s *Store) load() error {
 	root := filepath.Join(s.cfg.Dir, "chunks")
-	if err := os.MkdirAll(root, 0o700); err != nil {
+	if err := s.fs.MkdirAll(root, 0o700); err != nil {
 		return fmt.Errorf("store: create disk tier %s: %w", root, err)
 	}
-	return filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
-		if err != nil || d.IsDir() || !strings.HasSuffix(p, ".chunk") {
-			return err
+	if err := s.fs.SyncDir(s.cfg.Dir); err != nil { // chunks/ itself, if just made
+		return fmt.Errorf("store: sync %s: %w", s.cfg.Dir, err)
+	}
+	subs, err := s.fs.ReadDir(root)
+	if err != nil {
+		return fmt.Errorf("store: list %s: %w", root, err)
+	}
+	for _, sub := range subs {
+		if !sub.IsDir {
+			continue
 		}
-		id, perr := strconv.ParseUint(strings.TrimSuffix(filepath.Base(p), ".chunk"), 16, 64)
-		c, lerr := loadChunk(p, id)
-		if perr != nil || lerr != nil {
-			s.corrupt.Add(1)
-			s.log.Warn("dropping damaged chunk file", "path", p, "err", lerr)
-			_ = os.Rename(p, p+".corrupt")
-			return nil
+		dir := filepath.Join(root, sub.Name)
+		s.linked[dir] = true
+		es, err := s.fs.ReadDir(dir)
+		if err != nil {
+			return fmt.Errorf("store: list %s: %w", dir, err)
 		}
-		s.chunks[id] = c
-		s.diskUsed += c.length
-		return nil
-	})
+		for _, e := range es {
+			if e.IsDir || !strings.HasSuffix(e.Name, ".chunk") {
+				continue
+			}
+			p := filepath.Join(dir, e.Name)
+			id, perr := strconv.ParseUint(strings.TrimSuffix(e.Name, ".chunk"), 16, 64)
+			c, lerr := s.loadChunk(p, id)
+			if perr != nil || lerr != nil {
+				s.corrupt.Add(1)
+				s.log.Warn("dropping damaged chunk file", "path", p, "err", lerr)
+				_ = s.fs.Rename(p, p+".corrupt")
+				continue
+			}
+			s.chunks[id] = c
+			s.diskUsed += c.length
+		}
+	}
+	return nil
 }
 
-func loadChunk(p string, id uint64) (*chunk, error) {
-	f, err := os.Open(p)
+func (s *Store) loadChunk(p string, id uint64) (*chunk, error) {
+	f, err := s.fs.OpenFile(p, os.O_RDONLY, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -762,7 +813,10 @@ func loadChunk(p string, id uint64) (*chunk, error) {
 	if _, err := f.ReadAt(tab, crcTableOff); err != nil {
 		return nil, err
 	}
-	c := &chunk{id: id, length: length, sealed: le.Uint16(h[6:])&flagSealed != 0, crcs: make([]uint32, blocks(length))}
+	c := &chunk{id: id, length: length, sealed: le.Uint16(h[6:])&flagSealed != 0, crcs: make([]uint32, blocks(length)), linked: true}
+	// What is on disk may have been written without a sync: treat it as
+	// durable-written, so a Seal syncs before its marker can reach the disk.
+	c.durable.Store(true)
 	for i := range c.crcs {
 		c.crcs[i] = le.Uint32(tab[4*i:])
 	}

@@ -76,6 +76,10 @@ const (
 	// FlagColdFilled in an OpReadCold response: the server fetched the chunk
 	// from the cold tier for this request (or while it waited).
 	FlagColdFilled uint16 = 1 << 4
+	// FlagSync in an OpWrite request: answer only when the bytes are on
+	// disk (fdatasync), not only in the page cache. A primary sets it on
+	// the writes it forwards to the other replicas of a chunk.
+	FlagSync uint16 = 1 << 5
 	// FlagResponse marks a frame sent by a server.
 	FlagResponse uint16 = 1 << 15
 )
