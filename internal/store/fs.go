@@ -36,6 +36,7 @@ type file interface {
 	// Datasync makes the file's bytes and size durable (fdatasync).
 	Datasync() error
 	Size() (int64, error)
+	Truncate(size int64) error
 	Close() error
 }
 

@@ -486,7 +486,10 @@ func (s *Store) Read(id uint64, off, n int64, fn func(bufs [][]byte, crc uint32)
 		// Promote the whole chunk: later reads of it come from DRAM. c.mu is
 		// held, so concurrent readers of the same chunk wait for one load.
 		s.mu.Unlock()
-		if err := s.promote(c); err != nil && !errors.Is(err, errs.ErrNoSpace) {
+		// A block that fails its checksum fails the promotion, not this
+		// read: the range asked for is read from disk below, and only its
+		// own blocks must pass.
+		if err := s.promote(c); err != nil && !errors.Is(err, errs.ErrNoSpace) && !errors.Is(err, errs.ErrChecksum) {
 			c.mu.Unlock()
 			return err
 		}
@@ -594,6 +597,7 @@ func (s *Store) Seal(id uint64) error {
 			if err := s.writeHeader(c, true); err != nil {
 				return err
 			}
+			c.written.Add(1) // the marker is a write the sync must cover
 			// A chunk written durably is sealed durably: a seal marker on
 			// disk then always stands on bytes that are on disk too.
 			if c.durable.Load() {
@@ -791,7 +795,7 @@ func (s *Store) load() error {
 }
 
 func (s *Store) loadChunk(p string, id uint64) (*chunk, error) {
-	f, err := s.fs.OpenFile(p, os.O_RDONLY, 0)
+	f, err := s.fs.OpenFile(p, os.O_RDWR, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -812,6 +816,20 @@ func (s *Store) loadChunk(p string, id uint64) (*chunk, error) {
 	tab := make([]byte, 4*blocks(length))
 	if _, err := f.ReadAt(tab, crcTableOff); err != nil {
 		return nil, err
+	}
+	// Bytes past the length the header gives are a write that did not
+	// complete (a crash between its data and its header): cut them off, so
+	// that a later write leaving a hole there reads zeros, as holes do, and
+	// not those bytes.
+	if size, err := f.Size(); err != nil {
+		return nil, err
+	} else if size > dataOff+length {
+		if err := f.Truncate(dataOff + length); err != nil {
+			return nil, err
+		}
+		if err := f.Datasync(); err != nil {
+			return nil, err
+		}
 	}
 	c := &chunk{id: id, length: length, sealed: le.Uint16(h[6:])&flagSealed != 0, crcs: make([]uint32, blocks(length)), linked: true}
 	// What is on disk may have been written without a sync: treat it as
