@@ -11,17 +11,19 @@ import (
 	"github.com/gd2fs/gd2fs/client"
 	"github.com/gd2fs/gd2fs/internal/bench"
 	"github.com/gd2fs/gd2fs/internal/cluster"
+	"github.com/gd2fs/gd2fs/internal/store"
 	"github.com/spf13/cobra"
 )
 
 func newBenchFiles() *cobra.Command {
-	var size, chunk, mem, disk, dir string
+	var size, chunk, mem, disk, dir, syncPolicy string
 	var streams, parallel, runs int
 	cmd := &cobra.Command{
 		Use:   "files",
 		Short: "Sequential write and read of a large file through a local 3-server cluster, beside raw loopback TCP",
 		Example: `  gd2fs-bench files                       # 1 GiB, perf and ha pools, 3 runs, medians
-  gd2fs-bench files --size 256MiB --runs 5 --streams 2`,
+  gd2fs-bench files --size 256MiB --runs 5 --streams 2
+  gd2fs-bench files --sync never          # servers ack from the page cache (the figures before issue 14)`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			sz, err := parseSize(size)
@@ -50,8 +52,12 @@ func newBenchFiles() *cobra.Command {
 			}
 			ctx := context.Background()
 			const servers = 3
+			sp, err := store.ParseSyncPolicy(syncPolicy)
+			if err != nil {
+				return err
+			}
 			c, err := cluster.Start(ctx, cluster.Config{Dir: filepath.Join(dir, "cluster"), Servers: servers,
-				MemBytes: memB, DiskBytes: diskB})
+				MemBytes: memB, DiskBytes: diskB, Sync: sp})
 			if err != nil {
 				return err
 			}
@@ -153,6 +159,7 @@ func newBenchFiles() *cobra.Command {
 	f.StringVar(&mem, "mem", "2GiB", "DRAM tier per server")
 	f.StringVar(&disk, "disk", "auto", "disk tier per server (auto: 4x the file size; 0: DRAM only)")
 	f.StringVar(&dir, "dir", "", "where the servers keep their disk tiers (default: a temp dir)")
+	f.StringVar(&syncPolicy, "sync", "replicated", "servers' write durability: replicated (ha writes fdatasynced before the ack), always, never (page cache only)")
 	f.IntVar(&streams, "streams", 4, "TCP streams per server")
 	f.IntVar(&parallel, "parallel", 16, "requests in flight")
 	f.IntVar(&runs, "runs", 3, "repetitions; medians are reported")

@@ -17,7 +17,7 @@ import (
 )
 
 func newServer(g *globals) *cobra.Command {
-	var listen, advertise, mem, disk, id, kvMem, kvDisk, kvMax string
+	var listen, advertise, mem, disk, id, kvMem, kvDisk, kvMax, syncPolicy string
 	var rf respFlags
 	var heartbeat time.Duration
 	var maxConns int
@@ -28,12 +28,16 @@ func newServer(g *globals) *cobra.Command {
 		Short: "Run a data server: chunks in a DRAM tier and a disk tier, served over the binary protocol",
 		Example: `  gd2fs server --master http://m:7070 --listen :7071 --mem 16GiB --disk /nvme/gd2fs:2TiB
   gd2fs server --master http://127.0.0.1:7070 --listen 127.0.0.1:7075 --mem 1GiB   # DRAM only
+  gd2fs server --master http://m:7070 --disk /nvme/gd2fs:2TiB --sync always        # perf-pool writes synced too
   gd2fs server --master http://m:7070 --listen :7071 --resp-listen :6380          # and Redis clients on 6380
   gd2fs server --master https://m:7070 --tls-cert s1.pem --tls-key s1-key.pem --tls-ca ca.pem --token-file /etc/gd2fs/token ...`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			sc := store.Config{}
 			var err error
+			if sc.Sync, err = store.ParseSyncPolicy(syncPolicy); err != nil {
+				return err
+			}
 			if mem != "" {
 				if sc.MemBytes, err = parseSize(mem); err != nil {
 					return err
@@ -79,6 +83,7 @@ func newServer(g *globals) *cobra.Command {
 	f.StringVar(&kvDisk, "kv-disk", "", "KV cache disk tier as DIR:SIZE, e.g. /nvme/gd2fs-kv:1TiB")
 	f.StringVar(&kvMax, "kv-max-value", "64MiB", "largest KV value accepted")
 	f.StringVar(&id, "id", "", "server id (default: kept in the disk tier, else random)")
+	f.StringVar(&syncPolicy, "sync", "replicated", "writes made durable (fdatasync) before they are acknowledged: replicated (chunks of more than one replica: the ha pool), always, never (page cache only)")
 	f.BoolVar(&debug, "debug-http", false, "serve /debug/pprof/ and /debug/gc on the server port")
 	s3.add(f)
 	f.IntVar(&maxConns, "max-conns", server.DefaultMaxConns, "most connections open at once on the port")

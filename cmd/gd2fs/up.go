@@ -11,11 +11,12 @@ import (
 
 	"github.com/gd2fs/gd2fs/internal/cluster"
 	"github.com/gd2fs/gd2fs/internal/cold"
+	"github.com/gd2fs/gd2fs/internal/store"
 	"github.com/spf13/cobra"
 )
 
 func newUp(g *globals) *cobra.Command {
-	var dir, listen, mem, disk, kvMem, kvDisk, quota, cluster_, metaDSN string
+	var dir, listen, mem, disk, kvMem, kvDisk, quota, cluster_, metaDSN, syncPolicy string
 	var servers, firstPort, respPort int
 	var s3 s3Flags
 	cmd := &cobra.Command{
@@ -47,6 +48,10 @@ func newUp(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			sp, err := store.ParseSyncPolicy(syncPolicy)
+			if err != nil {
+				return err
+			}
 			var addrs []string
 			for i := 0; i < servers; i++ {
 				addrs = append(addrs, "127.0.0.1:"+strconv.Itoa(firstPort+i))
@@ -63,7 +68,7 @@ func newUp(g *globals) *cobra.Command {
 			defer stop()
 			abs, _ := filepath.Abs(dir)
 			c, err := cluster.Start(ctx, cluster.Config{Dir: abs, MasterAddr: listen, ServerAddrs: addrs, Servers: servers,
-				MemBytes: memB, DiskBytes: diskB, KVMemBytes: kvMemB, KVDiskBytes: kvDiskB, SessionQuota: q, Cold: cc, Token: g.token, Cluster: cluster_, Meta: metaDSN, Log: g.logger(),
+				MemBytes: memB, DiskBytes: diskB, Sync: sp, KVMemBytes: kvMemB, KVDiskBytes: kvDiskB, SessionQuota: q, Cold: cc, Token: g.token, Cluster: cluster_, Meta: metaDSN, Log: g.logger(),
 				TLS: g.serverTLS, ClientTLS: g.clientTLS, RESP: respPort > 0, RESPAddrs: respAddrs})
 			if err != nil {
 				return fmt.Errorf("%w (is another gd2fs up running? stop it or pick other ports with --listen/--port/--resp-port)", err)
@@ -97,6 +102,7 @@ func newUp(g *globals) *cobra.Command {
 	f.IntVar(&respPort, "resp-port", 6380, "first Redis-protocol port; server i's is resp-port+i (0: no Redis protocol)")
 	f.StringVar(&mem, "mem", "256MiB", "DRAM tier per server")
 	f.StringVar(&disk, "disk", "8GiB", "disk tier per server")
+	f.StringVar(&syncPolicy, "sync", "replicated", "writes the servers make durable (fdatasync) before acknowledging: replicated (the ha pool), always, never")
 	f.StringVar(&kvMem, "kv-mem", "256MiB", "KV cache DRAM tier per server")
 	f.StringVar(&kvDisk, "kv-disk", "4GiB", "KV cache disk tier per server")
 	f.StringVar(&quota, "session-quota", "4GiB", "bytes of explicit-mode KV session files before LRU eviction")

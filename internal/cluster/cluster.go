@@ -33,6 +33,8 @@ type Config struct {
 	Servers     int   // default 3
 	MemBytes    int64 // DRAM tier per server
 	DiskBytes   int64 // disk tier per server; 0 = DRAM only
+	// Sync is the servers' write durability policy (store.SyncPolicy).
+	Sync        store.SyncPolicy
 	KVMemBytes  int64 // KV DRAM tier per server; 0 = none
 	KVDiskBytes int64 // KV disk tier per server (under <Dir>/server-<i>/kv); 0 = none
 	Meta        string
@@ -118,7 +120,7 @@ func (c *Cluster) AddServer(i int) (*server.Server, error) {
 	if i < len(c.cfg.ServerAddrs) {
 		addr = c.cfg.ServerAddrs[i]
 	}
-	sc := store.Config{MemBytes: c.cfg.MemBytes}
+	sc := store.Config{MemBytes: c.cfg.MemBytes, Sync: c.cfg.Sync}
 	if c.cfg.DiskBytes > 0 {
 		sc.Dir = filepath.Join(c.cfg.Dir, "server-"+strconv.Itoa(i))
 		sc.DiskBytes = c.cfg.DiskBytes

@@ -45,7 +45,11 @@ func Open(ctx context.Context, dsn string) (Store, error) {
 		if err := createPrivate(file); err != nil {
 			return nil, err
 		}
-		s.db, err = sql.Open("sqlite", "file:"+file+"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(ON)")
+		// synchronous(FULL): each commit fsyncs the WAL, so a file the
+		// client saw committed is still known after a power loss (NORMAL
+		// only survives a crash of the process; docs/architecture.md,
+		// "Durability").
+		s.db, err = sql.Open("sqlite", "file:"+file+"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=synchronous(FULL)&_pragma=foreign_keys(ON)")
 		if err == nil {
 			// One connection: SQLite serialises writers anyway, and this
 			// keeps transactions from failing with SQLITE_BUSY.

@@ -95,6 +95,7 @@ var (
 	descEvict = prometheus.NewDesc("gd2fs_server_evictions_total", "Chunks dropped from DRAM to make room.", nil, nil)
 	descBad   = prometheus.NewDesc("gd2fs_server_corrupt_total", "Blocks or chunk files that failed their checksum.", nil, nil)
 	descChk   = prometheus.NewDesc("gd2fs_server_chunks", "Chunks held.", nil, nil)
+	descSync  = prometheus.NewDesc("gd2fs_server_syncs_total", "fdatasyncs of chunk files (durable writes, group-committed).", nil, nil)
 )
 
 func (c *storeCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -103,6 +104,7 @@ func (c *storeCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descEvict
 	ch <- descBad
 	ch <- descChk
+	ch <- descSync
 }
 
 func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
@@ -117,6 +119,7 @@ func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descEvict, k, float64(st.Evictions))
 	ch <- prometheus.MustNewConstMetric(descBad, k, float64(st.Corrupt))
 	ch <- prometheus.MustNewConstMetric(descChk, g, float64(u.Chunks))
+	ch <- prometheus.MustNewConstMetric(descSync, k, float64(st.Syncs))
 }
 
 // kvCollector reads the KV store's figures at scrape time.

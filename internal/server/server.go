@@ -587,11 +587,27 @@ func isEOF(err error) bool {
 }
 
 // durable is the acknowledgement rule (docs/architecture.md, "Durability"):
-// a write to a replicated chunk (the primary got a forward list) and a write
-// flagged wire.FlagSync (a primary's forward) are on disk before they are
-// acknowledged; a write to a chunk of one replica is in the page cache.
-func durable(ref wire.ChunkRef, flags uint16) bool {
+// by default a write to a replicated chunk (the primary got a forward list)
+// and a write flagged wire.FlagSync (a primary's forward) are on disk before
+// they are acknowledged; a write to a chunk of one replica is in the page
+// cache. --sync always / never change that for this server.
+func (s *Server) durable(ref wire.ChunkRef, flags uint16) bool {
+	switch s.cfg.Store.Sync {
+	case store.SyncAlways:
+		return true
+	case store.SyncNever:
+		return false
+	}
 	return len(ref.Forward) > 0 || flags&wire.FlagSync != 0
+}
+
+// forwardFlags are the flags of a write a primary forwards: FlagSync unless
+// this server syncs nothing (then the cluster is run that way).
+func (s *Server) forwardFlags() uint16 {
+	if s.cfg.Store.Sync == store.SyncNever {
+		return 0
+	}
+	return wire.FlagSync
 }
 
 // write stores locally and forwards to the other replicas in parallel; it
@@ -600,7 +616,7 @@ func durable(ref wire.ChunkRef, flags uint16) bool {
 func (s *Server) write(ref wire.ChunkRef, off int64, p []byte, crc uint32, flags uint16) error {
 	if len(ref.Forward) == 0 {
 		err := s.store.WriteChecked(ref.ID, off, p, crc)
-		if err == nil && durable(ref, flags) {
+		if err == nil && s.durable(ref, flags) {
 			err = s.store.Sync(ref.ID)
 		}
 		return err
@@ -610,7 +626,7 @@ func (s *Server) write(ref wire.ChunkRef, off int64, p []byte, crc uint32, flags
 	defer cancel()
 	for _, addr := range ref.Forward {
 		go func() {
-			if err := s.peers.ForwardChunk(ctx, addr, ref.ID, off, p, nil, crc, wire.FlagSync); err != nil {
+			if err := s.peers.ForwardChunk(ctx, addr, ref.ID, off, p, nil, crc, s.forwardFlags()); err != nil {
 				errc <- fmt.Errorf("replica %s: %w", addr, err)
 				return
 			}
@@ -618,7 +634,7 @@ func (s *Server) write(ref wire.ChunkRef, off int64, p []byte, crc uint32, flags
 		}()
 	}
 	err := s.store.WriteChecked(ref.ID, off, p, crc)
-	if err == nil {
+	if err == nil && s.durable(ref, flags) {
 		err = s.store.Sync(ref.ID) // while the replicas sync theirs
 	}
 	for range ref.Forward {
@@ -634,7 +650,7 @@ func (s *Server) write(ref wire.ChunkRef, off int64, p []byte, crc uint32, flags
 func (s *Server) writeDirect(ref wire.ChunkRef, off int64, pw *store.Pending, crc uint32, flags uint16) error {
 	if len(ref.Forward) == 0 {
 		err := pw.Commit(crc)
-		if err == nil && durable(ref, flags) {
+		if err == nil && s.durable(ref, flags) {
 			err = s.store.Sync(ref.ID)
 		}
 		return err
@@ -649,7 +665,7 @@ func (s *Server) writeDirect(ref wire.ChunkRef, off int64, pw *store.Pending, cr
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := s.peers.ForwardChunkV(ctx, addr, ref.ID, off, pw.Bytes(), crc, wire.FlagSync); err != nil {
+			if err := s.peers.ForwardChunkV(ctx, addr, ref.ID, off, pw.Bytes(), crc, s.forwardFlags()); err != nil {
 				errc <- fmt.Errorf("replica %s: %w", addr, err)
 			}
 		}()
@@ -657,7 +673,12 @@ func (s *Server) writeDirect(ref wire.ChunkRef, off int64, pw *store.Pending, cr
 	// The local fdatasync runs while the replicas write and sync theirs
 	// (Sync does not need the chunk lock CommitWhen holds meanwhile).
 	var serr error
-	err := pw.CommitWhen(crc, func() { serr = s.store.Sync(ref.ID); wg.Wait() })
+	err := pw.CommitWhen(crc, func() {
+		if s.durable(ref, flags) {
+			serr = s.store.Sync(ref.ID)
+		}
+		wg.Wait()
+	})
 	close(errc)
 	if err == nil {
 		err = serr
@@ -753,8 +774,10 @@ func (s *Server) copyFrom(id uint64, src string) error {
 	}
 	// A copy made to restore the replica count is as durable as the
 	// replicas it joins, before the master records it as one.
-	if err := s.store.Sync(id); err != nil {
-		return err
+	if s.cfg.Store.Sync != store.SyncNever {
+		if err := s.store.Sync(id); err != nil {
+			return err
+		}
 	}
 	if sealed {
 		return s.store.Seal(id)

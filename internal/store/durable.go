@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"github.com/gd2fs/gd2fs/errs"
 )
 
 // Durability.
@@ -25,6 +27,41 @@ import (
 // written back: every 64 KiB block is then either as it was after some
 // write (its CRC matches) or fails its CRC (errs.ErrChecksum), and a file
 // shorter than its header reads as errs.ErrChecksum too. Never other bytes.
+
+// SyncPolicy says which chunk writes a server makes durable (fdatasync)
+// before it acknowledges them.
+type SyncPolicy int
+
+const (
+	// SyncReplicated, the default: writes to chunks with more than one
+	// replica (the ha pool); one-replica chunks are in the page cache.
+	SyncReplicated SyncPolicy = iota
+	// SyncAlways: every write, one-replica chunks too.
+	SyncAlways
+	// SyncNever: no write; the page cache only. Replicated data then
+	// survives losing servers, not a power loss of all its replicas.
+	SyncNever
+)
+
+func (p SyncPolicy) String() string {
+	switch p {
+	case SyncAlways:
+		return "always"
+	case SyncNever:
+		return "never"
+	}
+	return "replicated"
+}
+
+// ParseSyncPolicy reads "replicated", "always" or "never".
+func ParseSyncPolicy(s string) (SyncPolicy, error) {
+	for _, p := range []SyncPolicy{SyncReplicated, SyncAlways, SyncNever} {
+		if s == p.String() {
+			return p, nil
+		}
+	}
+	return 0, errs.New(errs.ErrBadRequest, "sync policy %q: say replicated (writes to chunks of more than one replica, the default), always or never", s)
+}
 
 // Sync makes every write to chunk id that has returned so far survive power
 // loss, and makes a later Seal of the chunk durable too. Without a disk tier
@@ -61,6 +98,7 @@ func (s *Store) sync(c *chunk) error {
 	}
 	err = f.Datasync()
 	f.Close()
+	s.syncs.Add(1)
 	if err != nil {
 		return fmt.Errorf("store: sync chunk %d: %w", c.id, err)
 	}

@@ -9,6 +9,9 @@
 // Every 64 KiB block of a chunk has a CRC32C, kept in the chunk file's header
 // region and checked on every disk read: damaged bytes become errs.ErrChecksum,
 // never data.
+//
+// A write returns once its bytes are in the page cache; Sync makes a chunk's
+// writes survive power loss (group-committed fdatasync, durable.go).
 package store
 
 import (
@@ -44,6 +47,10 @@ type Config struct {
 	Dir       string // disk tier directory; "" means no disk tier
 	DiskBytes int64  // disk tier capacity in bytes
 	Log       *slog.Logger
+	// Sync says which writes the server makes durable before it
+	// acknowledges them (SyncReplicated by default). The store itself
+	// syncs only when asked (Sync); the server applies the policy.
+	Sync SyncPolicy
 
 	fs fileSystem // the disk tier's file system; nil means the operating system's
 }
@@ -58,6 +65,7 @@ type Usage struct {
 // Stats are cumulative counters.
 type Stats struct {
 	MemReads, DiskReads, Evictions, Corrupt uint64
+	Syncs                                   uint64 // fdatasyncs of chunk files
 }
 
 // Info describes one stored chunk.
@@ -82,7 +90,7 @@ type Store struct {
 	dirMu  sync.Mutex      // guards linked
 	linked map[string]bool // chunk subdirectories whose own entry is durable
 
-	memReads, diskReads, evictions, corrupt atomic.Uint64
+	memReads, diskReads, evictions, corrupt, syncs atomic.Uint64
 }
 
 type chunk struct {
@@ -164,7 +172,7 @@ func (s *Store) Usage() Usage {
 // Stats returns cumulative counters.
 func (s *Store) Stats() Stats {
 	return Stats{MemReads: s.memReads.Load(), DiskReads: s.diskReads.Load(),
-		Evictions: s.evictions.Load(), Corrupt: s.corrupt.Load()}
+		Evictions: s.evictions.Load(), Corrupt: s.corrupt.Load(), Syncs: s.syncs.Load()}
 }
 
 // List returns every chunk held.
@@ -637,7 +645,7 @@ func blocks(n int64) int { return int((n + BlockSize - 1) / BlockSize) }
 
 // ---- disk tier ----
 //
-// A chunk file is an 8 KiB header region followed by the chunk's bytes:
+// A chunk file is a 20 KiB header region followed by the chunk's bytes:
 //
 //	0  u32 magic "GDCK"   4 u16 version   6 u16 flags (1 = sealed)
 //	8  u64 length         16 u32 block size
@@ -647,6 +655,9 @@ func blocks(n int64) int { return int((n + BlockSize - 1) / BlockSize) }
 // Writes go data first, then block CRCs, then the header, so a process killed
 // in between leaves either the old length (the new bytes are ignored) or a
 // block whose CRC fails (read as errs.ErrChecksum, served by another replica).
+// Nothing is synced unless asked (Sync, durable.go); after a power loss any
+// subset of the unsynced pages may be on disk, which the block CRCs catch
+// the same way.
 
 const (
 	chunkMagic   = 0x4b434447 // "GDCK"
