@@ -1,0 +1,179 @@
+package chaos
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+)
+
+// Network namespaces: one per master and per server, each with a veth pair
+// whose host end sits on one bridge. Every name starts with "gdc" (bridge,
+// veths) or "gdc-" (namespaces) so the harness never touches anything else;
+// leftovers of a killed run are removed at start.
+
+const (
+	bridgeName = "gdcbr0"
+	subnet     = "10.213.0" // a /24; the host's end of the bridge is .1
+	hostIP     = subnet + ".1"
+)
+
+// Net places processes: in namespaces on a bridge (On), or all on the
+// host's loopback.
+type Net struct {
+	On    bool
+	nodes []string // namespace names created
+	logf  func(format string, a ...any)
+}
+
+// netnsUsable reports whether namespaces can be made here, and if not, why.
+func netnsUsable() (bool, string) {
+	if os.Geteuid() != 0 {
+		return false, "not root"
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		return false, "no ip(8)"
+	}
+	if _, err := exec.LookPath("nft"); err != nil {
+		return false, "no nft(8)"
+	}
+	if err := run("ip", "netns", "add", "gdc-probe"); err != nil {
+		return false, "ip netns add failed: " + err.Error()
+	}
+	run("ip", "netns", "del", "gdc-probe")
+	return true, ""
+}
+
+func run(name string, args ...string) error {
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
+func runIn(stdin string, name string, args ...string) error {
+	cmd := exec.Command(name, args...)
+	cmd.Stdin = strings.NewReader(stdin)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
+// cleanupLeftovers removes namespaces named gdc-* and links named gdc*.
+func cleanupLeftovers() {
+	out, _ := exec.Command("ip", "netns", "list").Output()
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) > 0 && strings.HasPrefix(f[0], "gdc-") {
+			run("ip", "netns", "del", f[0])
+		}
+	}
+	out, _ = exec.Command("ip", "-br", "link").Output()
+	sc = bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) > 0 {
+			name, _, _ := strings.Cut(f[0], "@")
+			if strings.HasPrefix(name, "gdc") {
+				run("ip", "link", "del", name)
+			}
+		}
+	}
+}
+
+// setup creates the bridge.
+func (n *Net) setup() error {
+	if !n.On {
+		return nil
+	}
+	cleanupLeftovers()
+	for _, c := range [][]string{
+		{"ip", "link", "add", bridgeName, "type", "bridge"},
+		{"ip", "addr", "add", hostIP + "/24", "dev", bridgeName},
+		{"ip", "link", "set", bridgeName, "up"},
+	} {
+		if err := run(c[0], c[1:]...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// addNode creates namespace gdc-<name> with address subnet.<octet> and
+// returns that address (127.0.0.1 without namespaces).
+func (n *Net) addNode(name string, octet int) (string, error) {
+	if !n.On {
+		return "127.0.0.1", nil
+	}
+	ns, host, peer := "gdc-"+name, "gdc"+name, "gdc"+name+"p"
+	ip := fmt.Sprintf("%s.%d", subnet, octet)
+	for _, c := range [][]string{
+		{"ip", "netns", "add", ns},
+		{"ip", "link", "add", host, "type", "veth", "peer", "name", peer},
+		{"ip", "link", "set", peer, "netns", ns},
+		{"ip", "link", "set", host, "master", bridgeName, "up"},
+		{"ip", "-n", ns, "link", "set", peer, "name", "eth0"},
+		{"ip", "-n", ns, "addr", "add", ip + "/24", "dev", "eth0"},
+		{"ip", "-n", ns, "link", "set", "eth0", "up"},
+		{"ip", "-n", ns, "link", "set", "lo", "up"},
+		{"ip", "-n", ns, "route", "add", "default", "via", hostIP},
+	} {
+		if err := run(c[0], c[1:]...); err != nil {
+			return "", err
+		}
+	}
+	n.nodes = append(n.nodes, ns)
+	return ip, nil
+}
+
+// command returns the argv that runs bin with args in node's namespace.
+func (n *Net) command(node string, bin string, args ...string) []string {
+	if !n.On {
+		return append([]string{bin}, args...)
+	}
+	return append([]string{"ip", "netns", "exec", "gdc-" + node, bin}, args...)
+}
+
+// cut drops every packet into and out of node except on loopback (a
+// partition: nothing is refused, everything is silently lost).
+func (n *Net) cut(node string) error {
+	return n.rules(node, "drop")
+}
+
+// loss drops pct percent of the packets into and out of node, at random.
+func (n *Net) loss(node string, pct int) error {
+	return n.rules(node, fmt.Sprintf("numgen random mod 100 < %d drop", pct))
+}
+
+func (n *Net) rules(node, verdict string) error {
+	ns := "gdc-" + node
+	n.heal(node)
+	rules := fmt.Sprintf(`table inet gdcfault {
+	chain in { type filter hook input priority 0; policy accept; iif "lo" accept; %s; }
+	chain out { type filter hook output priority 0; policy accept; oif "lo" accept; %s; }
+}
+`, verdict, verdict)
+	return runIn(rules, "ip", "netns", "exec", ns, "nft", "-f", "-")
+}
+
+// heal removes node's fault rules.
+func (n *Net) heal(node string) {
+	run("ip", "netns", "exec", "gdc-"+node, "nft", "delete", "table", "inet", "gdcfault")
+}
+
+// teardown removes every namespace and the bridge.
+func (n *Net) teardown() {
+	if !n.On {
+		return
+	}
+	for _, ns := range n.nodes {
+		run("ip", "netns", "del", ns)
+	}
+	cleanupLeftovers()
+}
