@@ -137,6 +137,7 @@ Faults: ` + strings.Join(chaos.AllFaults, ", ") + `.`,
 	f.DurationVar(&cfg.Gap, "gap", 3*time.Second, "least time between a heal and the next fault")
 	f.DurationVar(&cfg.RecoveryBound, "recovery-bound", 30*time.Second, "every kind of operation must succeed again within this after a heal")
 	f.DurationVar(&cfg.OpTimeout, "op-timeout", 30*time.Second, "deadline of each operation of the load")
+	f.IntVar(&cfg.KeepFiles, "keep-files", 24, "files each writer keeps; it removes older ones, so reads race removes (0: never remove)")
 	f.BoolVar(&cfg.Strict, "strict", false, "availability findings (no recovery within the bound, leaks) exit 2")
 	f.StringVar(&cfg.WorkDir, "workdir", "", "directory for logs and data (default: a new temporary one, removed after a clean run)")
 	f.BoolVar(&cfg.Keep, "keep", false, "keep the work dir after a clean run")

@@ -147,7 +147,7 @@ func (l *load) writer(ctx context.Context, pool string, id int) {
 			l.m.acked[idx].Add(1)
 			mine = append(mine, f)
 		}
-		if len(mine) > keepFiles {
+		if l.cfg.KeepFiles > 0 && len(mine) > l.cfg.KeepFiles {
 			old := mine[0]
 			mine = mine[1:]
 			old.removing.Store(true)

@@ -37,6 +37,7 @@ type Config struct {
 	RecoveryBound time.Duration // every kind must succeed again within this after a heal
 	OpTimeout     time.Duration // each operation's deadline
 	Postgres      string        // DSN; empty: one master on SQLite
+	KeepFiles     int           // files each writer keeps, removing older ones (0: never remove)
 	Strict        bool          // availability findings are fatal too
 	WorkDir       string        // default: a new temporary directory
 	Keep          bool          // keep the work dir (logs, data) after a clean run
