@@ -71,6 +71,7 @@ func (c *cluster) exercise(ctx context.Context) (*Result, error) {
 	l.cl = cl
 	stop = c.startLoad(ctx, l, cl)
 	start := time.Now()
+	st.restartClock(start)
 	at := func() string { return fmt.Sprintf("[%6.1fs]", time.Since(start).Seconds()) }
 	var findings []string
 	sleepCtx(ctx, 2*time.Second)

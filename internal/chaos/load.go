@@ -198,8 +198,11 @@ func (l *load) reader(ctx context.Context, pool string, id int) {
 		if ctx.Err() != nil && o != OK && o != WrongBytes {
 			return
 		}
-		if f.removing.Load() && o != WrongBytes {
-			continue // removed under the read: nothing to count
+		if f.removing.Load() {
+			if o != WrongBytes {
+				continue // removed under the read: nothing to count
+			}
+			detail += " [its writer was removing this file: the read raced a remove]"
 		}
 		l.st.record(kind, o, start, err, detail)
 	}

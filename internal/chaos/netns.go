@@ -39,10 +39,19 @@ func netnsUsable() (bool, string) {
 	if _, err := exec.LookPath("nft"); err != nil {
 		return false, "no nft(8)"
 	}
-	if err := run("ip", "netns", "add", "gdc-probe"); err != nil {
-		return false, "ip netns add failed: " + err.Error()
+	// Try everything the harness does, on a probe namespace.
+	defer run("ip", "netns", "del", "gdc-probe")
+	defer run("ip", "link", "del", "gdcprobe")
+	for _, c := range [][]string{
+		{"ip", "netns", "add", "gdc-probe"},
+		{"ip", "link", "add", "gdcprobe", "type", "veth", "peer", "name", "gdcprobep"},
+		{"ip", "link", "set", "gdcprobep", "netns", "gdc-probe"},
+		{"ip", "netns", "exec", "gdc-probe", "nft", "add", "table", "inet", "gdcprobe"},
+	} {
+		if err := run(c[0], c[1:]...); err != nil {
+			return false, err.Error()
+		}
 	}
-	run("ip", "netns", "del", "gdc-probe")
 	return true, ""
 }
 

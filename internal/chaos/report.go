@@ -25,6 +25,10 @@ func (c *cluster) report(st *Stats, m *model, steps []*step, sw sweep, before, a
 	p("Cluster: %d master(s) on %s, %d servers (32 MiB DRAM, disk tier on a %s), each behind the harness's TCP proxy; %s. Seed %d; load ran %.0fs; each fault held %s.",
 		nm, map[bool]string{true: "PostgreSQL (fresh schema)", false: "SQLite"}[nm > 1], cfg.Servers,
 		map[bool]string{true: "384 MiB tmpfs", false: "directory"}[c.tmpfs], c.netNote, cfg.Seed, loadTime.Seconds(), cfg.Hold)
+	if cfg.KeepFiles > 0 {
+		p("")
+		p("Each writer keeps its last %d files and removes older ones, so reads race removes.", cfg.KeepFiles)
+	}
 	p("")
 	p("### Faults injected, and recovery after each heal")
 	p("")

@@ -272,9 +272,9 @@ func (c *cluster) start(ctx context.Context) error {
 		}
 		c.proxies[name], c.direct[name] = px, listen
 		murls = append(murls, "http://"+px.Addr())
-		p := &proc{name: name, node: name, logPath: filepath.Join(logs, name+".log"), metrics: "http://" + listen + "/metrics"}
+		p := &proc{name: name, node: name, logPath: filepath.Join(logs, name+".log"), metrics: "http://" + listen + "/metrics", env: []string{"GD2FS_TOKEN=" + token}}
 		p.argv = c.net.command(name, cfg.Bin, "master", "--listen", listen, "--advertise", "http://"+px.Addr(),
-			"--meta", dsns[i], "--cluster", "chaos", "--token", token, "--down-after", "3s", "--repair-after", "10s")
+			"--meta", dsns[i], "--cluster", "chaos", "--down-after", "3s", "--repair-after", "10s")
 		c.masters = append(c.masters, p)
 	}
 	c.murls = strings.Join(murls, ",")
@@ -315,8 +315,8 @@ func (c *cluster) start(ctx context.Context) error {
 		}
 		c.proxies[name], c.direct[name] = px, listen
 		p := &proc{name: name, node: name, logPath: filepath.Join(logs, name+".log"), metrics: "http://" + listen + "/metrics",
-			env: []string{"AWS_ACCESS_KEY_ID=chaos", "AWS_SECRET_ACCESS_KEY=chaos-secret", "AWS_REGION=us-east-1"}}
-		p.argv = c.net.command(name, cfg.Bin, "server", "--master", c.murls, "--token", token, "--id", name,
+			env: []string{"GD2FS_TOKEN=" + token, "AWS_ACCESS_KEY_ID=chaos", "AWS_SECRET_ACCESS_KEY=chaos-secret", "AWS_REGION=us-east-1"}}
+		p.argv = c.net.command(name, cfg.Bin, "server", "--master", c.murls, "--id", name,
 			"--listen", listen, "--advertise", px.Addr(), "--mem", "32MiB", "--disk", dir+":1GiB", "--kv-mem", "64MiB",
 			"--heartbeat", "500ms", "--s3-endpoint", "http://"+c.s3relay.Addr())
 		c.servers = append(c.servers, p)

@@ -204,3 +204,11 @@ func (s *Stats) topErrors(n int) []string {
 	}
 	return out
 }
+
+// restartClock makes the times of violations count from now (the start of
+// the schedule, as the printed timeline does).
+func (s *Stats) restartClock(t time.Time) {
+	s.mu.Lock()
+	s.t0 = t
+	s.mu.Unlock()
+}
