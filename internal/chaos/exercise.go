@@ -91,7 +91,17 @@ func (c *cluster) exercise(ctx context.Context) (*Result, error) {
 			continue
 		}
 		c.logf("%s %d. inject %s %s", at(), i+1, s.fault, s.victim)
-		sleepCtx(ctx, s.hold)
+		if strings.HasPrefix(s.fault, "leader-") {
+			// How long until another master leads (if one does at all
+			// while the fault holds): the failover the clients wait for.
+			if d, ok := c.waitNewLeader(ctx, s.victim, s.hold); ok {
+				s.note = fmt.Sprintf("another master led %.1fs after the fault", d.Seconds())
+			} else {
+				s.note = fmt.Sprintf("no other master led while the fault held (%s)", s.hold)
+			}
+			c.logf("%s %d. %s", at(), i+1, s.note)
+		}
+		sleepCtx(ctx, s.hold-time.Since(s.injected))
 		if err := c.heal(s); err != nil {
 			s.note = "heal failed: " + err.Error()
 			findings = append(findings, fmt.Sprintf("fault %d (%s %s): heal failed: %v", i+1, s.fault, s.victim, err))
@@ -270,4 +280,19 @@ func (c *cluster) tails() string {
 		fmt.Fprintf(&b, "--- %s (%s):\n%s\n", p.name, p.logPath, p.logTail(15))
 	}
 	return b.String()
+}
+
+// waitNewLeader polls until a master other than old leads, for at most
+// within; it returns how long that took.
+func (c *cluster) waitNewLeader(ctx context.Context, old string, within time.Duration) (time.Duration, bool) {
+	start := time.Now()
+	for time.Since(start) < within && ctx.Err() == nil {
+		for _, m := range c.masters {
+			if m.name != old && c.leads(m) {
+				return time.Since(start), true
+			}
+		}
+		sleepCtx(ctx, 100*time.Millisecond)
+	}
+	return 0, false
 }

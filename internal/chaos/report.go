@@ -40,16 +40,18 @@ func (c *cluster) report(st *Stats, m *model, steps []*step, sw sweep, before, a
 		hdr += " " + shortKind[k] + " |"
 		sep += "---|"
 	}
+	hdr += " note |"
+	sep += "---|"
 	p("%s", hdr)
 	p("%s", sep)
 	for i, s := range steps {
 		row := fmt.Sprintf("| %d | %s | %s |", i+1, s.fault, s.victim)
 		if s.skipped != "" {
-			p("%s skipped: %s |%s", row, s.skipped, strings.Repeat(" |", int(nKinds)))
+			p("%s |%s skipped: %s |", row, strings.Repeat(" |", int(nKinds)), s.skipped)
 			continue
 		}
 		if s.injected.IsZero() {
-			p("%s not reached |%s", row, strings.Repeat(" |", int(nKinds)))
+			p("%s |%s not reached |", row, strings.Repeat(" |", int(nKinds)))
 			continue
 		}
 		bad := 0
@@ -64,9 +66,7 @@ func (c *cluster) report(st *Stats, m *model, steps []*step, sw sweep, before, a
 				row += fmt.Sprintf(" %.1f |", s.recovery[k].Seconds())
 			}
 		}
-		if s.note != "" {
-			row += " " + s.note
-		}
+		row += " " + s.note + " |"
 		p("%s", row)
 	}
 	p("")
