@@ -53,17 +53,25 @@ func (c *cluster) exercise(ctx context.Context) (*Result, error) {
 	sleepCtx(ctx, 2*time.Second)
 	before := c.usage(ctx)
 
-	steps := schedule(cfg.Faults, cfg.Servers, cfg.Seed, cfg.Duration, cfg.Hold, cfg.Gap)
+	// Faults this cluster cannot make are listed once, as skipped, and
+	// take no time from the others.
+	var steps []*step
+	var runnable []string
+	for _, f := range cfg.Faults {
+		if why := c.unsupported(f); why != "" {
+			steps = append(steps, &step{fault: f, victim: "-", skipped: why})
+			c.logf("chaos: SKIPPED %s: %s", f, why)
+			continue
+		}
+		runnable = append(runnable, f)
+	}
+	steps = append(steps, schedule(runnable, cfg.Servers, cfg.Seed, cfg.Duration, cfg.Hold, cfg.Gap)...)
 	c.logf("chaos: schedule (seed %d; each fault held %s, then at least %s and until every kind of operation succeeds again, at most %s):",
 		cfg.Seed, cfg.Hold, cfg.Gap, cfg.RecoveryBound)
 	for i, s := range steps {
-		why := c.unsupported(s.fault)
-		if why != "" {
-			s.skipped = why
-			c.logf("  %2d. %-16s %-12s SKIPPED: %s", i+1, s.fault, s.victim, why)
-			continue
+		if s.skipped == "" {
+			c.logf("  %2d. %-16s %s", i+1, s.fault, s.victim)
 		}
-		c.logf("  %2d. %-16s %s", i+1, s.fault, s.victim)
 	}
 	if cl, err = c.newClient(); err != nil {
 		return nil, err

@@ -114,7 +114,13 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if cfg.Out == nil {
 		cfg.Out = os.Stdout
 	}
-	lock, err := os.OpenFile(filepath.Join(os.TempDir(), "gd2fs-chaos.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	// One run at a time: a run owns every gdc-* namespace and link. Only
+	// root makes those, so other users lock their own file.
+	lockName := "gd2fs-chaos.lock"
+	if uid := os.Geteuid(); uid != 0 {
+		lockName = fmt.Sprintf("gd2fs-chaos-%d.lock", uid)
+	}
+	lock, err := os.OpenFile(filepath.Join(os.TempDir(), lockName), os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return nil, err
 	}
