@@ -21,6 +21,9 @@ import (
 )
 
 func main() {
+	// Piped into head or a closed terminal, keep running to the cleanup
+	// (namespaces, mounts) instead of dying of SIGPIPE on the next print.
+	signal.Ignore(syscall.SIGPIPE)
 	if err := newRoot().Execute(); err != nil {
 		code := 1
 		if e, ok := err.(exitError); ok {

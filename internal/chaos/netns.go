@@ -73,6 +73,21 @@ func runIn(stdin string, name string, args ...string) error {
 	return nil
 }
 
+// cleanupMounts unmounts the tmpfs data dirs (mounted as gdc-<server>)
+// that a killed run left behind.
+func cleanupMounts() {
+	b, err := os.ReadFile("/proc/mounts")
+	if err != nil {
+		return
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 2 && strings.HasPrefix(f[0], "gdc-") && f[2] == "tmpfs" {
+			run("umount", "-l", f[1])
+		}
+	}
+}
+
 // cleanupLeftovers removes namespaces named gdc-* and links named gdc*.
 func cleanupLeftovers() {
 	out, _ := exec.Command("ip", "netns", "list").Output()

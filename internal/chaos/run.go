@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -19,7 +20,6 @@ import (
 	"github.com/gd2fs/gd2fs/client"
 	"github.com/gd2fs/gd2fs/internal/cold"
 	"github.com/gd2fs/gd2fs/internal/s3test"
-	"github.com/gd2fs/gd2fs/internal/testutil"
 	"github.com/gd2fs/gd2fs/internal/weights"
 	_ "github.com/jackc/pgx/v5/stdlib" // the PostgreSQL driver, for the fresh schema
 )
@@ -130,6 +130,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
 			return nil, err
 		}
+	}
+	if os.Geteuid() == 0 {
+		cleanupMounts() // the lock is ours: any gdc-* tmpfs is a leftover
 	}
 	c := &cluster{cfg: &cfg, net: &Net{}, proxies: map[string]*Proxy{}, pgRelays: map[string]*Proxy{}, dataDir: map[string]string{}, direct: map[string]string{}}
 	ok, why := netnsUsable()
@@ -367,17 +370,34 @@ func (c *cluster) newClient() (*client.Client, error) {
 
 // waitUp waits until a master leads and sees n servers up.
 func (c *cluster) waitUp(ctx context.Context, cl *client.Client, n int, within time.Duration) error {
-	deadline := time.Now().Add(within)
+	start := time.Now()
+	deadline := start.Add(within)
 	var last string
+	told := false
 	for time.Now().Before(deadline) {
 		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		st, err := cl.Status(sctx)
 		cancel()
-		up := testutil.UpServers(st)
-		if err == nil && up >= n {
+		var up []string
+		for _, s := range st.Servers {
+			if s.State == "up" {
+				up = append(up, s.ID)
+			}
+		}
+		if err == nil && len(up) >= n {
 			return nil
 		}
-		last = fmt.Sprintf("%d of %d servers up (%v)", up, n, err)
+		last = fmt.Sprintf("%d of %d servers up (%v)", len(up), n, err)
+		if !told && time.Since(start) > 10*time.Second {
+			// Slow: say what the master sees, and what the missing servers say.
+			told = true
+			c.logf("chaos: after 10s the master sees servers up: %v (%v)", up, err)
+			for _, p := range c.servers {
+				if !slices.Contains(up, p.name) {
+					c.logf("chaos: %s is not up; its log ends:\n%s", p.name, p.logTail(5))
+				}
+			}
+		}
 		sleepCtx(ctx, 200*time.Millisecond)
 		if ctx.Err() != nil {
 			return ctx.Err()
