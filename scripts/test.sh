@@ -73,10 +73,8 @@ go test -race -timeout 15m "$@" ./...
 # where they cannot be made; it says so), faults whose integrity invariants
 # must hold. Wrong bytes or a lost acknowledged HA write fail the run;
 # availability findings are printed in its table (docs/reliability.md).
-# Writers keep their files (--keep-files 0): reads racing removes can read
-# zeros (docs/reliability.md, finding 1) until the master's stat is fixed.
 echo "== chaos: fault harness, short run (docs/reliability.md)"
-bash scripts/chaos.sh --duration 50s --hold 4s --gap 2s --servers 4 --seed 1 --keep-files 0 \
+bash scripts/chaos.sh --duration 50s --hold 4s --gap 2s --servers 4 --seed 1 \
   --faults kill,pause,partition,leader-partition,leader-kill,disk-full,loss,reset
 echo "== python: pygd2fs"
 make -s -C python lib

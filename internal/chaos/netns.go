@@ -88,8 +88,28 @@ func cleanupMounts() {
 	}
 }
 
-// cleanupLeftovers removes namespaces named gdc-* and links named gdc*.
+// natLoopback makes 127.0.0.1:port on the host reachable from every
+// namespace at hostIP:port through the kernel's NAT (DNAT to loopback,
+// SNAT to loopback so the server sees a local client). Unlike a relay in
+// user space this keeps one TCP connection end to end: when a master's
+// namespace is cut, PostgreSQL's keepalives to it go unanswered and the
+// database ends its session, as it would across a real partition.
+func (n *Net) natLoopback(port string) error {
+	if err := os.WriteFile("/proc/sys/net/ipv4/conf/"+bridgeName+"/route_localnet", []byte("1"), 0o644); err != nil {
+		return err
+	}
+	rules := fmt.Sprintf(`table ip gdcnat {
+	chain pre { type nat hook prerouting priority -100; iifname "%s" ip daddr %s tcp dport %s dnat to 127.0.0.1:%s; }
+	chain in { type nat hook input priority 100; ip saddr %s.0/24 ip daddr 127.0.0.1 tcp dport %s snat to 127.0.0.1; }
+}
+`, bridgeName, hostIP, port, port, subnet, port)
+	return runIn(rules, "nft", "-f", "-")
+}
+
+// cleanupLeftovers removes namespaces named gdc-*, links named gdc* and
+// the host's gdcnat table.
 func cleanupLeftovers() {
+	run("nft", "delete", "table", "ip", "gdcnat")
 	out, _ := exec.Command("ip", "netns", "list").Output()
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	for sc.Scan() {

@@ -234,7 +234,24 @@ func (c *cluster) start(ctx context.Context) error {
 			return err
 		}
 		nm, dsns = 2, nil
-		for i := 0; i < nm; i++ {
+		// In namespaces, a PostgreSQL on the host's loopback is reached
+		// through NAT (one TCP connection end to end, so a partition cuts
+		// the session for the database too); otherwise, and for the
+		// blackholes of loopback mode, through a relay per master.
+		if pgHost, pgPort, _ := net.SplitHostPort(u.Host); c.net.On && (pgHost == "127.0.0.1" || pgHost == "localhost") {
+			if err := c.net.natLoopback(pgPort); err != nil {
+				return fmt.Errorf("NAT to PostgreSQL: %w", err)
+			}
+			v := *u
+			v.Host = net.JoinHostPort(hostIP, pgPort)
+			q := v.Query()
+			q.Set("search_path", schema)
+			v.RawQuery = q.Encode()
+			for i := 0; i < nm; i++ {
+				dsns = append(dsns, v.String())
+			}
+		}
+		for i := 0; i < nm && len(dsns) < nm; i++ {
 			// Each master reaches PostgreSQL through its own relay on the
 			// host, so a partition of the master cuts its database session too.
 			relay, err := NewProxy(net.JoinHostPort(host, "0"), u.Host)
