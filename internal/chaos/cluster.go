@@ -30,7 +30,9 @@ type proc struct {
 	cmd     *exec.Cmd
 	done    chan struct{}
 	starts  int
-	stopped bool // SIGSTOPped
+	stopped bool     // SIGSTOPped
+	ending  bool     // the harness is ending it: an exit is expected
+	exits   []string // exits the harness did not cause, with the log's last line
 }
 
 func (p *proc) start() error {
@@ -50,10 +52,20 @@ func (p *proc) start() error {
 		lf.Close()
 		return err
 	}
-	p.cmd, p.done, p.stopped = cmd, make(chan struct{}), false
+	p.cmd, p.done, p.stopped, p.ending = cmd, make(chan struct{}), false, false
 	p.starts++
 	done := p.done
-	go func() { cmd.Wait(); lf.Close(); close(done) }()
+	go func() {
+		err := cmd.Wait()
+		lf.Close()
+		p.mu.Lock()
+		if !p.ending {
+			last := p.logTail(1)
+			p.exits = append(p.exits, fmt.Sprintf("%s exited on its own (%v): %s", p.name, err, last))
+		}
+		p.mu.Unlock()
+		close(done)
+	}()
 	return nil
 }
 
@@ -98,6 +110,9 @@ func (p *proc) kill() {
 	if cmd == nil {
 		return
 	}
+	p.mu.Lock()
+	p.ending = true
+	p.mu.Unlock()
 	cmd.Process.Signal(syscall.SIGCONT) // a stopped process dies as well, but wake it so Wait returns promptly
 	cmd.Process.Signal(syscall.SIGKILL)
 	<-done
@@ -111,6 +126,9 @@ func (p *proc) stop() {
 	if cmd == nil {
 		return
 	}
+	p.mu.Lock()
+	p.ending = true
+	p.mu.Unlock()
 	cmd.Process.Signal(syscall.SIGCONT)
 	cmd.Process.Signal(syscall.SIGTERM)
 	select {
@@ -119,6 +137,15 @@ func (p *proc) stop() {
 		cmd.Process.Signal(syscall.SIGKILL)
 		<-done
 	}
+}
+
+// takeExits returns the exits not reported yet.
+func (p *proc) takeExits() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	e := p.exits
+	p.exits = nil
+	return e
 }
 
 // logTail returns the last n lines of the process's log.

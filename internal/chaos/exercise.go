@@ -129,6 +129,7 @@ func (c *cluster) exercise(ctx context.Context) (*Result, error) {
 			}
 			sleepCtx(ctx, 100*time.Millisecond)
 		}
+		findings = append(findings, c.exits(at())...)
 		var slow []string
 		worst, wk := time.Duration(0), Kind(0)
 		for k := range nKinds {
@@ -149,6 +150,7 @@ func (c *cluster) exercise(ctx context.Context) (*Result, error) {
 	// The load runs on to the end of the duration.
 	sleepCtx(ctx, cfg.Duration-time.Since(start))
 	stop()
+	findings = append(findings, c.exits(at())...)
 	loadTime := time.Since(start)
 	c.logf("%s load stopped; final sweep of everything acknowledged", at())
 
@@ -303,4 +305,17 @@ func (c *cluster) waitNewLeader(ctx context.Context, old string, within time.Dur
 		sleepCtx(ctx, 100*time.Millisecond)
 	}
 	return 0, false
+}
+
+// exits reports processes that ended without the harness ending them (a
+// crash, or a restart that failed).
+func (c *cluster) exits(at string) []string {
+	var out []string
+	for _, p := range c.procs() {
+		for _, e := range p.takeExits() {
+			c.logf("%s PROCESS EXIT: %s", at, e)
+			out = append(out, e)
+		}
+	}
+	return out
 }
