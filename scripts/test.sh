@@ -69,6 +69,13 @@ fi
 rm -rf "$chromium_dir"
 echo "== go test -race"
 go test -race -timeout 15m "$@" ./...
+# The fault harness, short: real processes in network namespaces (loopback
+# where they cannot be made; it says so), faults whose integrity invariants
+# must hold. Wrong bytes or a lost acknowledged HA write fail the run;
+# availability findings are printed in its table (docs/reliability.md).
+echo "== chaos: fault harness, short run (docs/reliability.md)"
+bash scripts/chaos.sh --duration 50s --hold 4s --gap 2s --servers 4 --seed 1 \
+  --faults kill,pause,partition,leader-partition,leader-kill,disk-full,loss,reset
 echo "== python: pygd2fs"
 make -s -C python lib
 go build -o bin/gd2fs ./cmd/gd2fs

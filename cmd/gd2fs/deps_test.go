@@ -7,7 +7,8 @@ import (
 )
 
 // TestNoBenchDeps: the product binary links none of the benchmark harness
-// (cmd/gd2fs-bench): no Redis client, no in-memory S3 server.
+// (cmd/gd2fs-bench) or of the fault harness (cmd/gd2fs-chaos): no Redis
+// client, no in-memory S3 server.
 func TestNoBenchDeps(t *testing.T) {
 	goBin, err := exec.LookPath("go")
 	if err != nil {
@@ -18,7 +19,7 @@ func TestNoBenchDeps(t *testing.T) {
 		t.Fatalf("go list -deps: %v\n%s", err, out)
 	}
 	for _, dep := range strings.Fields(string(out)) {
-		for _, bad := range []string{"go-redis", "gofakes3", "gd2fs/internal/bench", "gd2fs/internal/s3test"} {
+		for _, bad := range []string{"go-redis", "gofakes3", "gd2fs/internal/bench", "gd2fs/internal/s3test", "gd2fs/internal/chaos"} {
 			if strings.Contains(dep, bad) {
 				t.Errorf("gd2fs depends on %s (matches %q)", dep, bad)
 			}
