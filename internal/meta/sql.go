@@ -120,24 +120,16 @@ var schema = []string{
 func (s *sqlStore) migrate(ctx context.Context) error {
 	schema := append(append([]string{}, schema...), sessionSchema...)
 	if s.postgres {
-		// Several masters may start at once: serialise schema creation.
-		tx, err := s.db.BeginTx(ctx, nil)
-		if err != nil {
-			return err
-		}
-		defer tx.Rollback()
-		if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(7070001)`); err != nil {
-			return err
-		}
-		for _, q := range schema {
-			if _, err := tx.ExecContext(ctx, q); err != nil {
-				return fmt.Errorf("%s: %w", q, err)
+		// A deadlock with a running leader's transactions is still possible
+		// when something must be created; it is retried.
+		var err error
+		for attempt := 0; attempt < 5; attempt++ {
+			if err = s.migratePostgres(ctx, schema); err == nil || !isDeadlock(err) || ctx.Err() != nil {
+				return err
 			}
+			time.Sleep(time.Duration(attempt+1) * 200 * time.Millisecond)
 		}
-		if err := s.addColumns(ctx, tx); err != nil {
-			return err
-		}
-		return tx.Commit()
+		return err
 	}
 	for _, q := range schema {
 		if _, err := s.db.ExecContext(ctx, q); err != nil {
@@ -145,6 +137,59 @@ func (s *sqlStore) migrate(ctx context.Context) error {
 		}
 	}
 	return s.addColumns(ctx, s.db)
+}
+
+// migratePostgres creates what schema lacks, in one transaction under an
+// advisory lock (several masters may start at once). Objects that exist are
+// skipped, not re-created with IF NOT EXISTS: CREATE INDEX takes a share
+// lock on its table before it finds the index there, and a master started
+// beside a busy leader deadlocked with the leader's writes (the chaos
+// harness found it: the restarted master exited, leaving no standby).
+func (s *sqlStore) migratePostgres(ctx context.Context, schema []string) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtext(current_schema()), 7070001)`); err != nil {
+		return err
+	}
+	for _, q := range schema {
+		if name := createdName(q); name != "" {
+			var exists bool
+			if err := tx.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL`, name).Scan(&exists); err != nil {
+				return fmt.Errorf("look up %s: %w", name, err)
+			}
+			if exists {
+				continue
+			}
+		}
+		if _, err := tx.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("%s: %w", q, err)
+		}
+	}
+	if err := s.addColumns(ctx, tx); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// createdName is the table or index a CREATE ... IF NOT EXISTS statement
+// makes ("" for any other statement).
+func createdName(q string) string {
+	f := strings.Fields(q)
+	for i := 0; i+3 < len(f); i++ {
+		if f[i] == "IF" && f[i+1] == "NOT" && f[i+2] == "EXISTS" {
+			name, _, _ := strings.Cut(f[i+3], "(")
+			return name
+		}
+	}
+	return ""
+}
+
+// isDeadlock: PostgreSQL aborted the transaction to break a deadlock.
+func isDeadlock(err error) bool {
+	return strings.Contains(err.Error(), "40P01") || strings.Contains(err.Error(), "deadlock detected")
 }
 
 // addColumns adds the columns of sessionColumns that a database made by an
