@@ -142,13 +142,13 @@ func (p *Pending) commit(want uint32) error {
 			_, err = f.WriteVAt(p.dst, dataOff+p.off)
 		}
 		if err != nil {
-			return fmt.Errorf("store: write chunk %d: %w", c.id, err)
+			return s.diskErr(fmt.Errorf("store: write chunk %d: %w", c.id, err))
 		}
 	}
 	first := s.updateCRCs(c, f, p.off, p.off+p.n, p.newLen, segs)
 	if f != nil {
 		if err := s.writeCRCs(c, f, first, p.newLen); err != nil {
-			return fmt.Errorf("store: %w", err)
+			return s.diskErr(fmt.Errorf("store: %w", err))
 		}
 	}
 	s.mu.Lock()

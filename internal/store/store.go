@@ -29,6 +29,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/gd2fs/gd2fs/errs"
 	"github.com/gd2fs/gd2fs/internal/arena"
 	"github.com/gd2fs/gd2fs/internal/bufpool"
@@ -165,8 +167,27 @@ func (s *Store) Usage() Usage {
 	}
 	if s.cfg.Dir == "" {
 		u.DiskCap = 0
+	} else if _, real := s.fs.(osFS); real {
+		// The configured size is a promise the file system may not keep
+		// (other files fill it): count what it cannot hold any more as used,
+		// so the master stops placing chunks on a full disk.
+		var st unix.Statfs_t
+		if unix.Statfs(s.cfg.Dir, &st) == nil {
+			avail := int64(st.Bavail) * int64(st.Bsize)
+			u.DiskUsed = max(u.DiskUsed, min(u.DiskCap, u.DiskCap-avail))
+		}
 	}
 	return u
+}
+
+// diskErr classifies a failed write to the disk tier: a full file system
+// (ENOSPC, EDQUOT) is errs.ErrNoSpace, so clients see "no space" rather than
+// an unknown error; the next heartbeat reports the disk full (Usage).
+func (s *Store) diskErr(err error) error {
+	if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT) {
+		return errs.New(errs.ErrNoSpace, "%w: the file system under %s is full; free space there (the master places new chunks on other servers meanwhile)", err, s.cfg.Dir)
+	}
+	return err
 }
 
 // Stats returns cumulative counters.
@@ -309,7 +330,7 @@ func (s *Store) write(id uint64, off int64, p []byte, segs []uint32) error {
 			s.diskUsed -= newLen - c.length
 			s.mu.Unlock()
 			s.dropIfEmpty(c)
-			return fmt.Errorf("store: write chunk %d: %w", id, err)
+			return s.diskErr(fmt.Errorf("store: write chunk %d: %w", id, err))
 		}
 	}
 	s.mu.Lock()
@@ -321,7 +342,7 @@ func (s *Store) write(id uint64, off int64, p []byte, segs []uint32) error {
 	first := s.updateCRCs(c, f, off, end, newLen, segs)
 	if f != nil {
 		if err := s.writeCRCs(c, f, first, newLen); err != nil {
-			return err
+			return s.diskErr(err)
 		}
 	}
 	c.length = newLen

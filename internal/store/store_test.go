@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"sync"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/gd2fs/gd2fs/errs"
 	"github.com/gd2fs/gd2fs/internal/testutil"
@@ -288,5 +291,23 @@ func TestDirectWrite(t *testing.T) {
 	s2 := open(t, Config{Dir: dir, DiskBytes: 64 << 20})
 	if got := readAll(t, s2, 1, 0, 500_000); !bytes.Equal(got, want) {
 		t.Fatal("direct writes did not reach the disk tier intact")
+	}
+}
+
+// TestDiskFull: a full file system is errs.ErrNoSpace (the cause kept), and
+// the usage a server reports counts what its file system cannot hold as
+// used, so the master stops placing chunks on it.
+func TestDiskFull(t *testing.T) {
+	s := open(t, Config{Dir: t.TempDir(), DiskBytes: 1 << 50})
+	err := s.diskErr(fmt.Errorf("store: write chunk 1: %w", unix.ENOSPC))
+	if !errors.Is(err, errs.ErrNoSpace) || !errors.Is(err, unix.ENOSPC) {
+		t.Fatalf("ENOSPC became %v", err)
+	}
+	if other := s.diskErr(io.ErrShortWrite); errors.Is(other, errs.ErrNoSpace) {
+		t.Fatalf("a short write became %v", other)
+	}
+	u := s.Usage()
+	if u.DiskCap != 1<<50 || u.DiskUsed <= 0 || u.DiskUsed >= u.DiskCap {
+		t.Fatalf("a 1 PiB disk tier on this file system reports %d of %d used; want the space the file system lacks counted as used", u.DiskUsed, u.DiskCap)
 	}
 }
