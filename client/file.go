@@ -286,16 +286,20 @@ func (f *File) commit(ctx context.Context, seal bool) error {
 	}
 	// Seal on the servers too, so no client can change the bytes later.
 	// A replica that is down now keeps an unsealed copy; reads verify
-	// checksums either way.
+	// checksums either way. So does one that just missed a deadline: a
+	// stopped server would cost every Close a timeout.
 	var wg sync.WaitGroup
 	for _, c := range chunks {
 		for _, r := range c.Replicas {
+			if f.c.hl.isSuspect(r.Addr) {
+				continue
+			}
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				sctx, cancel := context.WithTimeout(ctx, f.c.reqTimeout(0))
 				defer cancel()
-				f.c.tr.SealChunk(sctx, r.Addr, c.ID)
+				f.c.hl.note(r.Addr, sctx, f.c.tr.SealChunk(sctx, r.Addr, c.ID))
 			}()
 		}
 	}

@@ -215,6 +215,11 @@ func TestStoppedServer(t *testing.T) {
 	if err != nil || len(st.Chunks) != 8 {
 		t.Fatalf("stat /s/open: %v", err)
 	}
+	t0 := time.Now()
+	if got, err := readAll(cl, "/s/a"); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("read with every server up: %v", err)
+	}
+	t.Logf("read of 8 MiB with every server up: %v", time.Since(t0).Round(time.Millisecond))
 	vid := st.Chunks[4].Replicas[1].Server
 	victim := int(vid[1] - '0')
 	vaddr := addrs[victim]
@@ -246,7 +251,7 @@ func TestStoppedServer(t *testing.T) {
 
 	// Writes: a chunk with a replica on the stopped server fails, with a
 	// retryable error, and does not hang.
-	t0 := time.Now()
+	t0 = time.Now()
 	_, err = w.WriteAt(data[4<<20:], 4<<20)
 	t.Logf("write meeting the stopped replica: %v after %v", err, time.Since(t0).Round(time.Millisecond))
 	if !errors.Is(err, errs.ErrUnavailable) || !strings.Contains(err.Error(), vaddr) {

@@ -267,7 +267,8 @@ type Client struct {
 	// one pass over the masters, no waiting.
 	RetryFor time.Duration
 
-	cur atomic.Int32
+	cur      atomic.Int32
+	answered atomic.Bool // some master has answered this client once
 }
 
 // bases splits Base.
@@ -329,7 +330,10 @@ const (
 // not nil), failing over between masters. While no master leads (one died
 // and a standby is taking over, or a new leader waits for heartbeats) it
 // retries with backoff for up to RetryFor: any request the master surely did
-// not apply, and an Idempotent one whose fate is unknown.
+// not apply, and an Idempotent one whose fate is unknown. A client that has
+// never reached any master, and finds every one refusing connections, fails
+// at once instead: nothing is running there (a typo, a cluster not started),
+// and waiting would only delay saying so.
 func (c *Client) Do(ctx context.Context, method, path string, in, out any) error {
 	var body []byte
 	if in != nil {
@@ -353,6 +357,7 @@ func (c *Client) Do(ctx context.Context, method, path string, in, out any) error
 	backoff := 50 * time.Millisecond
 	for pass := 0; ; pass++ {
 		start := int(c.cur.Load())
+		allRefused := true
 		for i := range bases {
 			k := (start + i) % len(bases)
 			var o outcome
@@ -368,9 +373,13 @@ func (c *Client) Do(ctx context.Context, method, path string, in, out any) error
 				return err
 			}
 			ambiguous = ambiguous || o == unknown
+			allRefused = allRefused && o == untouched && !c.answered.Load()
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
+		}
+		if allRefused && !c.answered.Load() {
+			return err
 		}
 		if retryFor < 0 || time.Now().Add(backoff).After(deadline) {
 			if retryFor > 0 {
@@ -383,7 +392,7 @@ func (c *Client) Do(ctx context.Context, method, path string, in, out any) error
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return ctx.Err()
+			return fmt.Errorf("%w (the call's context ended while waiting for a leader: %v)", err, ctx.Err())
 		case <-t.C:
 		}
 		backoff = min(2*backoff, time.Second)
@@ -425,6 +434,7 @@ func (c *Client) do1(ctx context.Context, base, method, path string, body []byte
 		return o, errs.New(errs.ErrUnavailable, "master %s unreachable: %w (is it running? start one with 'gd2fs up' or set --master)", base, err)
 	}
 	defer resp.Body.Close()
+	c.answered.Store(true)
 	if resp.StatusCode/100 != 2 {
 		var e Error
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))

@@ -68,7 +68,13 @@ func TestDoWaitsForLeader(t *testing.T) {
 
 // Past RetryFor, Do says no master led.
 func TestDoGivesUp(t *testing.T) {
-	c := &Client{Base: deadAddr(t) + "," + deadAddr(t), RetryFor: 300 * time.Millisecond}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte(`{}`)) }))
+	c := &Client{Base: srv.URL, RetryFor: 300 * time.Millisecond}
+	if err := c.Do(context.Background(), "GET", "/v1/status", nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	srv.Close() // the only master dies
+	c.Base = srv.URL + "," + deadAddr(t)
 	err := c.Do(context.Background(), "GET", "/v1/status", nil, nil)
 	if !errors.Is(err, errs.ErrUnavailable) || !strings.Contains(err.Error(), "no master led within") {
 		t.Fatalf("all masters dead: %v", err)
@@ -77,6 +83,23 @@ func TestDoGivesUp(t *testing.T) {
 	c.RetryFor = -1
 	if err := c.Do(context.Background(), "GET", "/v1/status", nil, nil); !errors.Is(err, errs.ErrUnavailable) || strings.Contains(err.Error(), "no master led") {
 		t.Fatalf("one pass: %v", err)
+	}
+	// A context that ends first: the last error, and the context's.
+	c.RetryFor = time.Hour
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if err := c.Do(ctx, "GET", "/v1/status", nil, nil); !errors.Is(err, errs.ErrUnavailable) || !strings.Contains(err.Error(), "context ended") {
+		t.Fatalf("context ended: %v", err)
+	}
+}
+
+// A client that never reached a master, with every one refusing
+// connections, fails at once: nothing runs there.
+func TestDoFailsFastWithoutMaster(t *testing.T) {
+	c := &Client{Base: deadAddr(t) + "," + deadAddr(t), RetryFor: time.Hour}
+	err := c.Do(context.Background(), "GET", "/v1/status", nil, nil)
+	if !errors.Is(err, errs.ErrUnavailable) || !strings.Contains(err.Error(), "is it running") {
+		t.Fatalf("no master at all: %v", err)
 	}
 }
 
