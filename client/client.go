@@ -16,7 +16,9 @@ package client
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/tls"
+	"encoding/hex"
 	"errors"
 	"net/http"
 	"strings"
@@ -32,13 +34,22 @@ import (
 
 // Config configures a client.
 type Config struct {
-	Master     string        // master URL, or several comma-separated; default http://127.0.0.1:7070
-	Token      string        // cluster token
-	Streams    int           // TCP connections per server (default 4)
-	PieceSize  int           // bytes per data-plane request (default 4 MiB)
-	Parallel   int           // requests in flight per transfer (default 16)
-	Timeout    time.Duration // per data-plane request (default 60s)
-	LocalAddrs []string      // local IPs to bind, one per NIC
+	Master    string // master URL, or several comma-separated; default http://127.0.0.1:7070
+	Token     string // cluster token
+	Streams   int    // TCP connections per server (default 4)
+	PieceSize int    // bytes per data-plane request (default 4 MiB)
+	Parallel  int    // requests in flight per transfer (default 16)
+	// Timeout and MinRate bound every data-plane request: it may take
+	// Timeout + bytes/MinRate (defaults 10s and 8 MiB/s: 10.5s for a 4 MiB
+	// piece) before the server counts as not answering; reads then go to
+	// another replica, writes fail with errs.ErrUnavailable.
+	Timeout time.Duration
+	MinRate int64 // bytes per second
+	// MasterRetry bounds how long a master call keeps retrying, with
+	// backoff, while no master leads (a failover): default 30s; negative:
+	// one try of each master.
+	MasterRetry time.Duration
+	LocalAddrs  []string // local IPs to bind, one per NIC
 	// Transport overrides the TCP data path (the seam for RDMA / GPU-direct).
 	Transport Transport
 	// TLS runs the master API and the data plane over TLS with this
@@ -66,6 +77,7 @@ type Client struct {
 	api *api.Client
 	tr  Transport
 	ms  membership // cached KV membership map
+	hl  health     // servers that recently missed a deadline
 
 	fromServers, coldFilled atomic.Int64
 }
@@ -109,7 +121,10 @@ func New(cfg Config) (*Client, error) {
 		cfg.Parallel = 16
 	}
 	if cfg.Timeout <= 0 {
-		cfg.Timeout = 60 * time.Second
+		cfg.Timeout = DefaultTimeout
+	}
+	if cfg.MinRate <= 0 {
+		cfg.MinRate = DefaultMinRate
 	}
 	tr := cfg.Transport
 	if tr == nil {
@@ -119,7 +134,7 @@ func New(cfg Config) (*Client, error) {
 	if cfg.TLS != nil {
 		hc.Transport = &http.Transport{TLSClientConfig: cfg.TLS, Proxy: http.ProxyFromEnvironment}
 	}
-	return &Client{cfg: cfg, tr: tr, api: &api.Client{Base: cfg.Master, Token: cfg.Token, HTTP: hc}}, nil
+	return &Client{cfg: cfg, tr: tr, api: &api.Client{Base: cfg.Master, Token: cfg.Token, HTTP: hc, RetryFor: cfg.MasterRetry}}, nil
 }
 
 // Close releases connections.
@@ -283,12 +298,22 @@ func (c *Client) Create(ctx context.Context, path string, o CreateOptions) (*Fil
 		}
 	}
 	var f api.File
-	if err := c.call(ctx, "PUT", "/v1/files", path, api.CreateRequest{Pool: o.Pool, ChunkSize: o.ChunkSize}, &f); err != nil {
+	// The request id makes a retried create (its first answer lost in a
+	// master failover) find the file it made instead of failing "exists".
+	req := api.CreateRequest{Pool: o.Pool, ChunkSize: o.ChunkSize, RequestID: requestID()}
+	if err := c.call(ctx, "PUT", "/v1/files", path, req, &f); err != nil {
 		return nil, err
 	}
 	x := newFile(c, f)
 	x.created = true
 	return x, nil
+}
+
+// requestID is a random id for an idempotent request.
+func requestID() string {
+	var b [16]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 // Open opens an existing file. Reads use the chunk map fetched now (and

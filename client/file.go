@@ -193,10 +193,18 @@ func (f *File) WriteAtContext(ctx context.Context, p []byte, off int64) (int, er
 		for _, r := range c.Replicas[1:] {
 			fwd = append(fwd, r.Addr)
 		}
-		rctx, cancel := context.WithTimeout(ctx, f.c.cfg.Timeout)
+		// An HA write succeeds only when every replica holds the bytes; a
+		// replica that hangs fails it (retryable) within the deadline, and
+		// the primary's own forward deadline is shorter, so its answer names
+		// the replica (docs/api.md, "Failover and timeouts").
+		d := f.c.reqTimeout(int64(len(x.buf)))
+		rctx, cancel := context.WithTimeout(ctx, d)
 		defer cancel()
-		if err := f.c.tr.WriteChunk(rctx, c.Replicas[0].Addr, c.ID, x.off, x.buf, fwd); err != nil {
-			return fmt.Errorf("write %s chunk %d at %d via %s: %w", f.info.Path, x.idx, x.off, c.Replicas[0].Addr, err)
+		addr := c.Replicas[0].Addr
+		err := f.c.tr.WriteChunk(rctx, addr, c.ID, x.off, x.buf, fwd)
+		f.c.hl.note(addr, rctx, err)
+		if err != nil {
+			return fmt.Errorf("write %s chunk %d at %d via %s: %w", f.info.Path, x.idx, x.off, addr, timeoutErr(rctx, err, addr, d))
 		}
 		return nil
 	})
@@ -278,16 +286,20 @@ func (f *File) commit(ctx context.Context, seal bool) error {
 	}
 	// Seal on the servers too, so no client can change the bytes later.
 	// A replica that is down now keeps an unsealed copy; reads verify
-	// checksums either way.
+	// checksums either way. So does one that just missed a deadline: a
+	// stopped server would cost every Close a timeout.
 	var wg sync.WaitGroup
 	for _, c := range chunks {
 		for _, r := range c.Replicas {
+			if f.c.hl.isSuspect(r.Addr) {
+				continue
+			}
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				sctx, cancel := context.WithTimeout(ctx, f.c.cfg.Timeout)
+				sctx, cancel := context.WithTimeout(ctx, f.c.reqTimeout(0))
 				defer cancel()
-				f.c.tr.SealChunk(sctx, r.Addr, c.ID)
+				f.c.hl.note(r.Addr, sctx, f.c.tr.SealChunk(sctx, r.Addr, c.ID))
 			}()
 		}
 	}
@@ -365,14 +377,30 @@ func (f *File) readReplicas(ctx context.Context, c api.Chunk, spread int, off in
 	for j := range k {
 		order = append(order, c.Replicas[(spread+int(c.Index)+j)%k])
 	}
-	sort.SliceStable(order, func(a, b int) bool { return order[a].Up && !order[b].Up })
+	// failover: up and answering, then suspects (a recent timeout), then down.
+	rank := func(r api.Replica) int {
+		switch {
+		case !r.Up:
+			return 2
+		case f.c.hl.isSuspect(r.Addr):
+			return 1
+		}
+		return 0
+	}
+	sort.SliceStable(order, func(a, b int) bool { return rank(order[a]) < rank(order[b]) })
 	var tried []string
 	var last error
 	for _, r := range order {
 		if r.Addr == "" {
 			continue
 		}
-		rctx, cancel := context.WithTimeout(ctx, f.c.cfg.Timeout)
+		// failover: a deadline that grows with the bytes; a cold read may
+		// first fill the whole chunk from S3, so its deadline counts that too.
+		d := f.c.reqTimeout(int64(len(dst)))
+		if f.info.Attrs["source"] != "" {
+			d = f.c.reqTimeout(c.Length + int64(len(dst)))
+		}
+		rctx, cancel := context.WithTimeout(ctx, d)
 		var err error
 		if src := f.info.Attrs["source"]; src != "" {
 			var filled bool
@@ -383,6 +411,8 @@ func (f *File) readReplicas(ctx context.Context, c api.Chunk, spread int, off in
 		} else {
 			err = f.c.tr.ReadChunk(rctx, r.Addr, c.ID, off, dst)
 		}
+		f.c.hl.note(r.Addr, rctx, err) // failover
+		err = timeoutErr(rctx, err, r.Addr, d)
 		cancel()
 		if err == nil {
 			f.c.fromServers.Add(int64(len(dst)))

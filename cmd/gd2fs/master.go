@@ -17,7 +17,7 @@ import (
 func newMaster(g *globals) *cobra.Command {
 	var listen, metaDSN, clusterN, quota, advertise string
 	var publicMasters []string
-	var downAfter, repairAfter time.Duration
+	var downAfter, repairAfter, leadWarmup time.Duration
 	var maxConns int
 	cmd := &cobra.Command{
 		Use:   "master",
@@ -43,7 +43,7 @@ func newMaster(g *globals) *cobra.Command {
 			}
 			defer ms.Close()
 			m, err := master.New(ctx, master.Config{Listen: listen, Meta: ms, Cluster: clusterN, Token: g.token,
-				DownAfter: downAfter, RepairAfter: repairAfter, SessionQuota: q, Advertise: advertise, PublicMasters: publicMasters, Log: g.logger(),
+				DownAfter: downAfter, RepairAfter: repairAfter, LeadWarmup: leadWarmup, SessionQuota: q, Advertise: advertise, PublicMasters: publicMasters, Log: g.logger(),
 				TLS: g.serverTLS, ClientTLS: g.clientTLS, MaxConns: maxConns})
 			if err != nil {
 				return err
@@ -66,6 +66,7 @@ func newMaster(g *globals) *cobra.Command {
 	f.IntVar(&maxConns, "max-conns", master.DefaultMaxConns, "most HTTP connections open at once")
 	f.DurationVar(&downAfter, "down-after", 5*time.Second, "mark a server down after this long without a heartbeat")
 	f.DurationVar(&repairAfter, "repair-after", 30*time.Second, "re-replicate HA chunks of a server down this long (negative: never)")
+	f.DurationVar(&leadWarmup, "lead-warmup", 2*time.Second, "on taking over leadership, wait at most this long for the servers' heartbeats before placing chunks or declaring servers down (clients are told to retry meanwhile; at least the servers' --heartbeat)")
 	return cmd
 }
 

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/gd2fs/gd2fs/client"
 	"github.com/gd2fs/gd2fs/internal/api"
@@ -21,7 +22,10 @@ type globals struct {
 	token     string
 	tokenFile string
 	debug     bool
-	tls       tlsconf.Files
+	// masterRetry and ioTimeout are client.Config's MasterRetry and
+	// Timeout (docs/api.md, "Failover and timeouts").
+	masterRetry, ioTimeout time.Duration
+	tls                    tlsconf.Files
 	// From tls, once the flags are parsed (nil: plain TCP and http://).
 	serverTLS, clientTLS *tls.Config
 
@@ -40,8 +44,10 @@ func newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.PersistentFlags().StringVar(&g.master, "master", envOr("GD2FS_MASTER", client.DefaultMaster), "master URL (env GD2FS_MASTER)")
+	root.PersistentFlags().StringVar(&g.master, "master", envOr("GD2FS_MASTER", client.DefaultMaster), "master URL, or every master comma-separated (masters on PostgreSQL) (env GD2FS_MASTER)")
 	pf := root.PersistentFlags()
+	pf.DurationVar(&g.masterRetry, "master-retry", api.DefaultRetryFor, "keep retrying master calls this long while no master leads (a failover); 0: one try of each master")
+	pf.DurationVar(&g.ioTimeout, "io-timeout", client.DefaultTimeout, "a data server that does not answer a request within this (plus 1s per 8 MiB) counts as not answering: reads go to another replica, writes fail")
 	pf.StringVar(&g.token, "token", os.Getenv("GD2FS_TOKEN"), "cluster token (env GD2FS_TOKEN; prefer --token-file or the variable: a flag shows in ps)")
 	pf.StringVar(&g.tokenFile, "token-file", os.Getenv("GD2FS_TOKEN_FILE"), "read the cluster token from this file (env GD2FS_TOKEN_FILE)")
 	pf.StringVar(&g.tls.Cert, "tls-cert", os.Getenv("GD2FS_TLS_CERT"), "PEM certificate: serve over TLS (master, server, up), or present it to servers that require client certificates")
@@ -105,7 +111,11 @@ func (g *globals) resolve() error {
 }
 
 func (g *globals) client() (*client.Client, error) {
-	return client.New(client.Config{Master: g.master, Token: g.token, TLS: g.clientTLS})
+	retry := g.masterRetry
+	if retry == 0 {
+		retry = -1 // one pass: client.Config's 0 means the default
+	}
+	return client.New(client.Config{Master: g.master, Token: g.token, TLS: g.clientTLS, MasterRetry: retry, Timeout: g.ioTimeout})
 }
 
 // withRemote parses a gd2fs URI, opens a client and calls fn with both.

@@ -19,7 +19,7 @@ import (
 func newServer(g *globals) *cobra.Command {
 	var listen, advertise, mem, disk, id, kvMem, kvDisk, kvMax, syncPolicy string
 	var rf respFlags
-	var heartbeat time.Duration
+	var heartbeat, forwardTimeout time.Duration
 	var maxConns int
 	var debug bool
 	var s3 s3Flags
@@ -59,7 +59,7 @@ func newServer(g *globals) *cobra.Command {
 				cc = &c
 			}
 			s, err := server.New(server.Config{ID: id, Listen: listen, Advertise: advertise, Master: g.master,
-				Token: g.token, Store: sc, KV: kc, Cold: cc, Heartbeat: heartbeat, Debug: debug, Log: g.logger(),
+				Token: g.token, Store: sc, KV: kc, Cold: cc, Heartbeat: heartbeat, ForwardTimeout: forwardTimeout, Debug: debug, Log: g.logger(),
 				TLS: g.serverTLS, ClientTLS: g.clientTLS, MaxConns: maxConns})
 			if err != nil {
 				return err
@@ -89,6 +89,7 @@ func newServer(g *globals) *cobra.Command {
 	f.IntVar(&maxConns, "max-conns", server.DefaultMaxConns, "most connections open at once on the port")
 	rf.add(f)
 	f.DurationVar(&heartbeat, "heartbeat", time.Second, "heartbeat interval")
+	f.DurationVar(&forwardTimeout, "forward-timeout", server.DefaultForwardTimeout, "a replica that does not take a forwarded HA write within this (plus 1s per 8 MiB) fails the write (retryable); keep it below clients' --io-timeout")
 	return cmd
 }
 

@@ -9,9 +9,13 @@ package api
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/url"
@@ -176,6 +180,10 @@ type LinkRequest struct {
 type CreateRequest struct {
 	Pool      string `json:"pool"`
 	ChunkSize int64  `json:"chunk_size"`
+	// RequestID, when set, makes the create idempotent: a repeat with the
+	// same id (a retry after the first answer was lost) returns the file
+	// the first one made instead of "exists".
+	RequestID string `json:"request_id,omitempty"`
 }
 
 // AllocRequest asks for chunks at the given indexes (existing ones are returned as they are).
@@ -237,6 +245,15 @@ func HTTPStatus(err error) int {
 // LeaderHeader, on a standby master's 503 answers, names the leader's URL.
 const LeaderHeader = "X-Gd2fs-Leader"
 
+// ErrRetryLater marks a master's refusal that did nothing and will pass: a
+// standby, or a new leader still waiting for the servers' heartbeats. The
+// master answers it as 503 with a Retry-After header, which clients retry on
+// whatever the request.
+var ErrRetryLater = errors.New("retry in a moment")
+
+// DefaultRetryFor is how long Client.Do keeps retrying while no master leads.
+const DefaultRetryFor = 30 * time.Second
+
 // Client calls the master.
 type Client struct {
 	// Base is the master's URL, or several comma-separated (masters sharing
@@ -245,8 +262,13 @@ type Client struct {
 	Base  string // e.g. http://127.0.0.1:7070
 	Token string
 	HTTP  *http.Client
+	// RetryFor bounds how long Do retries, with backoff, while no master
+	// answers as leader (a failover): default DefaultRetryFor; negative:
+	// one pass over the masters, no waiting.
+	RetryFor time.Duration
 
-	cur atomic.Int32
+	cur      atomic.Int32
+	answered atomic.Bool // some master has answered this client once
 }
 
 // bases splits Base.
@@ -269,8 +291,49 @@ func EscapePath(p string) string {
 	return strings.Join(parts, "/")
 }
 
+// Idempotent reports whether sending method path twice has the effect of
+// sending it once, so that Do may repeat it after a failure that leaves
+// unknown whether the master applied it (a connection cut mid-request by a
+// leader's death). Reads are; so are creating a file with a request id (a
+// repeat finds the file it made), allocating chunks (existing ones come
+// back as they are), committing (sizes only grow; sealing a sealed file at
+// the same size is a no-op), linking (a repeat finds the link), attributes,
+// directories (mkdir -p), heartbeats, and deletes (Do turns a repeat's
+// not_found into success). Session plans and commits are not: they are sent
+// again only when the master surely did not get them.
+func Idempotent(method, path string) bool {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodPut:
+		return !strings.HasPrefix(path, "/v1/models/") && !strings.HasPrefix(path, "/v1/sessions")
+	case http.MethodDelete:
+		return strings.HasPrefix(path, "/v1/files/")
+	case http.MethodPost:
+		for _, p := range []string{"/v1/alloc/", "/v1/commit/", "/v1/link/", "/v1/servers/heartbeat"} {
+			if strings.HasPrefix(path, p) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// outcome classifies one attempt's failure.
+type outcome int
+
+const (
+	done      outcome = iota // an answer (success or a final error)
+	untouched                // the master surely did nothing: unreachable, standby, not ready
+	unknown                  // the request may have been applied: cut mid-way
+)
+
 // Do sends in (JSON, when not nil) and decodes the answer into out (when
-// not nil), failing over between masters.
+// not nil), failing over between masters. While no master leads (one died
+// and a standby is taking over, or a new leader waits for heartbeats) it
+// retries with backoff for up to RetryFor: any request the master surely did
+// not apply, and an Idempotent one whose fate is unknown. A client that has
+// never reached any master, and finds every one refusing connections, fails
+// at once instead: nothing is running there (a typo, a cluster not started),
+// and waiting would only delay saying so.
 func (c *Client) Do(ctx context.Context, method, path string, in, out any) error {
 	var body []byte
 	if in != nil {
@@ -283,33 +346,68 @@ func (c *Client) Do(ctx context.Context, method, path string, in, out any) error
 	if len(bases) == 0 {
 		return errs.New(errs.ErrBadRequest, "no master address: set --master or GD2FS_MASTER")
 	}
-	start := int(c.cur.Load())
+	retryFor := c.RetryFor
+	if retryFor == 0 {
+		retryFor = DefaultRetryFor
+	}
+	deadline := time.Now().Add(retryFor)
+	idem := Idempotent(method, path)
 	var err error
-	for i := range bases {
-		k := (start + i) % len(bases)
-		var retry bool
-		retry, err = c.do1(ctx, bases[k], method, path, body, in != nil, out)
-		if !retry {
-			c.cur.Store(int32(k))
+	ambiguous := false // an earlier attempt may have been applied
+	backoff := 50 * time.Millisecond
+	for pass := 0; ; pass++ {
+		start := int(c.cur.Load())
+		allRefused := true
+		for i := range bases {
+			k := (start + i) % len(bases)
+			var o outcome
+			o, err = c.do1(ctx, bases[k], method, path, body, in != nil, out)
+			if o == unknown && !idem {
+				return err // it may have happened: repeating it could do it twice
+			}
+			if o == done {
+				c.cur.Store(int32(k))
+				if ambiguous && method == http.MethodDelete && errors.Is(err, errs.ErrNotFound) {
+					return nil // the attempt cut short did delete it
+				}
+				return err
+			}
+			ambiguous = ambiguous || o == unknown
+			allRefused = allRefused && o == untouched && !c.answered.Load()
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+		}
+		if allRefused && !c.answered.Load() {
 			return err
 		}
-		if ctx.Err() != nil {
-			return ctx.Err()
+		if retryFor < 0 || time.Now().Add(backoff).After(deadline) {
+			if retryFor > 0 {
+				return fmt.Errorf("no master led within %s: %w", retryFor, err)
+			}
+			return err
 		}
+		// Jittered so that many clients do not arrive at a new leader at once.
+		t := time.NewTimer(backoff/2 + time.Duration(rand.Int64N(int64(backoff))))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%w (the call's context ended while waiting for a leader: %v)", err, ctx.Err())
+		case <-t.C:
+		}
+		backoff = min(2*backoff, time.Second)
 	}
-	return err
 }
 
-// do1 calls one master; retry says another master may do better (this one
-// is unreachable or a standby).
-func (c *Client) do1(ctx context.Context, base, method, path string, body []byte, hasBody bool, out any) (retry bool, err error) {
+// do1 calls one master and says what became of the request.
+func (c *Client) do1(ctx context.Context, base, method, path string, body []byte, hasBody bool, out any) (outcome, error) {
 	var rd io.Reader
 	if hasBody {
 		rd = bytes.NewReader(body)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, base+path, rd)
 	if err != nil {
-		return false, errs.New(errs.ErrBadRequest, "master address %q: %w", base, err)
+		return done, errs.New(errs.ErrBadRequest, "master address %q: %w", base, err)
 	}
 	if c.Token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.Token)
@@ -324,27 +422,61 @@ func (c *Client) do1(ctx context.Context, base, method, path string, body []byte
 	resp, err := hc.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
-			return false, ctx.Err()
+			return done, ctx.Err()
 		}
-		return true, errs.New(errs.ErrUnavailable, "master %s unreachable: %w (is it running? start one with 'gd2fs up' or set --master)", base, err)
+		o := unknown
+		switch {
+		case isTLSError(err):
+			o = done // a certificate or protocol mismatch does not pass
+		case isDialError(err):
+			o = untouched
+		}
+		return o, errs.New(errs.ErrUnavailable, "master %s unreachable: %w (is it running? start one with 'gd2fs up' or set --master)", base, err)
 	}
 	defer resp.Body.Close()
+	c.answered.Store(true)
 	if resp.StatusCode/100 != 2 {
 		var e Error
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		standby := resp.Header.Get(LeaderHeader) != "" || (resp.StatusCode == http.StatusServiceUnavailable && strings.Contains(string(b), "standby"))
-		if json.Unmarshal(b, &e) != nil || e.Error == "" {
-			return standby, errs.New(errs.ErrInternal, "master answered %s: %s", resp.Status, strings.TrimSpace(string(b)))
+		o := done
+		if resp.StatusCode == http.StatusServiceUnavailable && (resp.Header.Get(LeaderHeader) != "" || resp.Header.Get("Retry-After") != "" || strings.Contains(string(b), "standby")) {
+			o = untouched
 		}
-		return standby, errs.FromCode(e.Code, e.Error)
+		if json.Unmarshal(b, &e) != nil || e.Error == "" {
+			return o, errs.New(errs.ErrInternal, "master answered %s: %s", resp.Status, strings.TrimSpace(string(b)))
+		}
+		return o, errs.FromCode(e.Code, e.Error)
 	}
 	if out == nil {
-		return false, nil
+		return done, nil
 	}
 	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-		return false, fmt.Errorf("decode master answer to %s %s: %w", method, path, err)
+		// The master answered and then the connection broke: it did the work.
+		if idem := Idempotent(method, path); idem {
+			return unknown, errs.New(errs.ErrUnavailable, "master %s: answer to %s %s cut short: %w", base, method, path, err)
+		}
+		return done, fmt.Errorf("decode master answer to %s %s: %w", method, path, err)
 	}
-	return false, nil
+	return done, nil
+}
+
+// isTLSError: the TLS handshake failed on certificates or the protocol
+// (https to a plain-HTTP master): retrying cannot help.
+func isTLSError(err error) bool {
+	var cv *tls.CertificateVerificationError
+	var rh tls.RecordHeaderError
+	var ae tls.AlertError
+	var ua x509.UnknownAuthorityError
+	var hn x509.HostnameError
+	var ci x509.CertificateInvalidError
+	return errors.As(err, &cv) || errors.As(err, &rh) || errors.As(err, &ae) || errors.As(err, &ua) || errors.As(err, &hn) || errors.As(err, &ci) ||
+		strings.Contains(err.Error(), "server gave HTTP response to HTTPS client") || strings.Contains(err.Error(), "tls: ")
+}
+
+// isDialError: the connection was never made, so the master got nothing.
+func isDialError(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
 }
 
 // Layout is a model's KV layout.

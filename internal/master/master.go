@@ -42,6 +42,13 @@ type Config struct {
 	// RepairAfter: HA chunks on a server down this long are copied to
 	// another server (default 30s). Negative disables repair.
 	RepairAfter time.Duration
+	// LeadWarmup: a master that takes over leadership waits this long at
+	// most for the known servers' heartbeats before it places chunks or
+	// declares a silent server down (default 2s: two of the servers'
+	// default heartbeat intervals). Meanwhile placement answers "retry"
+	// (503 with Retry-After) and clients wait; it ends early once every
+	// known server has reported.
+	LeadWarmup time.Duration
 	// SessionQuota bounds the bytes of explicit-mode KV session files; past
 	// it the least recently used idle sessions are evicted. 0: no limit.
 	SessionQuota int64
@@ -72,6 +79,10 @@ type liveServer struct {
 	lastSeen time.Time
 	up       bool
 	downAt   time.Time
+	// presumed: loaded from the store when this master took over and not
+	// heard from yet. During the warm-up it counts as a member (as it was
+	// under the old leader) but gets no new chunks; after it, it is down.
+	presumed bool
 }
 
 // serving: up, and not reporting itself unable to accept connections. Only
@@ -101,6 +112,9 @@ type Master struct {
 	// leader's address and takes over when the leader's lock goes.
 	leader atomic.Bool
 	url    string
+	// warmUntil: while leading and before this, the master waits for
+	// heartbeats (Config.LeadWarmup); guarded by mu. Zero when warm.
+	warmUntil time.Time
 
 	console *console.Console // web console at /ui/ (console.go)
 	plans   planStats
@@ -117,6 +131,9 @@ func New(ctx context.Context, cfg Config) (*Master, error) {
 	}
 	if cfg.RepairAfter == 0 {
 		cfg.RepairAfter = 30 * time.Second
+	}
+	if cfg.LeadWarmup == 0 {
+		cfg.LeadWarmup = 2 * time.Second
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
@@ -207,6 +224,9 @@ func (m *Master) loop(ctx context.Context) {
 		if !m.leader.Load() {
 			continue
 		}
+		if m.warming() {
+			continue
+		}
 		m.checkLiveness(ctx)
 		if m.cfg.RepairAfter > 0 {
 			m.repair(ctx)
@@ -215,8 +235,10 @@ func (m *Master) loop(ctx context.Context) {
 }
 
 // tryLead takes leadership when it is free and notices when it was lost. A
-// master that becomes leader reloads the servers (as down until they
-// heartbeat) and the epoch from the store, which the old leader kept current.
+// master that becomes leader reloads the servers and the epoch from the
+// store, which the old leader kept current, and warms up: it waits for the
+// servers' heartbeats (Config.LeadWarmup) before it places chunks or
+// declares the silent ones down.
 func (m *Master) tryLead(ctx context.Context) error {
 	ok, err := m.meta.Lead(ctx, m.url)
 	if err != nil {
@@ -235,10 +257,15 @@ func (m *Master) tryLead(ctx context.Context) error {
 		}
 		m.mu.Lock()
 		m.servers = map[string]*liveServer{}
+		now := time.Now()
 		for _, s := range svs {
-			m.servers[s.ID] = &liveServer{info: api.ServerInfo{ID: s.ID, Addr: s.Addr, MemCap: s.MemCap, DiskCap: s.DiskCap, State: "down"}, downAt: time.Now()}
+			m.servers[s.ID] = &liveServer{info: api.ServerInfo{ID: s.ID, Addr: s.Addr, MemCap: s.MemCap, DiskCap: s.DiskCap, State: "unknown"}, downAt: now, presumed: true}
 		}
 		m.epoch = epoch
+		m.warmUntil = time.Time{}
+		if len(svs) > 0 && m.cfg.LeadWarmup > 0 {
+			m.warmUntil = now.Add(m.cfg.LeadWarmup)
+		}
 		m.mu.Unlock()
 		m.leader.Store(true)
 		m.log.Info("leading", "url", m.url, "epoch", epoch)
@@ -253,6 +280,54 @@ func (m *Master) tryLead(ctx context.Context) error {
 
 // Leader reports whether this master leads.
 func (m *Master) Leader() bool { return m.leader.Load() }
+
+// warming reports whether the master still waits for heartbeats after
+// taking over; the first call after the warm-up declares the servers not
+// heard from down.
+func (m *Master) warming() bool {
+	m.mu.Lock()
+	if m.warmUntil.IsZero() {
+		m.mu.Unlock()
+		return false
+	}
+	now := time.Now()
+	waiting := 0
+	for _, s := range m.servers {
+		if s.presumed {
+			waiting++
+		}
+	}
+	if waiting > 0 && now.Before(m.warmUntil) {
+		m.mu.Unlock()
+		return true
+	}
+	m.warmUntil = time.Time{}
+	for _, s := range m.servers {
+		if s.presumed {
+			s.presumed, s.downAt, s.info.State = false, now, "down"
+			m.log.Warn("server down: no heartbeat since this master took over", "id", s.info.ID, "addr", s.info.Addr)
+		}
+	}
+	m.mu.Unlock()
+	if waiting > 0 {
+		m.bumpEpoch(context.Background())
+	}
+	return false
+}
+
+// errWarming is placement's answer during the warm-up.
+func (m *Master) errWarming() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	heard := 0
+	for _, s := range m.servers {
+		if !s.presumed {
+			heard++
+		}
+	}
+	return errs.New(errs.ErrUnavailable, "master %s has just taken over and waits for the servers' heartbeats before placing chunks (%d of %d reported): %w",
+		m.url, heard, len(m.servers), api.ErrRetryLater)
+}
 
 func (m *Master) checkLiveness(ctx context.Context) {
 	now := time.Now()
@@ -306,7 +381,7 @@ func (m *Master) heartbeat(ctx context.Context, hb api.Heartbeat) (api.Heartbeat
 	}
 	m.mu.Lock()
 	s := m.servers[hb.ID]
-	isNew := s == nil || !s.up || s.info.Addr != hb.Addr || s.info.MemCap != hb.MemCap || s.info.DiskCap != hb.DiskCap
+	isNew := s == nil || (!s.up && !s.presumed) || s.info.Addr != hb.Addr || s.info.MemCap != hb.MemCap || s.info.DiskCap != hb.DiskCap
 	healthChanged := s != nil && s.up && (s.info.Unhealthy == "") != (hb.Unhealthy == "")
 	if s == nil {
 		s = &liveServer{}
@@ -320,6 +395,7 @@ func (m *Master) heartbeat(ctx context.Context, hb api.Heartbeat) (api.Heartbeat
 	s.lastSeen = time.Now()
 	s.info.LastSeen = s.lastSeen
 	s.up = true
+	s.presumed = false
 	m.mu.Unlock()
 	if isNew {
 		if err := m.meta.PutServer(ctx, meta.Server{ID: hb.ID, Addr: hb.Addr, MemCap: hb.MemCap, DiskCap: hb.DiskCap}); err != nil {
@@ -357,7 +433,7 @@ func (m *Master) membership(ctx context.Context) (api.Membership, error) {
 	defer m.mu.Unlock()
 	out.Epoch = m.epoch
 	for _, s := range m.servers {
-		if s.serving() {
+		if s.serving() || s.presumed {
 			out.Members = append(out.Members, placement.Member{ID: s.info.ID, Addr: s.info.Addr})
 		}
 	}
@@ -386,6 +462,9 @@ func (m *Master) pool(ctx context.Context, name string) (meta.Pool, error) {
 // more, and the choice depends only on (file, chunk) and the servers' free
 // space, not on which master process makes it.
 func (m *Master) place(fileID, idx int64, replicas int, need int64) ([]string, error) {
+	if m.warming() {
+		return nil, m.errWarming()
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var cs []placement.Candidate
@@ -415,7 +494,7 @@ func (m *Master) chunksOut(cs []meta.Chunk) []api.Chunk {
 		for _, id := range c.Replicas {
 			r := api.Replica{Server: id}
 			if s := m.servers[id]; s != nil {
-				r.Addr, r.Up = s.info.Addr, s.serving()
+				r.Addr, r.Up = s.info.Addr, s.serving() || s.presumed
 			}
 			ac.Replicas = append(ac.Replicas, r)
 		}
@@ -474,9 +553,14 @@ func (m *Master) repair(ctx context.Context) {
 				continue // perf data is recomputable: it is not repaired
 			}
 			if err := m.repairChunk(ctx, c, id); err != nil {
+				// Try again next round; meanwhile the other chunks go on (one
+				// that cannot be copied must not hold back the rest).
 				m.log.Warn("repair chunk", "chunk", c.ID, "dead", id, "err", err)
 				m.metrics.repairs.WithLabelValues("failed").Inc()
-				return // try again next round
+				if ctx.Err() != nil {
+					return
+				}
+				continue
 			}
 			m.metrics.repairs.WithLabelValues("ok").Inc()
 		}
@@ -485,12 +569,12 @@ func (m *Master) repair(ctx context.Context) {
 
 func (m *Master) repairChunk(ctx context.Context, c meta.Placed, dead string) error {
 	m.mu.Lock()
-	var src string
+	var srcs []string
 	holds := map[string]bool{}
 	for _, r := range c.Replicas {
 		holds[r] = true
-		if s := m.servers[r]; s != nil && s.serving() && src == "" {
-			src = s.info.Addr
+		if s := m.servers[r]; s != nil && s.serving() && r != dead {
+			srcs = append(srcs, s.info.Addr)
 		}
 	}
 	var target *liveServer
@@ -504,7 +588,7 @@ func (m *Master) repairChunk(ctx context.Context, c meta.Placed, dead string) er
 		targetID, targetAddr = target.info.ID, target.info.Addr
 	}
 	m.mu.Unlock()
-	if src == "" {
+	if len(srcs) == 0 {
 		return errs.New(errs.ErrUnavailable, "chunk %d: no live replica left to copy from", c.ID)
 	}
 	if target == nil {
@@ -512,10 +596,23 @@ func (m *Master) repairChunk(ctx context.Context, c meta.Placed, dead string) er
 	}
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
-	if err := m.peers.CopyChunk(cctx, targetAddr, c.ID, src); err != nil {
-		return err
+	var err error
+	missing := 0
+	for _, src := range srcs {
+		if err = m.peers.CopyChunk(cctx, targetAddr, c.ID, src); err == nil {
+			return m.meta.ReplaceReplica(ctx, c.ID, dead, targetID)
+		}
+		if errors.Is(err, errs.ErrNotFound) {
+			missing++
+		}
 	}
-	return m.meta.ReplaceReplica(ctx, c.ID, dead, targetID)
+	if missing == len(srcs) && c.Length == 0 {
+		// Allocated, never committed, and no live replica has a byte of it
+		// (its write failed): nothing to copy. The new replica starts
+		// empty, as the others are.
+		return m.meta.ReplaceReplica(ctx, c.ID, dead, targetID)
+	}
+	return err
 }
 
 // ---- HTTP ----
@@ -527,6 +624,9 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 }
 
 func writeErr(w http.ResponseWriter, err error) {
+	if errors.Is(err, api.ErrRetryLater) {
+		w.Header().Set("Retry-After", "1") // clients retry: nothing was done
+	}
 	writeJSON(w, api.HTTPStatus(err), api.Error{Error: err.Error(), Code: errs.Code(err)})
 }
 
@@ -594,7 +694,7 @@ func (m *Master) auth(next http.HandlerFunc) http.HandlerFunc {
 		if !m.leader.Load() {
 			leader, _ := m.meta.Leader(r.Context())
 			w.Header().Set(api.LeaderHeader, leader)
-			writeErr(w, errs.New(errs.ErrUnavailable, "this master (%s) is a standby; the leader is %s: list every master in --master / GD2FS_MASTER", m.url, leader))
+			writeErr(w, errs.New(errs.ErrUnavailable, "this master (%s) is a standby; the leader is %s: list every master in --master / GD2FS_MASTER (%w)", m.url, leader, api.ErrRetryLater))
 			return
 		}
 		if m.cfg.Token != "" && !tokenOK(r, m.cfg.Token) {
@@ -691,7 +791,7 @@ func (m *Master) link(r *http.Request) (any, error) {
 		}
 		return nil, errs.New(errs.ErrExists, "%s exists with other contents: remove it first", p)
 	}
-	f, err := m.createFile(ctx, p, req.Pool, req.ChunkSize)
+	f, err := m.createFile(ctx, p, req.Pool, req.ChunkSize, "")
 	if err != nil {
 		return nil, err
 	}
@@ -741,7 +841,16 @@ func (m *Master) create(r *http.Request) (any, error) {
 	if err := readJSON(r, &req); err != nil {
 		return nil, err
 	}
-	f, err := m.createFile(r.Context(), p, req.Pool, req.ChunkSize)
+	f, err := m.createFile(r.Context(), p, req.Pool, req.ChunkSize, req.RequestID)
+	if errors.Is(err, errs.ErrExists) && req.RequestID != "" {
+		// A repeat of a create whose answer was lost (the client retried
+		// across a failover): the file is the one it made.
+		if old, ferr := m.meta.File(r.Context(), p); ferr == nil {
+			if attrs, aerr := m.meta.Attrs(r.Context(), p); aerr == nil && attrs[meta.CreateIDAttr] == req.RequestID {
+				return fileOut(old), nil
+			}
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -749,7 +858,7 @@ func (m *Master) create(r *http.Request) (any, error) {
 }
 
 // createFile validates the pool and chunk size (defaults: ha, 16 MiB) and creates p.
-func (m *Master) createFile(ctx context.Context, p, pool string, chunkSize int64) (meta.File, error) {
+func (m *Master) createFile(ctx context.Context, p, pool string, chunkSize int64, createID string) (meta.File, error) {
 	if pool == "" {
 		pool = "ha"
 	}
@@ -762,7 +871,7 @@ func (m *Master) createFile(ctx context.Context, p, pool string, chunkSize int64
 	if chunkSize < store.BlockSize || chunkSize > store.MaxChunk || chunkSize%store.BlockSize != 0 {
 		return meta.File{}, errs.New(errs.ErrBadRequest, "chunk size %d: must be a multiple of %d between %d and %d", chunkSize, store.BlockSize, store.BlockSize, store.MaxChunk)
 	}
-	return m.meta.CreateFile(ctx, meta.File{Path: p, Pool: pool, ChunkSize: chunkSize, Modified: time.Now().UTC()})
+	return m.meta.CreateFile(ctx, meta.File{Path: p, Pool: pool, ChunkSize: chunkSize, Modified: time.Now().UTC(), CreateID: createID})
 }
 
 func (m *Master) remove(r *http.Request) (any, error) {
@@ -845,6 +954,11 @@ func (m *Master) commit(r *http.Request) (any, error) {
 	}
 	if err := meta.CheckSize(req.Size); err != nil {
 		return nil, err
+	}
+	if f.Sealed && req.Seal && req.Size == f.Size {
+		// A repeat of the sealing commit (its answer was lost in a
+		// failover): already done.
+		return fileOut(f), nil
 	}
 	f, err = m.meta.Commit(r.Context(), f.ID, req.Size, req.Lengths, req.Seal, time.Now().UTC())
 	if err != nil {

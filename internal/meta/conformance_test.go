@@ -131,6 +131,19 @@ func testNamespace(t *testing.T, s Store) {
 	}
 	_, err = s.CreateFile(ctx, File{Path: "/a/b/c.bin", Pool: "ha", ChunkSize: 1 << 20, Modified: now})
 	mustIs(t, err, errs.ErrExists)
+	// A create id is stored with the file, atomically, as an attribute;
+	// a failed create leaves the existing file's attributes alone.
+	if _, err := s.CreateFile(ctx, File{Path: "/a/id.bin", Pool: "ha", ChunkSize: 1 << 20, Modified: now, CreateID: "r1"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.CreateFile(ctx, File{Path: "/a/id.bin", Pool: "ha", ChunkSize: 1 << 20, Modified: now, CreateID: "r2"})
+	mustIs(t, err, errs.ErrExists)
+	if a, err := s.Attrs(ctx, "/a/id.bin"); err != nil || a[CreateIDAttr] != "r1" {
+		t.Fatalf("create id: %v %v", a, err)
+	}
+	if err := s.RemoveFile(ctx, "/a/id.bin"); err != nil {
+		t.Fatal(err)
+	}
 	_, err = s.CreateFile(ctx, File{Path: "/a/b", Pool: "ha", ChunkSize: 1, Modified: now})
 	mustIs(t, err, errs.ErrIsDir)
 	_, err = s.CreateFile(ctx, File{Path: "/a/b/c.bin/d", Pool: "ha", ChunkSize: 1, Modified: now})

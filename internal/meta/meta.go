@@ -19,7 +19,14 @@ type File struct {
 	Size      int64
 	Sealed    bool
 	Modified  time.Time
+	// CreateID, given to CreateFile, is stored with the file in the same
+	// transaction as the attribute CreateIDAttr: a master that retries a
+	// create after a lost answer recognises the file it made.
+	CreateID string
 }
+
+// CreateIDAttr is the attribute holding a file's CreateID.
+const CreateIDAttr = "create_id"
 
 // Entry is one name in a directory listing.
 type Entry struct {

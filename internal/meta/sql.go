@@ -438,6 +438,12 @@ func (s *sqlStore) createFileTx(ctx context.Context, tx *sql.Tx, f File) (File, 
 	if k, _ := r.RowsAffected(); k == 0 {
 		return File{}, errs.New(errs.ErrExists, "%s already exists: remove it first or pick another name", f.Path)
 	}
+	if f.CreateID != "" {
+		if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO file_attrs (path, name, value) VALUES (?, ?, ?)
+			ON CONFLICT (path, name) DO UPDATE SET value = excluded.value`), f.Path, CreateIDAttr, f.CreateID); err != nil {
+			return File{}, wrapDB(err)
+		}
+	}
 	f.ID = id
 	return f, nil
 }

@@ -112,7 +112,15 @@ func Dial(ctx context.Context, addr string, o Options, local string) (*Conn, err
 	}
 	c := &Conn{nc: nc, addr: addr, pending: make(map[uint64]*call)}
 	go c.readLoop(wire.NewReader(nc, o.Limits))
-	if _, err := c.Do(ctx, &Request{Op: wire.OpHello, Key: []byte(o.Name), Payload: [][]byte{[]byte(o.Token)}}); err != nil {
+	// The kernel accepts connections for a stopped process (SIGSTOP): only
+	// the hello shows whether the server answers, so it shares the dial's
+	// bound.
+	hctx, cancel := context.WithTimeout(ctx, o.DialTimeout)
+	defer cancel()
+	if _, err := c.Do(hctx, &Request{Op: wire.OpHello, Key: []byte(o.Name), Payload: [][]byte{[]byte(o.Token)}}); err != nil {
+		if ctx.Err() == nil && hctx.Err() != nil {
+			err = errs.New(errs.ErrUnavailable, "server %s accepted the connection but did not answer the hello within %s (stopped or overloaded): %w", addr, o.DialTimeout, err)
+		}
 		c.Close()
 		return nil, fmt.Errorf("handshake with %s: %w", addr, err)
 	}

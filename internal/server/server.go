@@ -51,6 +51,11 @@ type Config struct {
 	KV        kvstore.Config // hash-mode KV tiers; no KV service when both are zero
 	Cold      *cold.Config   // S3 endpoint for linked files; nil: no read-through
 	Heartbeat time.Duration  // default 1s
+	// ForwardTimeout bounds forwarding a write to another replica: it may
+	// take ForwardTimeout + bytes at 8 MiB/s (default 8s), less than a
+	// client's default deadline, so a hung replica fails the write with an
+	// error that names it rather than a client-side timeout.
+	ForwardTimeout time.Duration
 	// Debug serves /debug/pprof/ and /debug/gc (runs a GC and reports its
 	// duration) on the HTTP side of the port. Off by default.
 	Debug bool
@@ -110,6 +115,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Heartbeat <= 0 {
 		cfg.Heartbeat = time.Second
 	}
+	if cfg.ForwardTimeout <= 0 {
+		cfg.ForwardTimeout = DefaultForwardTimeout
+	}
 	cfg.fillLimits()
 	cfg.Store.Log = cfg.Log
 	st, err := store.Open(cfg.Store)
@@ -162,7 +170,10 @@ func New(cfg Config) (*Server, error) {
 		s.held = append(s.held, c.ID)
 	}
 	if cfg.Master != "" {
-		s.master = &api.Client{Base: cfg.Master, Token: cfg.Token, HTTP: &http.Client{Timeout: 5 * time.Second,
+		// RetryFor -1: one pass over the masters per call. The heartbeat
+		// loop is the retry: every tick tries each master again, so a server
+		// finds a new leader one tick after it took over.
+		s.master = &api.Client{Base: cfg.Master, Token: cfg.Token, RetryFor: -1, HTTP: &http.Client{Timeout: 5 * time.Second,
 			Transport: &http.Transport{TLSClientConfig: cfg.ClientTLS}}}
 	}
 	mux := http.NewServeMux()
@@ -622,12 +633,13 @@ func (s *Server) write(ref wire.ChunkRef, off int64, p []byte, crc uint32, flags
 		return err
 	}
 	errc := make(chan error, len(ref.Forward))
-	ctx, cancel := context.WithTimeout(s.life, 60*time.Second)
+	d := s.forwardTimeout(len(p))
+	ctx, cancel := context.WithTimeout(s.life, d)
 	defer cancel()
 	for _, addr := range ref.Forward {
 		go func() {
 			if err := s.peers.ForwardChunk(ctx, addr, ref.ID, off, p, nil, crc, s.forwardFlags()); err != nil {
-				errc <- fmt.Errorf("replica %s: %w", addr, err)
+				errc <- forwardErr(ctx, addr, d, err)
 				return
 			}
 			errc <- nil
@@ -656,7 +668,12 @@ func (s *Server) writeDirect(ref wire.ChunkRef, off int64, pw *store.Pending, cr
 		return err
 	}
 	errc := make(chan error, len(ref.Forward))
-	ctx, cancel := context.WithTimeout(s.life, 60*time.Second)
+	n := 0
+	for _, b := range pw.Bytes() {
+		n += len(b)
+	}
+	d := s.forwardTimeout(n)
+	ctx, cancel := context.WithTimeout(s.life, d)
 	defer cancel()
 	// Forwards and the local commit run together; the pages stay pinned
 	// and the chunk locked until the forwards are done (CommitWhen waits).
@@ -666,7 +683,7 @@ func (s *Server) writeDirect(ref wire.ChunkRef, off int64, pw *store.Pending, cr
 		go func() {
 			defer wg.Done()
 			if err := s.peers.ForwardChunkV(ctx, addr, ref.ID, off, pw.Bytes(), crc, s.forwardFlags()); err != nil {
-				errc <- fmt.Errorf("replica %s: %w", addr, err)
+				errc <- forwardErr(ctx, addr, d, err)
 			}
 		}()
 	}
@@ -687,6 +704,23 @@ func (s *Server) writeDirect(ref wire.ChunkRef, off int64, pw *store.Pending, cr
 		err = <-errc
 	}
 	return err
+}
+
+// DefaultForwardTimeout is Config.ForwardTimeout's default.
+const DefaultForwardTimeout = 8 * time.Second
+
+// forwardTimeout is the deadline of forwarding n bytes to a replica.
+func (s *Server) forwardTimeout(n int) time.Duration {
+	return s.cfg.ForwardTimeout + time.Duration(n)*time.Second/(8<<20)
+}
+
+// forwardErr names the replica a forward failed on; a missed deadline is
+// errs.ErrUnavailable, which clients treat as retryable.
+func forwardErr(ctx context.Context, addr string, d time.Duration, err error) error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return errs.New(errs.ErrUnavailable, "replica %s did not answer within %s (stopped, overloaded or cut off); the write is not complete: retry it: %w", addr, d.Round(time.Millisecond), err)
+	}
+	return fmt.Errorf("replica %s: %w", addr, err)
 }
 
 func (s *Server) read(dc *dataConn, h wire.Header, id uint64, start time.Time) {
