@@ -50,6 +50,10 @@ type Config struct {
 	// one try of each master.
 	MasterRetry time.Duration
 	LocalAddrs  []string // local IPs to bind, one per NIC
+	// RefillWait bounds how long a read of a linked file keeps asking the
+	// master to re-place a chunk whose servers failed, and retrying it,
+	// before it gives up (default 30s; refill.go).
+	RefillWait time.Duration
 	// Transport overrides the TCP data path (the seam for RDMA / GPU-direct).
 	Transport Transport
 	// TLS runs the master API and the data plane over TLS with this
@@ -79,18 +83,21 @@ type Client struct {
 	ms  membership // cached KV membership map
 	hl  health     // servers that recently missed a deadline
 
-	fromServers, coldFilled atomic.Int64
+	fromServers, coldFilled, refills atomic.Int64
 }
 
 // ReadStats counts file bytes this client read.
 type ReadStats struct {
 	FromServers int64 // every byte read from data servers
 	ColdFilled  int64 // of those, bytes of reads that waited for a fill from S3
+	// Refills: chunks of linked files this client had the master move to
+	// another server because their server failed (refill.go).
+	Refills int64
 }
 
 // ReadStats returns the client's read counters.
 func (c *Client) ReadStats() ReadStats {
-	return ReadStats{FromServers: c.fromServers.Load(), ColdFilled: c.coldFilled.Load()}
+	return ReadStats{FromServers: c.fromServers.Load(), ColdFilled: c.coldFilled.Load(), Refills: c.refills.Load()}
 }
 
 // DefaultMaster is where `gd2fs up` listens.
@@ -125,6 +132,9 @@ func New(cfg Config) (*Client, error) {
 	}
 	if cfg.MinRate <= 0 {
 		cfg.MinRate = DefaultMinRate
+	}
+	if cfg.RefillWait <= 0 {
+		cfg.RefillWait = DefaultRefillWait
 	}
 	tr := cfg.Transport
 	if tr == nil {

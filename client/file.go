@@ -358,7 +358,13 @@ func (f *File) readPiece(ctx context.Context, i int, x piece) error {
 			return nil
 		}
 		err := f.readReplicas(ctx, c, i, x.off, x.buf[:n])
-		if err == nil || attempt > 0 || ctx.Err() != nil {
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		if f.linked() && errors.Is(err, errs.ErrUnavailable) {
+			return f.readRefilled(ctx, c, i, x.off, x.buf[:n], err) // refill.go
+		}
+		if attempt > 0 {
 			return err
 		}
 		// Every replica failed: the cached map may be stale (a repair moved

@@ -196,6 +196,15 @@ type Chunks struct {
 	Chunks []Chunk `json:"chunks"`
 }
 
+// RefillRequest asks the master to re-place chunk Index of a linked file
+// whose replicas did not answer the reader (POST /v1/refill/{path}).
+// Failed names the servers (ids) the reader tried; the master moves the
+// chunk off those it finds down, or that do not answer its own probe.
+type RefillRequest struct {
+	Index  int64    `json:"index"`
+	Failed []string `json:"failed,omitempty"`
+}
+
 // CommitRequest records what a writer wrote: the file size, each touched
 // chunk's length, and whether the file is now sealed.
 type CommitRequest struct {

@@ -33,6 +33,7 @@ var fuzzRoutes = []string{
 	"GET /v1/sessions/{p}",
 	"DELETE /v1/sessions/{p}",
 	"GET /v1/sessions?limit={p}&after={p}",
+	"POST /v1/refill/{p...}",
 }
 
 // FuzzHandlers sends arbitrary JSON bodies, paths and query figures to every
@@ -68,6 +69,9 @@ func FuzzHandlers(f *testing.F) {
 	seed(14, "s", `{"new_id":"s/2"}`)
 	seed(17, "abc", ``)
 	seed(17, "-1", ``)
+	seed(18, "l", `{"index":0,"failed":["s1"]}`)
+	seed(18, "l", `{"index":-1}`)
+	seed(18, "f", `{"index":9223372036854775807,"failed":[]}`)
 	do := func(t *testing.T, method, target string, body []byte) int {
 		req := httptest.NewRequest(method, "http://m"+target, bytes.NewReader(body))
 		rec := httptest.NewRecorder()

@@ -118,6 +118,7 @@ type Master struct {
 
 	console *console.Console // web console at /ui/ (console.go)
 	plans   planStats
+	refills refiller // linked chunks re-placed after failure (refill.go)
 }
 
 // New opens the master: it ensures the default pools exist and loads known
@@ -143,6 +144,7 @@ func New(ctx context.Context, cfg Config) (*Master, error) {
 	}
 	cfg.fillLimits()
 	m := &Master{cfg: cfg, log: cfg.Log.With("role", "master"), meta: cfg.Meta, sessions: cfg.Meta, servers: map[string]*liveServer{},
+		refills: refiller{probed: map[string]time.Time{}},
 		peers: rpc.NewPool(rpc.Options{Token: cfg.Token, Name: "master", Streams: 1, TLS: cfg.ClientTLS})}
 	pools, err := m.meta.Pools(ctx)
 	if err != nil {
@@ -462,6 +464,11 @@ func (m *Master) pool(ctx context.Context, name string) (meta.Pool, error) {
 // more, and the choice depends only on (file, chunk) and the servers' free
 // space, not on which master process makes it.
 func (m *Master) place(fileID, idx int64, replicas int, need int64) ([]string, error) {
+	return m.placeExcept(fileID, idx, replicas, need, nil)
+}
+
+// placeExcept is place over the serving servers not in skip.
+func (m *Master) placeExcept(fileID, idx int64, replicas int, need int64, skip map[string]bool) ([]string, error) {
 	if m.warming() {
 		return nil, m.errWarming()
 	}
@@ -470,7 +477,7 @@ func (m *Master) place(fileID, idx int64, replicas int, need int64) ([]string, e
 	var cs []placement.Candidate
 	up := 0
 	for id, s := range m.servers {
-		if !s.serving() {
+		if !s.serving() || skip[id] {
 			continue
 		}
 		up++
@@ -662,6 +669,7 @@ func (m *Master) Handler() http.Handler {
 	h("POST /v1/alloc/{path...}", m.alloc)
 	h("POST /v1/commit/{path...}", m.commit)
 	h("POST /v1/link/{path...}", m.link)
+	h("POST /v1/refill/{path...}", m.refillRoute)
 	h("PUT /v1/attrs/{path...}", func(r *http.Request) (any, error) {
 		p, err := pathArg(r)
 		if err != nil {

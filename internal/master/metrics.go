@@ -15,6 +15,7 @@ type metrics struct {
 	requests  *prometheus.CounterVec
 	latency   *prometheus.HistogramVec
 	repairs   *prometheus.CounterVec
+	refills   *prometheus.CounterVec
 	evictions prometheus.Counter
 	// Explicit-mode plans, the tokens they found cached, and commits refused.
 	plans, cachedTokens, commitFailures prometheus.Counter
@@ -29,6 +30,8 @@ func newMetrics(m *Master) *metrics {
 			Help: "API request latency.", Buckets: prometheus.ExponentialBuckets(50e-6, 2, 16)}, []string{"route"}),
 		repairs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gd2fs_master_repairs_total",
 			Help: "HA chunk re-replications by outcome."}, []string{"outcome"}),
+		refills: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gd2fs_master_refills_after_failure_total",
+			Help: "Linked-file chunks re-placed onto a live server (to refill from S3) because readers found their server down, by outcome."}, []string{"outcome"}),
 		evictions: prometheus.NewCounter(prometheus.CounterOpts{Name: "gd2fs_master_session_evictions_total",
 			Help: "KV sessions evicted to keep session files within the quota."}),
 		plans:          prometheus.NewCounter(prometheus.CounterOpts{Name: "gd2fs_master_session_plans_total", Help: "Explicit-mode plans made."}),
@@ -51,7 +54,7 @@ func newMetrics(m *Master) *metrics {
 		defer m.mu.Unlock()
 		return float64(m.epoch)
 	})
-	x.reg.MustRegister(x.requests, x.latency, x.repairs, x.evictions, x.plans, x.cachedTokens, x.commitFailures, up, epoch, collectors.NewGoCollector(),
+	x.reg.MustRegister(x.requests, x.latency, x.repairs, x.refills, x.evictions, x.plans, x.cachedTokens, x.commitFailures, up, epoch, collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return x
 }

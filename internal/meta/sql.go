@@ -731,7 +731,12 @@ func (s *sqlStore) ReplaceReplica(ctx context.Context, chunkID uint64, old, new 
 			return errs.New(errs.ErrNotFound, "chunk %d has no replica on %s", chunkID, old)
 		}
 		// The old server may come back holding a stale copy: it owes a delete.
-		_, err = tx.ExecContext(ctx, s.q(`INSERT INTO tombstones (chunk_id, server_id) VALUES (?, ?) ON CONFLICT DO NOTHING`), chunkID, old)
+		if _, err = tx.ExecContext(ctx, s.q(`INSERT INTO tombstones (chunk_id, server_id) VALUES (?, ?) ON CONFLICT DO NOTHING`), chunkID, old); err != nil {
+			return wrapDB(err)
+		}
+		// The new one may owe a delete of this chunk from an earlier move
+		// away from it: it holds the chunk again now, so that delete is void.
+		_, err = tx.ExecContext(ctx, s.q(`DELETE FROM tombstones WHERE chunk_id = ? AND server_id = ?`), chunkID, new)
 		return wrapDB(err)
 	})
 }

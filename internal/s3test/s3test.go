@@ -30,6 +30,7 @@ type Server struct {
 	gets      atomic.Int64
 	failAfter atomic.Int64 // cut a response once this many more bytes went; <0 off
 	down      atomic.Bool
+	delay     atomic.Int64 // time.Duration before each object GET answers
 }
 
 // Start runs a server that accepts only accessKey (any key when empty).
@@ -50,6 +51,9 @@ func Start(accessKey, secretKey string) *Server {
 		}
 		if r.Method == http.MethodGet && strings.Count(strings.Trim(r.URL.Path, "/"), "/") >= 1 {
 			s.gets.Add(1)
+			if d := time.Duration(s.delay.Load()); d > 0 {
+				time.Sleep(d)
+			}
 			w = &counting{ResponseWriter: w, s: s}
 		}
 		fake.ServeHTTP(w, r)
@@ -105,3 +109,7 @@ func (s *Server) FailAfter(n int64) { s.failAfter.Store(n) }
 
 // SetDown makes every request fail with 503 (true) or work again (false).
 func (s *Server) SetDown(down bool) { s.down.Store(down) }
+
+// SetDelay makes every object GET wait d before it answers, as a distant S3
+// does: a test can then act (kill a process) while transfers are in flight.
+func (s *Server) SetDelay(d time.Duration) { s.delay.Store(int64(d)) }
