@@ -145,7 +145,7 @@ func New(ctx context.Context, cfg Config) (*Master, error) {
 	cfg.fillLimits()
 	m := &Master{cfg: cfg, log: cfg.Log.With("role", "master"), meta: cfg.Meta, sessions: cfg.Meta, servers: map[string]*liveServer{},
 		refills: refiller{probed: map[string]time.Time{}},
-		peers: rpc.NewPool(rpc.Options{Token: cfg.Token, Name: "master", Streams: 1, TLS: cfg.ClientTLS})}
+		peers:   rpc.NewPool(rpc.Options{Token: cfg.Token, Name: "master", Streams: 1, TLS: cfg.ClientTLS})}
 	pools, err := m.meta.Pools(ctx)
 	if err != nil {
 		return nil, err
