@@ -24,7 +24,8 @@ type File struct {
 	chunks  map[int64]api.Chunk
 	lengths map[int64]int64 // chunk lengths written through this handle, not yet committed
 	size    int64
-	dirty   bool
+	dirty   bool // written since the last commit
+	wrote   bool // written through this handle at all (Close seals it)
 	created bool
 	closed  bool
 }
@@ -216,7 +217,7 @@ func (f *File) WriteAtContext(ctx context.Context, p []byte, off int64) (int, er
 		f.lengths[x.idx] = max(f.lengths[x.idx], x.off+int64(len(x.buf)))
 	}
 	f.size = max(f.size, off+int64(len(p)))
-	f.dirty = true
+	f.dirty, f.wrote = true, true
 	f.mu.Unlock()
 	return len(p), nil
 }
@@ -244,7 +245,7 @@ func (f *File) Close() error {
 		f.mu.Unlock()
 		return nil
 	}
-	seal := (f.created || f.dirty) && !f.info.Sealed
+	seal := (f.created || f.wrote) && !f.info.Sealed
 	f.closed = !seal
 	f.mu.Unlock()
 	if !seal {
@@ -458,17 +459,26 @@ func (f *File) refresh(ctx context.Context) error {
 // WriteTo streams the whole file to w (io.WriterTo), fetching the next window
 // in parallel while the previous one is written out.
 func (f *File) WriteTo(w io.Writer) (int64, error) {
-	return f.copyTo(context.Background(), w, nil)
+	return f.copyTo(context.Background(), w, 0, nil)
 }
 
 // CopyTo is WriteTo with a context and a progress callback (bytes so far).
 func (f *File) CopyTo(ctx context.Context, w io.Writer, progress func(int64)) (int64, error) {
-	return f.copyTo(ctx, w, progress)
+	return f.copyTo(ctx, w, 0, progress)
 }
 
-func (f *File) copyTo(ctx context.Context, w io.Writer, progress func(int64)) (int64, error) {
+// CopyToFrom is CopyTo of the bytes from off to the end (a resumed
+// download); progress is told the position reached (off included).
+func (f *File) CopyToFrom(ctx context.Context, w io.Writer, off int64, progress func(int64)) (int64, error) {
+	if off < 0 {
+		return 0, errs.New(errs.ErrOutOfRange, "negative offset %d", off)
+	}
+	return f.copyTo(ctx, w, off, progress)
+}
+
+func (f *File) copyTo(ctx context.Context, w io.Writer, from int64, progress func(int64)) (int64, error) {
 	size := f.Size()
-	if size == 0 {
+	if size <= from {
 		return 0, nil
 	}
 	// A ring of windows fetched ahead in order: the requests in flight stay
@@ -486,9 +496,9 @@ func (f *File) copyTo(ctx context.Context, w io.Writer, progress func(int64)) (i
 	ring := make([]chan result, 0, ahead)
 	free := make(chan []byte, ahead)
 	for i := 0; i < ahead; i++ {
-		free <- make([]byte, min(win, size))
+		free <- make([]byte, min(win, size-from))
 	}
-	next := int64(0)
+	next := from
 	launch := func() {
 		buf := <-free
 		off := next
@@ -518,7 +528,7 @@ func (f *File) copyTo(ctx context.Context, w io.Writer, progress func(int64)) (i
 		}
 		done += int64(r.n)
 		if progress != nil {
-			progress(done)
+			progress(from + done)
 		}
 		free <- r.buf
 		if next < size {

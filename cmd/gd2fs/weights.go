@@ -251,6 +251,9 @@ func newWarmup(g *globals) *cobra.Command {
 				if !quiet {
 					fmt.Fprintf(os.Stderr, "%d files, %s: %s from the local cache, %s from servers (%s of it filled from S3 on the way)\n",
 						rep.Files, human(rep.Bytes), human(rep.LocalBytes), human(rep.Fetched), human(rep.ColdFilled))
+					if rep.Resumed > 0 {
+						fmt.Fprintf(os.Stderr, "resumed %s kept by an interrupted warmup\n", human(rep.Resumed))
+					}
 					for _, e := range rep.Evicted {
 						fmt.Fprintf(os.Stderr, "evicted %s to stay under the quota\n", e)
 					}

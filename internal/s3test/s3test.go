@@ -31,11 +31,13 @@ type Server struct {
 	failAfter atomic.Int64 // cut a response once this many more bytes went; <0 off
 	down      atomic.Bool
 	delay     atomic.Int64 // time.Duration before each object GET answers
+	serial    atomic.Bool   // object GETs one at a time,
+	turn      chan struct{} // in the order they arrived (channel waiters queue FIFO)
 }
 
 // Start runs a server that accepts only accessKey (any key when empty).
 func Start(accessKey, secretKey string) *Server {
-	s := &Server{AccessKey: accessKey, SecretKey: secretKey, backend: s3mem.New()}
+	s := &Server{AccessKey: accessKey, SecretKey: secretKey, backend: s3mem.New(), turn: make(chan struct{}, 1)}
 	s.failAfter.Store(-1)
 	fake := gofakes3.New(s.backend, gofakes3.WithAutoBucket(false)).Server()
 	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -51,6 +53,10 @@ func Start(accessKey, secretKey string) *Server {
 		}
 		if r.Method == http.MethodGet && strings.Count(strings.Trim(r.URL.Path, "/"), "/") >= 1 {
 			s.gets.Add(1)
+			if s.serial.Load() {
+				s.turn <- struct{}{}
+				defer func() { <-s.turn }()
+			}
 			if d := time.Duration(s.delay.Load()); d > 0 {
 				time.Sleep(d)
 			}
@@ -113,3 +119,8 @@ func (s *Server) SetDown(down bool) { s.down.Store(down) }
 // SetDelay makes every object GET wait d before it answers, as a distant S3
 // does: a test can then act (kill a process) while transfers are in flight.
 func (s *Server) SetDelay(d time.Duration) { s.delay.Store(int64(d)) }
+
+// SetSerial makes object GETs answer one at a time, first come first served
+// (with SetDelay: a slow link whose bytes arrive steadily and in order
+// rather than all at once).
+func (s *Server) SetSerial(on bool) { s.serial.Store(on) }

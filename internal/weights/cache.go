@@ -3,11 +3,9 @@ package weights
 import (
 	"context"
 	"crypto/sha1"
-	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"path"
 	"path/filepath"
@@ -27,9 +25,11 @@ import (
 //	<dir>/models--<org>--<name>/refs/main               (contains <rev>)
 //
 // so `vllm serve <dir>/models--org--name/snapshots/<rev>` (or HF_HUB_CACHE=<dir>)
-// loads it unchanged. Blobs are downloaded as *.incomplete, checked against
-// their sha256 and renamed into place; a snapshot is built in a temporary
-// folder and renamed, so no reader ever sees a partial file or snapshot.
+// loads it unchanged. Blobs are downloaded as blobs/.partial-* files with a
+// progress record (partial.go), checked against their sha256 and renamed into
+// place; a snapshot is built in a temporary folder and renamed, so no reader
+// ever sees a partial file or snapshot, and a killed warmup resumes its
+// blobs where their last checkpoint left them.
 // A size quota is kept by evicting least recently used models that no
 // process has open.
 type Cache struct {
@@ -104,6 +104,7 @@ type WarmupReport struct {
 	Files      int
 	Bytes      int64
 	LocalBytes int64 // already in the cache
+	Resumed    int64 // kept from partial downloads of an interrupted warmup
 	Fetched    int64 // read from the cluster's servers
 	ColdFilled int64 // of those, filled from S3 by the servers on the way
 	Evicted    []string
@@ -170,7 +171,7 @@ func (c *Cache) Warmup(ctx context.Context, cl *client.Client, modelPath, ref st
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			sum, local, err := c.blob(ctx, cl, blobs, f, progress)
+			sum, local, resumed, err := c.blob(ctx, cl, blobs, f, progress)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil && first == nil {
@@ -180,6 +181,7 @@ func (c *Cache) Warmup(ctx context.Context, cl *client.Client, modelPath, ref st
 			if local {
 				rep.LocalBytes += f.info.Size
 			}
+			rep.Resumed += resumed
 		}()
 	}
 	wg.Wait()
@@ -239,55 +241,49 @@ func (c *Cache) Warmup(ctx context.Context, cl *client.Client, modelPath, ref st
 func exists(p string) bool { _, err := os.Lstat(p); return err == nil }
 
 // blob makes sure the file's blob is in the cache and returns its sha256.
-// local reports it was there already.
-func (c *Cache) blob(ctx context.Context, cl *client.Client, blobs string, f warmFile, progress Progress) (sum string, local bool, err error) {
+// local reports it was there already; resumed is how many bytes an
+// interrupted warmup had left in its partial download (partial.go).
+func (c *Cache) blob(ctx context.Context, cl *client.Client, blobs string, f warmFile, progress Progress) (sum string, local bool, resumed int64, err error) {
 	want := f.info.Attrs["sha256"]
 	if want != "" && exists(filepath.Join(blobs, want)) {
 		if progress != nil {
 			progress(f.rel, f.info.Size, f.info.Size)
 		}
-		return want, true, nil
+		return want, true, 0, nil
 	}
-	tmp, err := os.CreateTemp(blobs, "*.incomplete")
+	pd, err := openPartial(blobs, f.info)
 	if err != nil {
-		return "", false, err
+		return "", false, 0, err
 	}
-	defer os.Remove(tmp.Name()) // gone after the rename; cleans up on failure
+	defer pd.close() // removes what is not published, except a resumable partial
 	src, err := cl.Open(ctx, f.info.Path)
 	if err != nil {
-		tmp.Close()
-		return "", false, err
+		return "", false, 0, err
 	}
-	h := sha256.New()
-	w := io.MultiWriter(tmp, h)
-	_, err = src.CopyTo(ctx, w, func(n int64) {
+	resumed = pd.done
+	_, err = src.CopyToFrom(ctx, pd, pd.done, func(n int64) {
 		if progress != nil {
 			progress(f.rel, n, f.info.Size)
 		}
 	})
 	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
+		err = pd.finish()
 	}
 	if err != nil {
-		return "", false, fmt.Errorf("download %s: %w", f.info.Path, err)
+		return "", false, resumed, fmt.Errorf("download %s: %w (run the same warmup again to resume)", f.info.Path, err)
 	}
-	sum = hex.EncodeToString(h.Sum(nil))
+	sum = hex.EncodeToString(pd.h.Sum(nil))
 	if want != "" && sum != want {
-		return "", false, errs.New(errs.ErrChecksum, "%s: sha256 %s, recorded %s: the bytes are not the ones pulled; nothing was published", f.info.Path, sum, want)
+		pd.discard()
+		return "", false, resumed, errs.New(errs.ErrChecksum, "%s: sha256 %s, recorded %s: the bytes are not the ones pulled; nothing was published", f.info.Path, sum, want)
 	}
-	if err := os.Chmod(tmp.Name(), 0o444); err != nil {
-		return "", false, err
-	}
-	if err := os.Rename(tmp.Name(), filepath.Join(blobs, sum)); err != nil {
-		return "", false, err
+	if err := pd.publish(filepath.Join(blobs, sum)); err != nil {
+		return "", false, resumed, err
 	}
 	if want == "" { // a linked file: record what it hashes to
 		cl.SetAttrs(ctx, f.info.Path, map[string]string{"sha256": sum})
 	}
-	return sum, false, nil
+	return sum, false, resumed, nil
 }
 
 // ModelInfo describes a cached model.

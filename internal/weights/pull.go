@@ -165,8 +165,9 @@ func (p *Puller) pullOne(ctx context.Context, bucket string, o cold.Object, dst 
 	if part <= 0 {
 		part = 8 << 20
 	}
-	// Keep whole parts of what an interrupted pull committed, hashing them again.
-	from := f.Size() / part * part
+	// Keep what an interrupted pull committed (whole parts it wrote before
+	// it stopped, however it stopped), hashing it again from the servers.
+	from := f.Size()
 	if from > 0 {
 		if err := hashPrefix(ctx, f, from, h); err != nil {
 			return rep, err
@@ -213,8 +214,10 @@ func hashPrefix(ctx context.Context, f *client.File, n int64, h hash.Hash) error
 }
 
 // fetch GETs parts [from, size) in parallel and writes and hashes them in
-// order, syncing every few parts so the committed size is always a prefix
-// of whole parts (what a resume keeps).
+// order. Progress is committed as it goes (see committer), so a pull killed
+// at any moment loses only the parts in flight: the next pull keeps every
+// byte the master has as committed, because a commit covers only parts
+// whose writes the servers acknowledged.
 func (p *Puller) fetch(ctx context.Context, bucket string, o cold.Object, f *client.File, from, part int64, h hash.Hash) error {
 	conc := p.Concurrency
 	if conc <= 0 {
@@ -274,6 +277,8 @@ func (p *Puller) fetch(ctx context.Context, bucket string, o cold.Object, f *cli
 		}
 	}()
 	defer wg.Wait()
+	cm := startCommitter(ctx, f)
+	defer cm.stop()
 	done := from
 	for i := int64(0); i < nparts; i++ {
 		var r result
@@ -293,17 +298,71 @@ func (p *Puller) fetch(ctx context.Context, bucket string, o cold.Object, f *cli
 		h.Write(r.buf)
 		done += int64(len(r.buf))
 		free <- r.buf[:cap(r.buf)]
-		if i%8 == 7 {
-			if err := f.Sync(ctx); err != nil {
-				cancel()
-				return err
-			}
+		if err := cm.written(); err != nil {
+			cancel()
+			return err
 		}
 		if p.Progress != nil {
 			p.Progress(f.Name(), done, o.Size)
 		}
 	}
-	return nil
+	return cm.stop()
+}
+
+// committer records a pull's progress at the master (client.File.Sync:
+// size and chunk lengths) in the background, one commit at a time, each
+// covering every part written before it started. The committed size thus
+// trails the written bytes by at most the parts written during one commit
+// (a few milliseconds), without a round trip to the master per part on the
+// data path. A commit only ever covers bytes the servers acknowledged: Sync
+// sends what WriteAt recorded after its writes returned.
+type committer struct {
+	f    *client.File
+	ctx  context.Context
+	kick chan struct{}
+	done chan struct{}
+	once sync.Once
+	mu   sync.Mutex
+	err  error
+}
+
+func startCommitter(ctx context.Context, f *client.File) *committer {
+	c := &committer{f: f, ctx: ctx, kick: make(chan struct{}, 1), done: make(chan struct{})}
+	go c.loop()
+	return c
+}
+
+func (c *committer) loop() {
+	defer close(c.done)
+	for range c.kick {
+		if err := c.f.Sync(c.ctx); err != nil {
+			c.mu.Lock()
+			if c.err == nil {
+				c.err = err
+			}
+			c.mu.Unlock()
+		}
+	}
+}
+
+// written says a part was written; it returns a failed commit's error.
+func (c *committer) written() error {
+	select {
+	case c.kick <- struct{}{}:
+	default: // a commit is pending: it will cover this part too
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// stop waits for the last commit and returns the first error.
+func (c *committer) stop() error {
+	c.once.Do(func() { close(c.kick) })
+	<-c.done
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
 }
 
 // Link registers every object under s3uri as a linked file under dst: no
