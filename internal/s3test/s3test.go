@@ -30,7 +30,7 @@ type Server struct {
 	gets      atomic.Int64
 	failAfter atomic.Int64 // cut a response once this many more bytes went; <0 off
 	down      atomic.Bool
-	delay     atomic.Int64 // time.Duration before each object GET answers
+	delay     atomic.Int64  // time.Duration before each object GET answers
 	serial    atomic.Bool   // object GETs one at a time,
 	turn      chan struct{} // in the order they arrived (channel waiters queue FIFO)
 }
