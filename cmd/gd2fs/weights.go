@@ -74,6 +74,12 @@ func newModelPull(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "pull s3://BUCKET/PREFIX gd2fs://CLUSTER/DIR",
 		Short: "Import a model from S3 with parallel range GETs (resumable; sha256 recorded per file)",
+		Long: `Import a model from S3 with parallel range GETs (resumable; sha256 recorded per file).
+
+Progress is committed to the master as parts are written, so a pull stopped any way (an error,
+Ctrl-C, SIGKILL, a crashed machine) resumes when the same command runs again: complete files are
+skipped, a partial file is re-hashed from the cluster and continues from its committed size. A kill
+costs at most the parts in flight again (--concurrency GETs of --part-size, plus two, per file).`,
 		Example: `  gd2fs model pull s3://models/meta-llama/Llama-3-8B gd2fs://local/models/meta-llama/Llama-3-8B
   AWS_ENDPOINT_URL=http://127.0.0.1:9000 gd2fs model pull --concurrency 16 s3://b/org/m gd2fs://local/models/org/m`,
 		Args: cobra.ExactArgs(2),
@@ -126,6 +132,10 @@ func newModelLink(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "link s3://BUCKET/PREFIX gd2fs://CLUSTER/DIR",
 		Short: "Register a model in S3 without copying: servers fill chunks on first read, once per cluster",
+		Long: `Register a model in S3 without copying: servers fill chunks on first read, once per cluster.
+
+S3 keeps the durable copy. When the server caching a chunk dies, readers ask the master to move the
+chunk to a live server, which fills it from S3 again (once); reads wait for that, up to 30 s.`,
 		Example: `  gd2fs model link s3://models/org/m gd2fs://local/models/org/m
   gd2fs warmup gd2fs://local/models/org/m --cache /nvme/hf     # the first reader fills the servers`,
 		Args: cobra.ExactArgs(2),
@@ -232,6 +242,11 @@ func newWarmup(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "warmup gd2fs://CLUSTER/DIR --cache DIR",
 		Short: "Materialise a model into a local Hugging Face–layout cache that vLLM loads as-is",
+		Long: `Materialise a model into a local Hugging Face–layout cache that vLLM loads as-is.
+
+Blobs are published only when complete and checked against their sha256. A warmup that is killed
+leaves no published file; the same command again resumes each blob from its last checkpoint
+(blobs/.partial-* and a progress record, saved every 500 ms or 64 MiB).`,
 		Example: `  gd2fs warmup gd2fs://local/models/meta-llama/Llama-3-8B --cache /nvme/hf
   vllm serve "$(gd2fs warmup gd2fs://local/models/meta-llama/Llama-3-8B --cache /nvme/hf -q)"`,
 		Args: cobra.ExactArgs(1),
