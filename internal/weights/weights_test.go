@@ -283,7 +283,7 @@ func TestWarmupCache(t *testing.T) {
 	if filepath.Base(filepath.Dir(rep.Snapshot)) != "snapshots" || filepath.Base(filepath.Dir(filepath.Dir(rep.Snapshot))) != "models--org--m" {
 		t.Fatalf("snapshot not in the Hugging Face layout: %s", rep.Snapshot)
 	}
-	if m, _ := filepath.Glob(filepath.Join(dir, "models--org--m", "blobs", "*.incomplete")); len(m) != 0 {
+	if m, _ := filepath.Glob(filepath.Join(dir, "models--org--m", "blobs", ".partial-*")); len(m) != 0 {
 		t.Fatalf("leftover partial blobs %v", m)
 	}
 	again, err := c.Warmup(ctx, e.cl, "/models/org/m", "main", nil)
@@ -315,5 +315,61 @@ func TestWarmupCache(t *testing.T) {
 	}
 	if err := c.Remove("org/linked", false); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestWarmupResumesPartial: a warmup killed after a checkpoint (and after
+// writing bytes its record does not cover) resumes from the record, drops
+// the torn tail, and publishes exactly the file's bytes; a second process
+// warming the same blob at once downloads privately.
+func TestWarmupResumesPartial(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	if _, err := (&Puller{Client: e.cl, Source: e.src}).Pull(ctx, "s3://models/org/m", "/models/org/m"); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	blobs := filepath.Join(dir, "models--org--m", "blobs")
+	if err := os.MkdirAll(blobs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	want := e.files["org/m/model-00002.safetensors"]
+	st, err := e.cl.Stat(ctx, "/models/org/m/model-00002.safetensors")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := openPartial(blobs, st)
+	if err != nil || !p.shared || p.done != 0 {
+		t.Fatalf("first open: %+v %v", p, err)
+	}
+	if q, err := openPartial(blobs, st); err != nil || q.shared {
+		t.Fatalf("a second download of a locked partial must be private: %+v %v", q, err)
+	} else {
+		q.close()
+	}
+	if _, err := p.Write(want[:1<<20]); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	p.f.Write([]byte("bytes written after the last checkpoint, then SIGKILL"))
+	p.f.Close() // no close(): the process died
+
+	rep, err := (&Cache{Dir: dir}).Warmup(ctx, e.cl, "/models/org/m", "main", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Resumed != 1<<20 {
+		t.Fatalf("resumed %d bytes, want %d", rep.Resumed, 1<<20)
+	}
+	for k, w := range e.files {
+		got, err := os.ReadFile(filepath.Join(rep.Snapshot, filepath.Base(k)))
+		if err != nil || !bytes.Equal(got, w) {
+			t.Fatalf("%s in the snapshot differs after a resume: %v", k, err)
+		}
+	}
+	if m, _ := filepath.Glob(filepath.Join(blobs, ".partial-*")); len(m) != 0 {
+		t.Fatalf("partial downloads left: %v", m)
 	}
 }
