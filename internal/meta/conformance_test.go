@@ -251,6 +251,23 @@ func testChunks(t *testing.T, s Store) {
 	if ts, _ := s.Tombstones(ctx, "s3", 10); len(ts) != 1 || ts[0] != cs[0].ID {
 		t.Fatalf("replaced replica owes a delete: %v", ts)
 	}
+	// Moved back (a linked chunk re-placed onto a returning server): the
+	// delete it owed is void, and the server it leaves owes one.
+	if err := s.ReplaceReplica(ctx, cs[0].ID, "s4", "s3"); err != nil {
+		t.Fatal(err)
+	}
+	if ts, _ := s.Tombstones(ctx, "s3", 10); len(ts) != 0 {
+		t.Fatalf("a server holding a chunk again still owes its delete: %v", ts)
+	}
+	if ts, _ := s.Tombstones(ctx, "s4", 10); len(ts) != 1 || ts[0] != cs[0].ID {
+		t.Fatalf("the server left owes a delete: %v", ts)
+	}
+	if err := s.ReplaceReplica(ctx, cs[0].ID, "s3", "s4"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ClearTombstones(ctx, "s4", []uint64{cs[0].ID}); err != nil {
+		t.Fatal(err)
+	}
 	if err := s.RemoveFile(ctx, "/f"); err != nil {
 		t.Fatal(err)
 	}
