@@ -373,3 +373,51 @@ func TestWarmupResumesPartial(t *testing.T) {
 		t.Fatalf("partial downloads left: %v", m)
 	}
 }
+
+// TestWarmupAfterServerLoss: the server caching chunks of a linked model is
+// closed after the model was read once; a warmup (the warm tier read through
+// the SDK) still succeeds: its chunks are re-placed and refilled from S3,
+// each once.
+func TestWarmupAfterServerLoss(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	if _, err := Link(ctx, e.cl, e.src, "s3://models/org/m", "/linked/org/m", client.LinkOptions{ChunkSize: 1 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	e.check(t, "/linked/org/m") // every chunk filled once
+	st, err := e.cl.Stat(ctx, "/linked/org/m/model-00002.safetensors")
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim := st.Chunks[0].Replicas[0].Server
+	var lost int64
+	for _, fi := range mustWalk(t, e.cl, "/linked/org/m") {
+		st, _ := e.cl.Stat(ctx, fi.Path)
+		for _, c := range st.Chunks {
+			if c.Replicas[0].Server == victim {
+				lost += c.Length
+			}
+		}
+	}
+	for _, s := range e.c.Servers {
+		if s.ID() == victim {
+			s.Close()
+		}
+	}
+	e.s3.ResetCounters()
+	cl := e.c.Client()
+	defer cl.Close()
+	rep, err := (&Cache{Dir: t.TempDir()}).Warmup(ctx, cl, "/linked/org/m", "main", nil)
+	if err != nil {
+		t.Fatalf("warmup after %s closed: %v", victim, err)
+	}
+	for k, want := range e.files {
+		got, err := os.ReadFile(filepath.Join(rep.Snapshot, filepath.Base(k)))
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("%s differs: %v", k, err)
+		}
+	}
+	if rs := cl.ReadStats(); rs.Refills == 0 || e.s3.BytesSent() != lost {
+		t.Fatalf("refills %d, S3 sent %d bytes, want the %d bytes %s held, once", rs.Refills, e.s3.BytesSent(), lost, victim)
+	}
+}
