@@ -24,8 +24,7 @@ type File struct {
 	chunks  map[int64]api.Chunk
 	lengths map[int64]int64 // chunk lengths written through this handle, not yet committed
 	size    int64
-	dirty   bool // written since the last commit
-	wrote   bool // written through this handle at all (Close seals it)
+	dirty   bool
 	created bool
 	closed  bool
 }
@@ -217,7 +216,7 @@ func (f *File) WriteAtContext(ctx context.Context, p []byte, off int64) (int, er
 		f.lengths[x.idx] = max(f.lengths[x.idx], x.off+int64(len(x.buf)))
 	}
 	f.size = max(f.size, off+int64(len(p)))
-	f.dirty, f.wrote = true, true
+	f.dirty = true
 	f.mu.Unlock()
 	return len(p), nil
 }
@@ -245,13 +244,26 @@ func (f *File) Close() error {
 		f.mu.Unlock()
 		return nil
 	}
-	seal := (f.created || f.wrote) && !f.info.Sealed
+	seal := (f.created || f.dirty) && !f.info.Sealed
 	f.closed = !seal
 	f.mu.Unlock()
 	if !seal {
 		return nil
 	}
 	return f.commit(context.Background(), true)
+}
+
+// Seal commits and seals the file whatever this handle did to it (Close
+// seals only a file the handle created or wrote since its last Sync): a
+// writer that synced as it went (a resumed pull) ends with Seal.
+func (f *File) Seal(ctx context.Context) error {
+	f.mu.Lock()
+	if f.closed {
+		f.mu.Unlock()
+		return errs.New(errs.ErrSealed, "%s: the handle is closed", f.info.Path)
+	}
+	f.mu.Unlock()
+	return f.commit(ctx, true)
 }
 
 func (f *File) commit(ctx context.Context, seal bool) error {

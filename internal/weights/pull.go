@@ -179,7 +179,9 @@ func (p *Puller) pullOne(ctx context.Context, bucket string, o cold.Object, dst 
 		return rep, err
 	}
 	rep.SHA256 = hex.EncodeToString(h.Sum(nil))
-	if err := f.Close(); err != nil {
+	// Seal, not Close: the committer synced every part, so this handle may
+	// have nothing unsynced, and Close seals only what is.
+	if err := f.Seal(ctx); err != nil {
 		return rep, err
 	}
 	return rep, p.setAttrs(ctx, dst, map[string]string{"sha256": rep.SHA256})
