@@ -25,7 +25,7 @@ import (
 //
 // Many readers ask at once after a server dies. refillMu serialises the
 // decisions and every request first looks whether a live replica the asker
-// has not seen fail is there already: the first request moves the chunk and
+// has not tried is there already: the first request moves the chunk and
 // every later one answers that move, so all readers converge on one server
 // and S3 is read once more per chunk, not once per reader.
 
@@ -89,18 +89,21 @@ func (m *Master) refill(ctx context.Context, p string, idx int64, failed []strin
 	for _, id := range failed {
 		bad[id] = true
 	}
-	// Idempotent: a serving replica the reader did not report (a move made
-	// for another reader, or a map newer than the reader's) is the answer.
+	// Idempotent: a replica the reader has not tried (a move made for
+	// another reader, or a map newer than the reader's) is the answer, even
+	// one the master believes down: the reader tries it and reports it if
+	// it fails. Moving it on the master's word alone would move chunks off
+	// a live server whose heartbeats are late on a loaded machine.
 	for _, id := range c.Replicas {
-		if !bad[id] && m.isServing(id) {
+		if !bad[id] {
 			return m.chunksOut([]meta.Chunk{c})[0], nil
 		}
 	}
-	// Which replicas are gone: down at the master, or reported failed and
-	// not answering the master's probe either.
+	// Every replica failed the reader. Which are gone: down at the master,
+	// or not answering the master's probe either.
 	var gone []string
 	for _, id := range c.Replicas {
-		if !m.isServing(id) || (bad[id] && !m.probe(ctx, id, c.ID)) {
+		if !m.isServing(id) || !m.probe(ctx, id, c.ID) {
 			gone = append(gone, id)
 		}
 	}

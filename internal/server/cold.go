@@ -30,7 +30,7 @@ type filler struct {
 // ensureChunk makes sure chunk ref.ID is in the store, filling it from the
 // cold tier if needed. It reports whether this call waited for a fill.
 func (s *Server) ensureChunk(ref wire.ColdRef) (bool, error) {
-	if _, err := s.store.Stat(ref.ID); err == nil {
+	if s.filled(ref.ID) {
 		return false, nil
 	}
 	if s.cold == nil {
@@ -56,11 +56,22 @@ func (s *Server) ensureChunk(ref wire.ColdRef) (bool, error) {
 	return true, f.err
 }
 
+// filled reports whether chunk id is here complete. A fill stores the bytes
+// and then seals the chunk, so a chunk that exists unsealed is a fill being
+// written (or one cut short by a crash): a reader that took it for filled
+// read "0 bytes" of it while the bytes were landing, which many readers
+// arriving at once at a server that was just given a chunk (a refill after
+// failure) made common. Such a reader joins the singleflight instead.
+func (s *Server) filled(id uint64) bool {
+	info, err := s.store.Stat(id)
+	return err == nil && info.Sealed
+}
+
 // fillChunk fetches the chunk's bytes in parallel ranges, then stores and
 // seals them. A chunk is either complete or absent: nothing is stored until
 // every byte arrived.
 func (s *Server) fillChunk(ref wire.ColdRef) error {
-	if _, err := s.store.Stat(ref.ID); err == nil {
+	if s.filled(ref.ID) {
 		return nil // filled between our check and the singleflight
 	}
 	bucket, key, err := cold.ParseURI(ref.URI)
