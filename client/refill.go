@@ -30,10 +30,12 @@ const (
 	refillBackoffMax = 2 * time.Second
 )
 
+// linked: a sealed file with an S3 source (linked, or pulled and complete),
+// whose chunks any server can fill again from S3.
 func (f *File) linked() bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.info.Attrs["source"] != ""
+	return f.info.Attrs["source"] != "" && f.info.Sealed
 }
 
 // readRefilled reads dst at off of chunk c, whose replicas all failed with

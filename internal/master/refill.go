@@ -76,8 +76,11 @@ func (m *Master) refill(ctx context.Context, p string, idx int64, failed []strin
 	if err != nil {
 		return api.Chunk{}, err
 	}
-	if attrs["source"] == "" {
-		return api.Chunk{}, errs.New(errs.ErrBadRequest, "%s is not a linked file (no source): only chunks of linked files are re-placed and refilled from S3; an HA chunk is re-replicated by the master, a perf chunk is back when its server is", p)
+	if attrs["source"] == "" || !f.Sealed {
+		// Sealed too: a pull in progress records its source before its
+		// bytes are in, and a chunk it is still writing must not be filled
+		// from S3 (and sealed) elsewhere.
+		return api.Chunk{}, errs.New(errs.ErrBadRequest, "%s is not a complete linked (or pulled) file: only chunks of sealed files with an S3 source are re-placed and refilled from S3; an HA chunk is re-replicated by the master, a perf chunk is back when its server is", p)
 	}
 	m.refills.mu.Lock()
 	defer m.refills.mu.Unlock()

@@ -39,7 +39,7 @@ func TestRefillRoute(t *testing.T) {
 	want(t, m, 200, "PUT", "/v1/files/plain", `{"pool":"perf"}`)
 
 	code, ans := call(t, m, "POST", "/v1/refill/plain", `{"index":0,"failed":["s1"]}`)
-	if code != 400 || !strings.Contains(ans, "not a linked file") {
+	if code != 400 || !strings.Contains(ans, "not a complete linked") {
 		t.Fatalf("refill of a file that is not linked: %d %s", code, ans)
 	}
 	want(t, m, 400, "POST", "/v1/refill/m/w", `{"index":0,"failed":["s1"],"extra":1}`)

@@ -29,15 +29,27 @@ type filler struct {
 
 // ensureChunk makes sure chunk ref.ID is in the store, filling it from the
 // cold tier if needed. It reports whether this call waited for a fill.
+//
+// The store check is made under fills.mu, after looking for a fill in
+// flight: a fill's store write makes the chunk visible (0 bytes long) before
+// its bytes land, and a reader that took that for "here" read 0 bytes of it,
+// which many readers arriving at once at a server just given a chunk (a
+// refill after failure) made common. A chunk present with no fill in flight
+// is served as it is: complete (a fill seals it), or written by a client (a
+// pull in progress: its reader reads only what was committed).
 func (s *Server) ensureChunk(ref wire.ColdRef) (bool, error) {
-	if s.filled(ref.ID) {
-		return false, nil
-	}
-	if s.cold == nil {
-		return false, errs.New(errs.ErrUnavailable, "server %s has no S3 configuration for linked files: start it with --s3-endpoint (or AWS_ENDPOINT_URL) and credentials", s.cfg.ID)
-	}
 	s.fills.mu.Lock()
 	f := s.fills.inflight[ref.ID]
+	if f == nil {
+		if _, err := s.store.Stat(ref.ID); err == nil {
+			s.fills.mu.Unlock()
+			return false, nil
+		}
+		if s.cold == nil {
+			s.fills.mu.Unlock()
+			return false, errs.New(errs.ErrUnavailable, "server %s has no S3 configuration for linked files: start it with --s3-endpoint (or AWS_ENDPOINT_URL) and credentials", s.cfg.ID)
+		}
+	}
 	leader := f == nil
 	if leader {
 		f = &fill{done: make(chan struct{})}
@@ -56,23 +68,12 @@ func (s *Server) ensureChunk(ref wire.ColdRef) (bool, error) {
 	return true, f.err
 }
 
-// filled reports whether chunk id is here complete. A fill stores the bytes
-// and then seals the chunk, so a chunk that exists unsealed is a fill being
-// written (or one cut short by a crash): a reader that took it for filled
-// read "0 bytes" of it while the bytes were landing, which many readers
-// arriving at once at a server that was just given a chunk (a refill after
-// failure) made common. Such a reader joins the singleflight instead.
-func (s *Server) filled(id uint64) bool {
-	info, err := s.store.Stat(id)
-	return err == nil && info.Sealed
-}
-
 // fillChunk fetches the chunk's bytes in parallel ranges, then stores and
 // seals them. A chunk is either complete or absent: nothing is stored until
 // every byte arrived.
 func (s *Server) fillChunk(ref wire.ColdRef) error {
-	if s.filled(ref.ID) {
-		return nil // filled between our check and the singleflight
+	if _, err := s.store.Stat(ref.ID); err == nil {
+		return nil // written by a client meanwhile
 	}
 	bucket, key, err := cold.ParseURI(ref.URI)
 	if err != nil {
