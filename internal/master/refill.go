@@ -115,6 +115,9 @@ func (m *Master) refill(ctx context.Context, p string, idx int64, failed []strin
 		// passing (or its own network's); it retries the same servers.
 		return m.chunksOut([]meta.Chunk{c})[0], nil
 	}
+	if m.warming() {
+		return api.Chunk{}, m.errWarming() // a new leader has not heard every server yet: retry
+	}
 	skip := map[string]bool{}
 	for _, id := range c.Replicas {
 		skip[id] = true
