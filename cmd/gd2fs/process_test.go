@@ -45,20 +45,7 @@ func freeAddr(t *testing.T) string {
 
 func spawn(t *testing.T, bin string, args ...string) *exec.Cmd {
 	t.Helper()
-	cmd := exec.Command(bin, args...)
-	var logb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &logb, &logb
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		if t.Failed() {
-			t.Logf("%s %s:\n%s", filepath.Base(bin), strings.Join(args, " "), logb.String())
-		}
-	})
-	return cmd
+	return spawnEnv(t, nil, bin, args...)
 }
 
 // TestSIGKILLServer runs the master and three servers as separate processes,
