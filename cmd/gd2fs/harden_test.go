@@ -1,7 +1,6 @@
 package main
 
 import (
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -47,8 +46,7 @@ func TestCLIHardening(t *testing.T) {
 	tokFile := filepath.Join(dir, "token")
 	os.WriteFile(tokFile, []byte(token+"\n"), 0o600)
 	maddr := freeAddr(t)
-	_, p, _ := net.SplitHostPort(freeAddr(t))
-	up := spawn(t, bin, "up", "--dir", filepath.Join(dir, "data"), "--listen", maddr, "--port", p, "--servers", "1",
+	up := spawn(t, bin, "up", "--dir", filepath.Join(dir, "data"), "--listen", maddr, "--port", "0", "--servers", "1",
 		"--mem", "32MiB", "--disk", "256MiB", "--kv-mem", "16MiB", "--kv-disk", "0",
 		"--token-file", tokFile, "--tls-cert", node.Cert, "--tls-key", node.Key, "--tls-ca", node.CA, "--resp-port", "0")
 	env := append(os.Environ(), "GD2FS_MASTER=https://"+maddr, "GD2FS_TOKEN_FILE="+tokFile, "GD2FS_TLS_CA="+node.CA)

@@ -184,9 +184,7 @@ func TestCLI(t *testing.T) {
 	bin := buildBinary(t)
 	dir := t.TempDir()
 	maddr := freeAddr(t)
-	port := freeAddr(t)
-	_, p, _ := net.SplitHostPort(port)
-	up := spawn(t, bin, "up", "--dir", filepath.Join(dir, "data"), "--listen", maddr, "--port", p, "--servers", "3",
+	up := spawn(t, bin, "up", "--dir", filepath.Join(dir, "data"), "--listen", maddr, "--port", "0", "--servers", "3",
 		"--mem", "32MiB", "--disk", "1GiB", "--resp-port", "0")
 	_ = up
 	env := append(os.Environ(), "GD2FS_MASTER=http://"+maddr)
@@ -403,10 +401,9 @@ func TestWeightsCLI(t *testing.T) {
 	s3.Put("models", "org/m/config.json", []byte(`{}`))
 	dir := t.TempDir()
 	maddr := freeAddr(t)
-	_, p, _ := net.SplitHostPort(freeAddr(t))
 	env := append(os.Environ(), "GD2FS_MASTER=http://"+maddr, "AWS_ENDPOINT_URL="+s3.URL, "AWS_ACCESS_KEY_ID=AKID",
 		"AWS_SECRET_ACCESS_KEY=secret", "AWS_REGION=us-east-1")
-	up := exec.Command(bin, "up", "--dir", filepath.Join(dir, "data"), "--listen", maddr, "--port", p, "--mem", "32MiB", "--disk", "1GiB", "--resp-port", "0")
+	up := exec.Command(bin, "up", "--dir", filepath.Join(dir, "data"), "--listen", maddr, "--port", "0", "--mem", "32MiB", "--disk", "1GiB", "--resp-port", "0")
 	up.Env = env
 	var upLog testutil.SyncBuffer // read while gd2fs up writes to it
 	up.Stdout, up.Stderr = &upLog, &upLog

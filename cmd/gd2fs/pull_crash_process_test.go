@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -48,10 +47,9 @@ func TestPullAndWarmupSurviveSIGKILL(t *testing.T) {
 	}
 	dir := t.TempDir()
 	maddr := freeAddr(t)
-	_, port, _ := net.SplitHostPort(freeAddr(t))
 	env := append(os.Environ(), "GD2FS_MASTER=http://"+maddr, "AWS_ENDPOINT_URL="+s3.URL, "AWS_ACCESS_KEY_ID=AKID",
 		"AWS_SECRET_ACCESS_KEY=secret", "AWS_REGION=us-east-1")
-	up := exec.Command(bin, "up", "--dir", filepath.Join(dir, "data"), "--listen", maddr, "--port", port, "--mem", "64MiB", "--disk", "1GiB", "--resp-port", "0")
+	up := exec.Command(bin, "up", "--dir", filepath.Join(dir, "data"), "--listen", maddr, "--port", "0", "--mem", "64MiB", "--disk", "1GiB", "--resp-port", "0")
 	up.Env = env
 	var upLog testutil.SyncBuffer
 	up.Stdout, up.Stderr = &upLog, &upLog

@@ -25,6 +25,7 @@ func newUp(g *globals) *cobra.Command {
 		Example: `  gd2fs up                              # master on 127.0.0.1:7070, 3 servers, data in ./gd2fs-data
   gd2fs up --servers 5 --mem 1GiB --disk 20GiB --dir /var/lib/gd2fs
   gd2fs up --resp-port 16380                # Redis clients on 16380..16382 (0: none); redis-cli -p 16380 PING
+  gd2fs up --listen 127.0.0.1:17070 --port 0 --resp-port 0   # servers on free ports: a second cluster beside the first
   gd2fs up --tls-cert node.pem --tls-key node-key.pem --tls-ca ca.pem --token-file ./token   # TLS (off by default on loopback)`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -52,8 +53,8 @@ func newUp(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var addrs []string
-			for i := 0; i < servers; i++ {
+			var addrs []string // none: every server on an ephemeral loopback port
+			for i := 0; i < servers && firstPort > 0; i++ {
 				addrs = append(addrs, "127.0.0.1:"+strconv.Itoa(firstPort+i))
 			}
 			var respAddrs []string
@@ -97,7 +98,7 @@ func newUp(g *globals) *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&dir, "dir", "./gd2fs-data", "data directory (metadata and server disk tiers)")
 	f.StringVar(&listen, "listen", "127.0.0.1:7070", "master address")
-	f.IntVar(&firstPort, "port", 7071, "first data server port; server i listens on port+i")
+	f.IntVar(&firstPort, "port", 7071, "first data server port; server i listens on port+i (0: ephemeral ports, printed at start)")
 	f.IntVar(&servers, "servers", 3, "number of data servers")
 	f.IntVar(&respPort, "resp-port", 6380, "first Redis-protocol port; server i's is resp-port+i (0: no Redis protocol)")
 	f.StringVar(&mem, "mem", "256MiB", "DRAM tier per server")
