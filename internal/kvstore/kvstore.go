@@ -25,6 +25,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
+	"hash/maphash"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -113,9 +114,11 @@ type Store struct {
 	index       map[string]*entry
 	small, main list.List
 	smallBytes  int64
-	ghost       map[string]bool // key → demoted from small (policy.go)
-	ghostFIFO   []string
+	ghost       map[uint64]bool // key fingerprint → demoted from small (policy.go)
+	ghostRing   []uint64        // fingerprints, oldest at ghostNext once full
+	ghostNext   int
 	ghostCap    int
+	ghostSeed   maphash.Seed
 	smallTarget int64 // adapted by ghost hits (policy.go)
 	smallGhosts int64 // ghosts demoted from small, and from main
 	mainGhosts  int64
@@ -149,14 +152,14 @@ func Open(cfg Config) (*Store, error) {
 	if cfg.MemBytes <= 0 && cfg.Dir == "" {
 		return nil, errs.New(errs.ErrBadRequest, "kvstore: no tier: give a DRAM size or a disk directory")
 	}
-	s := &Store{cfg: cfg, log: cfg.Log, index: map[string]*entry{}, ghost: map[string]bool{}}
+	s := &Store{cfg: cfg, log: cfg.Log, index: map[string]*entry{}, ghost: map[uint64]bool{}, ghostSeed: maphash.MakeSeed()}
 	if cfg.MemBytes > 0 {
 		a, err := arena.New(cfg.MemBytes, PageSize)
 		if err != nil {
 			return nil, err
 		}
 		s.arena = a
-		s.ghostCap = max(1024, a.Pages()/4)
+		s.ghostCap = max(1024, 2*a.Pages())
 		s.smallTarget = int64(a.Pages()) * PageSize / 10
 	}
 	if cfg.Dir != "" {
@@ -455,7 +458,7 @@ func (s *Store) Get(key []byte, fn func(bufs [][]byte, crc uint32) error) (Tier,
 	seg, off := e.seg, e.off
 	seg.refs++
 	e.diskRead = true
-	_, promote := s.ghost[e.key]
+	promote := s.isGhostLocked(e.key)
 	s.mu.Unlock()
 	defer s.unref(seg)
 
