@@ -17,7 +17,7 @@ import (
 )
 
 func newServer(g *globals) *cobra.Command {
-	var listen, advertise, mem, disk, id, kvMem, kvDisk, kvMax, syncPolicy string
+	var listen, advertise, mem, disk, id, kvMem, kvDisk, kvMax, kvPolicy, syncPolicy string
 	var rf respFlags
 	var heartbeat, forwardTimeout time.Duration
 	var maxConns int
@@ -49,6 +49,7 @@ func newServer(g *globals) *cobra.Command {
 				}
 			}
 			kc, err := kvConfig(kvMem, kvDisk, kvMax)
+			kc.Policy = kvPolicy
 			if err != nil {
 				return err
 			}
@@ -82,6 +83,7 @@ func newServer(g *globals) *cobra.Command {
 	f.StringVar(&kvMem, "kv-mem", "1GiB", "KV cache DRAM tier (0 for none)")
 	f.StringVar(&kvDisk, "kv-disk", "", "KV cache disk tier as DIR:SIZE, e.g. /nvme/gd2fs-kv:1TiB")
 	f.StringVar(&kvMax, "kv-max-value", "64MiB", "largest KV value accepted")
+	f.StringVar(&kvPolicy, "kv-policy", "auto", "KV DRAM tier policy: auto (S3-FIFO or LRU, whichever a sampled simulation of both finds better), s3fifo, lru")
 	f.StringVar(&id, "id", "", "server id (default: kept in the disk tier, else random)")
 	f.StringVar(&syncPolicy, "sync", "replicated", "writes made durable (fdatasync) before they are acknowledged: replicated (chunks of more than one replica: the ha pool), always, never (page cache only)")
 	f.BoolVar(&debug, "debug-http", false, "serve /debug/pprof/ and /debug/gc on the server port")

@@ -16,7 +16,7 @@ import (
 )
 
 func newUp(g *globals) *cobra.Command {
-	var dir, listen, mem, disk, kvMem, kvDisk, quota, cluster_, metaDSN, syncPolicy string
+	var dir, listen, mem, disk, kvMem, kvPolicy, kvDisk, quota, cluster_, metaDSN, syncPolicy string
 	var servers, firstPort, respPort int
 	var s3 s3Flags
 	cmd := &cobra.Command{
@@ -69,7 +69,7 @@ func newUp(g *globals) *cobra.Command {
 			defer stop()
 			abs, _ := filepath.Abs(dir)
 			c, err := cluster.Start(ctx, cluster.Config{Dir: abs, MasterAddr: listen, ServerAddrs: addrs, Servers: servers,
-				MemBytes: memB, DiskBytes: diskB, Sync: sp, KVMemBytes: kvMemB, KVDiskBytes: kvDiskB, SessionQuota: q, Cold: cc, Token: g.token, Cluster: cluster_, Meta: metaDSN, Log: g.logger(),
+				MemBytes: memB, DiskBytes: diskB, Sync: sp, KVMemBytes: kvMemB, KVPolicy: kvPolicy, KVDiskBytes: kvDiskB, SessionQuota: q, Cold: cc, Token: g.token, Cluster: cluster_, Meta: metaDSN, Log: g.logger(),
 				TLS: g.serverTLS, ClientTLS: g.clientTLS, RESP: respPort > 0, RESPAddrs: respAddrs})
 			if err != nil {
 				return fmt.Errorf("%w (is another gd2fs up running? stop it or pick other ports with --listen/--port/--resp-port)", err)
@@ -105,6 +105,7 @@ func newUp(g *globals) *cobra.Command {
 	f.StringVar(&disk, "disk", "8GiB", "disk tier per server")
 	f.StringVar(&syncPolicy, "sync", "replicated", "writes the servers make durable (fdatasync) before acknowledging: replicated (the ha pool), always, never")
 	f.StringVar(&kvMem, "kv-mem", "256MiB", "KV cache DRAM tier per server")
+	f.StringVar(&kvPolicy, "kv-policy", "auto", "KV DRAM tier policy: auto, s3fifo or lru (see gd2fs server --help)")
 	f.StringVar(&kvDisk, "kv-disk", "4GiB", "KV cache disk tier per server")
 	f.StringVar(&quota, "session-quota", "4GiB", "bytes of explicit-mode KV session files before LRU eviction")
 	s3.add(f)

@@ -35,8 +35,9 @@ type Config struct {
 	DiskBytes   int64 // disk tier per server; 0 = DRAM only
 	// Sync is the servers' write durability policy (store.SyncPolicy).
 	Sync        store.SyncPolicy
-	KVMemBytes  int64 // KV DRAM tier per server; 0 = none
-	KVDiskBytes int64 // KV disk tier per server (under <Dir>/server-<i>/kv); 0 = none
+	KVMemBytes  int64  // KV DRAM tier per server; 0 = none
+	KVPolicy    string // kvstore.Config.Policy ("" = auto)
+	KVDiskBytes int64  // KV disk tier per server (under <Dir>/server-<i>/kv); 0 = none
 	Meta        string
 	Token       string
 	Cluster     string
@@ -125,7 +126,7 @@ func (c *Cluster) AddServer(i int) (*server.Server, error) {
 		sc.Dir = filepath.Join(c.cfg.Dir, "server-"+strconv.Itoa(i))
 		sc.DiskBytes = c.cfg.DiskBytes
 	}
-	kc := kvstore.Config{MemBytes: c.cfg.KVMemBytes}
+	kc := kvstore.Config{MemBytes: c.cfg.KVMemBytes, Policy: c.cfg.KVPolicy}
 	if c.cfg.KVDiskBytes > 0 {
 		kc.Dir = filepath.Join(c.cfg.Dir, "server-"+strconv.Itoa(i), "kv")
 		kc.DiskBytes = c.cfg.KVDiskBytes

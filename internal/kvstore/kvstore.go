@@ -29,6 +29,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -69,8 +70,15 @@ type Config struct {
 	DiskBytes   int64
 	MaxValue    int64 // default 64 MiB
 	SegmentSize int64 // default max(64 MiB, 2*MaxValue)
-	Log         *slog.Logger
+	// Policy of the DRAM tier: "auto" (default: S3-FIFO or LRU, whichever
+	// a miniature simulation of each on sampled keys finds better, duel.go),
+	// "s3fifo" or "lru" to fix one.
+	Policy string
+	Log    *slog.Logger
 }
+
+// Policies are the values of Config.Policy.
+var Policies = []string{"auto", "s3fifo", "lru"}
 
 // Stats are cumulative counters and current sizes.
 type Stats struct {
@@ -80,7 +88,9 @@ type Stats struct {
 	MemHits, DiskHits, Misses                 uint64
 	Puts, Existed                             uint64
 	Demotions, Promotions, Evictions, Corrupt uint64
-	SmallTarget, SmallUsed                    int64 // the S3-FIFO small queue's measured target size and use (policy.go)
+	SmallTarget, SmallUsed                    int64  // the S3-FIFO small queue's measured target size and use (policy.go)
+	Policy                                    string // the DRAM tier's policy now: "s3fifo" or "lru" (duel.go)
+	PolicySwitches                            int64  // times "auto" changed it
 }
 
 type entry struct {
@@ -119,6 +129,7 @@ type Store struct {
 	ghostNext   int
 	ghostCap    int
 	ghostSeed   maphash.Seed
+	duel        *duel // picks S3-FIFO or LRU (duel.go); nil without DRAM
 	smallTarget int64 // adapted by ghost hits (policy.go)
 	smallGhosts int64 // ghosts demoted from small, and from main
 	mainGhosts  int64
@@ -152,6 +163,12 @@ func Open(cfg Config) (*Store, error) {
 	if cfg.MemBytes <= 0 && cfg.Dir == "" {
 		return nil, errs.New(errs.ErrBadRequest, "kvstore: no tier: give a DRAM size or a disk directory")
 	}
+	if cfg.Policy == "" {
+		cfg.Policy = "auto"
+	}
+	if !slices.Contains(Policies, cfg.Policy) {
+		return nil, errs.New(errs.ErrBadRequest, "kvstore: policy %q: want one of %s", cfg.Policy, strings.Join(Policies, ", "))
+	}
 	s := &Store{cfg: cfg, log: cfg.Log, index: map[string]*entry{}, ghost: map[uint64]bool{}, ghostSeed: maphash.MakeSeed()}
 	if cfg.MemBytes > 0 {
 		a, err := arena.New(cfg.MemBytes, PageSize)
@@ -160,6 +177,7 @@ func Open(cfg Config) (*Store, error) {
 		}
 		s.arena = a
 		s.ghostCap = max(1024, 2*a.Pages())
+		s.duel = newDuel(a.Pages(), cfg.Policy)
 		s.smallTarget = int64(a.Pages()) * PageSize / 10
 	}
 	if cfg.Dir != "" {
@@ -196,6 +214,10 @@ func (s *Store) Stats() Stats {
 		st.MemCap = int64(s.arena.Pages()) * PageSize
 		st.MemUsed = int64(s.arena.Pages()-s.arena.FreePages()) * PageSize
 		st.SmallTarget, st.SmallUsed = s.smallTarget, s.smallBytes
+		st.Policy, st.PolicySwitches = "s3fifo", s.duel.switches
+		if s.lruMode() {
+			st.Policy = "lru"
+		}
 	}
 	s.mu.Unlock()
 	st.MemHits, st.DiskHits, st.Misses = s.memHits.Load(), s.diskHits.Load(), s.misses.Load()
@@ -234,6 +256,7 @@ func (s *Store) PutChecked(key []byte, value []byte, crc uint32, overwrite bool)
 	}
 	s.mu.Lock()
 	if old := s.index[string(key)]; old != nil && !overwrite {
+		s.touchLocked(old) // a put of a block it has says a request uses it
 		s.mu.Unlock()
 		s.existed.Add(1)
 		return true, nil
@@ -282,13 +305,15 @@ func (s *Store) PutChecked(key []byte, value []byte, crc uint32, overwrite bool)
 		}
 		w.e, w.val = e, value
 		e.pend = w
-	} else if s.ghostHitLocked(e.key, e.size) {
-		// Seen recently and demoted: it belongs in main.
+	} else if s.ghostHitLocked(e.key, e.size) || s.lruMode() {
+		// Seen recently and demoted: it belongs in main. (In LRU mode every
+		// new block does.)
 		s.enqueueLocked(e, &s.main)
 	} else {
 		s.enqueueLocked(e, &s.small)
 	}
 	s.index[e.key] = e
+	s.duelAccessLocked(e.key, e.size)
 	s.puts.Add(1)
 	s.unlockAndWrite()
 	if w != nil && w.err != nil {
@@ -337,7 +362,7 @@ func (s *Store) dequeueLocked(e *entry) {
 // nothing can go (everything pinned).
 func (s *Store) evictOneLocked() bool {
 	for tries := s.small.Len() + 2*s.main.Len() + 1; tries > 0; tries-- {
-		fromSmall := s.small.Len() > 0 && (s.smallBytes >= s.smallTarget || s.main.Len() == 0)
+		fromSmall := s.small.Len() > 0 && (s.lruMode() || s.smallBytes >= s.smallTarget || s.main.Len() == 0)
 		q := &s.main
 		if fromSmall {
 			q = &s.small
@@ -351,6 +376,10 @@ func (s *Store) evictOneLocked() bool {
 		switch {
 		case e.pins > 0:
 			s.enqueueLocked(e, q) // in use: look at the next one
+		case s.lruMode():
+			// LRU: the least recently used goes, read or not.
+			s.demoteLocked(e, fromSmall)
+			return true
 		case fromSmall && e.freq > 0:
 			e.freq = 0
 			s.enqueueLocked(e, &s.main)
@@ -433,9 +462,7 @@ func (s *Store) Get(key []byte, fn func(bufs [][]byte, crc uint32) error) (Tier,
 	}
 	if e.pages != nil {
 		e.pins++
-		if e.freq < 3 {
-			e.freq++
-		}
+		s.touchLocked(e)
 		v := s.arena.Views(e.pages, 0, e.size)
 		s.mu.Unlock()
 		s.memHits.Add(1)
@@ -446,6 +473,7 @@ func (s *Store) Get(key []byte, fn func(bufs [][]byte, crc uint32) error) (Tier,
 	if e.seg == nil {
 		// Demoted, its bytes on the way to disk: serve the copy being
 		// written. It counts as a disk hit: the block has left DRAM.
+		s.duelAccessLocked(e.key, e.size)
 		w := e.pend
 		w.readers++
 		v := w.val[:e.size:e.size]
@@ -458,6 +486,7 @@ func (s *Store) Get(key []byte, fn func(bufs [][]byte, crc uint32) error) (Tier,
 	seg, off := e.seg, e.off
 	seg.refs++
 	e.diskRead = true
+	s.duelAccessLocked(e.key, e.size)
 	promote := s.isGhostLocked(e.key)
 	s.mu.Unlock()
 	defer s.unref(seg)

@@ -65,8 +65,8 @@ func (s *Store) ghostHitLocked(key string, size int64) bool {
 	}
 	delete(s.ghost, fp) // its ring slot stays until it is reused
 	s.ghostCount(fromSmall, -1)
-	if s.arena == nil {
-		return true
+	if s.arena == nil || s.lruMode() {
+		return true // LRU mode has no small queue to size
 	}
 	memCap := int64(s.arena.Pages()) * PageSize
 	// ARC's step: by the ratio of the other ghost list to this one, so the

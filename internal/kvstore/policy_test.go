@@ -11,7 +11,7 @@ import (
 // within 10% and 90% of DRAM whatever the traffic.
 func TestSmallTargetFollowsGhostHits(t *testing.T) {
 	const pages = 100
-	s := open(t, Config{MemBytes: pages * PageSize})
+	s := open(t, Config{MemBytes: pages * PageSize, Policy: "s3fifo"})
 	memCap := int64(pages * PageSize)
 	v := make([]byte, PageSize)
 	if got := s.Stats().SmallTarget; got != memCap/10 {

@@ -119,9 +119,10 @@ func ciTrace() []Request {
 
 // TestReplayAgainstReferences replays a small synthetic multi-turn trace
 // through gd2fs's store, LRU and Belady at 10% and 25% of the distinct
-// blocks. Belady is a ceiling for both; the store must stay within 5% of LRU
-// (on this memoryless synthetic traffic LRU is close to the best an online
-// policy can do; see docs/kv-cache.md).
+// blocks. Belady is a ceiling for both; the store must keep at least LRU's
+// prefix hits (on this memoryless synthetic traffic LRU is close to the best
+// an online policy can do, and the store's "auto" policy runs LRU when its
+// miniature simulations say so; see docs/kv-cache.md).
 func TestReplayAgainstReferences(t *testing.T) {
 	rs := ciTrace()
 	d := Distinct(rs)
@@ -139,8 +140,8 @@ func TestReplayAgainstReferences(t *testing.T) {
 		if b.Ratio() < l.Ratio() || b.Ratio() < s.Ratio() {
 			t.Errorf("Belady %.4f below LRU %.4f or gd2fs %.4f", b.Ratio(), l.Ratio(), s.Ratio())
 		}
-		if s.Ratio() < 0.95*l.Ratio() {
-			t.Errorf("gd2fs %.4f is more than 5%% below LRU %.4f", s.Ratio(), l.Ratio())
+		if s.PrefixHit < l.PrefixHit {
+			t.Errorf("gd2fs %.4f (%d blocks) is below LRU %.4f (%d)", s.Ratio(), s.PrefixHit, l.Ratio(), l.PrefixHit)
 		}
 	}
 }

@@ -131,12 +131,14 @@ var (
 	descKVMiss  = prometheus.NewDesc("gd2fs_kv_misses_total", "KV gets that found nothing.", nil, nil)
 	descKVMoves = prometheus.NewDesc("gd2fs_kv_moves_total", "KV blocks demoted DRAM to disk, promoted back, or evicted from the last tier.", []string{"kind"}, nil)
 	descKVKeys  = prometheus.NewDesc("gd2fs_kv_keys", "KV blocks held.", nil, nil)
+	descKVPol   = prometheus.NewDesc("gd2fs_kv_policy", "1 for the KV DRAM tier's policy now (s3fifo or lru; --kv-policy auto picks).", []string{"policy"}, nil)
+	descKVSw    = prometheus.NewDesc("gd2fs_kv_policy_switches_total", "Times --kv-policy auto changed the KV DRAM tier's policy.", nil, nil)
 	descKVBad   = prometheus.NewDesc("gd2fs_kv_corrupt_total", "KV records that failed their checksum.", nil, nil)
 	descKVPuts  = prometheus.NewDesc("gd2fs_kv_puts_total", "KV puts by outcome.", []string{"outcome"}, nil)
 )
 
 func (c *kvCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descKVBytes, descKVHits, descKVMiss, descKVMoves, descKVKeys, descKVBad, descKVPuts} {
+	for _, d := range []*prometheus.Desc{descKVBytes, descKVHits, descKVMiss, descKVMoves, descKVKeys, descKVBad, descKVPuts, descKVPol, descKVSw} {
 		ch <- d
 	}
 }
@@ -158,6 +160,16 @@ func (c *kvCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descKVMoves, k, float64(st.Promotions), "promotion")
 	ch <- prometheus.MustNewConstMetric(descKVMoves, k, float64(st.Evictions), "eviction")
 	ch <- prometheus.MustNewConstMetric(descKVKeys, g, float64(st.Keys))
+	if st.Policy != "" {
+		for _, p := range []string{"s3fifo", "lru"} {
+			v := 0.0
+			if p == st.Policy {
+				v = 1
+			}
+			ch <- prometheus.MustNewConstMetric(descKVPol, g, v, p)
+		}
+		ch <- prometheus.MustNewConstMetric(descKVSw, k, float64(st.PolicySwitches))
+	}
 	ch <- prometheus.MustNewConstMetric(descKVBad, k, float64(st.Corrupt))
 	ch <- prometheus.MustNewConstMetric(descKVPuts, k, float64(st.Puts), "stored")
 	ch <- prometheus.MustNewConstMetric(descKVPuts, k, float64(st.Existed), "existed")
