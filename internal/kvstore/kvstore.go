@@ -2,7 +2,10 @@
 // (key → bytes) in a DRAM tier (off-heap arena) and a disk tier (append-only
 // segment files).
 //
-// Placement between tiers follows S3-FIFO (Yang et al., SOSP'23): a new block
+// Placement between tiers follows S3-FIFO or LRU, whichever miniature
+// simulations of both on sampled keys find better (Config.Policy "auto",
+// duel.go). In LRU mode new blocks enter main and the least recently used
+// block leaves DRAM. S3-FIFO (Yang et al., SOSP'23): a new block
 // enters a small FIFO queue (10% to 90% of DRAM, sized by ghost hits as in
 // ARC: policy.go); blocks leaving it that were read
 // again move to the main FIFO queue, the rest are demoted to disk and their
