@@ -2,7 +2,6 @@ package kvstore
 
 import (
 	"container/list"
-	"hash/maphash"
 	"math"
 )
 
@@ -48,17 +47,13 @@ type mini struct {
 	smallBytes  int64
 	small, main list.List // LRU: main only, front = most recent
 	at          map[uint64]*list.Element
-	ghost       map[uint64]bool // fingerprint → demoted from small
-	ghostRing   []uint64
-	ghostNext   int
-	smallGhosts int64
-	mainGhosts  int64
+	ghosts      *ghosts
 	smallTarget int64   // sized by ghost hits as the store's (policy.go)
 	hits        float64 // decayed
 }
 
 func newMini(lru bool, capBytes int64) *mini {
-	return &mini{lru: lru, cap: capBytes, at: map[uint64]*list.Element{}, ghost: map[uint64]bool{}, smallTarget: capBytes / 10}
+	return &mini{lru: lru, cap: capBytes, at: map[uint64]*list.Element{}, ghosts: newGhosts(2 * miniPages), smallTarget: capBytes / 10}
 }
 
 // access replays one use (get hit, put) of a sampled key.
@@ -81,16 +76,9 @@ func (m *mini) access(fp uint64, size int64) {
 	}
 	e := &miniEntry{fp: fp, size: size}
 	m.used += size
-	fromSmall, ghost := m.ghost[fp]
+	fromSmall, ghost := m.ghosts.take(fp)
 	if ghost {
-		delete(m.ghost, fp)
-		m.countGhost(fromSmall, -1)
-		if fromSmall { // as ghostHitLocked
-			m.smallTarget += size * max(1, m.mainGhosts/max(1, m.smallGhosts))
-		} else {
-			m.smallTarget -= size * max(1, m.smallGhosts/max(1, m.mainGhosts))
-		}
-		m.smallTarget = min(max(m.smallTarget, m.cap/10), m.cap*9/10)
+		m.smallTarget = arcStep(m.smallTarget, size, m.cap, m.ghosts, fromSmall)
 	}
 	if m.lru || ghost {
 		m.at[fp] = m.main.PushFront(e)
@@ -127,34 +115,9 @@ func (m *mini) evict() {
 		delete(m.at, e.fp)
 		m.used -= e.size
 		if !m.lru {
-			m.addGhost(e.fp, fromSmall)
+			m.ghosts.add(e.fp, fromSmall)
 		}
 		return
-	}
-}
-
-func (m *mini) addGhost(fp uint64, fromSmall bool) {
-	if old, ok := m.ghost[fp]; ok {
-		m.countGhost(old, -1)
-	} else if limit := 2 * miniPages; len(m.ghostRing) < limit {
-		m.ghostRing = append(m.ghostRing, fp)
-	} else {
-		if old, ok := m.ghost[m.ghostRing[m.ghostNext]]; ok {
-			m.countGhost(old, -1)
-			delete(m.ghost, m.ghostRing[m.ghostNext])
-		}
-		m.ghostRing[m.ghostNext] = fp
-		m.ghostNext = (m.ghostNext + 1) % limit
-	}
-	m.ghost[fp] = fromSmall
-	m.countGhost(fromSmall, 1)
-}
-
-func (m *mini) countGhost(fromSmall bool, d int64) {
-	if fromSmall {
-		m.smallGhosts += d
-	} else {
-		m.mainGhosts += d
 	}
 }
 
@@ -188,7 +151,7 @@ func (s *Store) duelAccessLocked(key string, size int64) {
 	if d == nil || d.fixed {
 		return
 	}
-	fp := maphash.String(s.ghostSeed, key)
+	fp := s.fingerprint(key)
 	if !d.sampled(fp) {
 		return
 	}

@@ -127,15 +127,10 @@ type Store struct {
 	index       map[string]*entry
 	small, main list.List
 	smallBytes  int64
-	ghost       map[uint64]bool // key fingerprint → demoted from small (policy.go)
-	ghostRing   []uint64        // fingerprints, oldest at ghostNext once full
-	ghostNext   int
-	ghostCap    int
-	ghostSeed   maphash.Seed
+	ghosts      *ghosts // keys that left DRAM (policy.go)
+	seed        maphash.Seed
 	duel        *duel // picks S3-FIFO or LRU (duel.go); nil without DRAM
 	smallTarget int64 // adapted by ghost hits (policy.go)
-	smallGhosts int64 // ghosts demoted from small, and from main
-	mainGhosts  int64
 
 	segs     []*segment // oldest first; last is active
 	queue    []*write   // records reserved by the operation holding mu (write.go)
@@ -172,14 +167,14 @@ func Open(cfg Config) (*Store, error) {
 	if !slices.Contains(Policies, cfg.Policy) {
 		return nil, errs.New(errs.ErrBadRequest, "kvstore: policy %q: want one of %s", cfg.Policy, strings.Join(Policies, ", "))
 	}
-	s := &Store{cfg: cfg, log: cfg.Log, index: map[string]*entry{}, ghost: map[uint64]bool{}, ghostSeed: maphash.MakeSeed()}
+	s := &Store{cfg: cfg, log: cfg.Log, index: map[string]*entry{}, ghosts: newGhosts(0), seed: maphash.MakeSeed()}
 	if cfg.MemBytes > 0 {
 		a, err := arena.New(cfg.MemBytes, PageSize)
 		if err != nil {
 			return nil, err
 		}
 		s.arena = a
-		s.ghostCap = max(1024, 2*a.Pages())
+		s.ghosts = newGhosts(max(1024, 2*a.Pages()))
 		s.duel = newDuel(a.Pages(), cfg.Policy)
 		s.smallTarget = int64(a.Pages()) * PageSize / 10
 	}

@@ -8,10 +8,10 @@ import "hash/maphash"
 // again at its next turn, often after more than 10% of DRAM has been
 // written, and a fixed small queue demotes them just before they are needed.
 // As in ARC (Megiddo and Modha, FAST'03), the keys of blocks demoted from
-// either queue are remembered as ghosts (up to twice as many as DRAM has
-// pages: addGhostLocked): a reuse of a block demoted from small says small
-// was too short, and small's target grows; a reuse of one demoted from main says main was
-// too short, and it shrinks. Each step is the block's size times the ratio
+// either queue are remembered as ghosts (twice as many as DRAM has pages:
+// type ghosts): a reuse of a block demoted from small says small was too
+// short, and small's target grows; a reuse of one demoted from main says
+// main was too short, and it shrinks. Each step is the block's size times the ratio
 // of the other kind of ghosts to this kind (at least 1), so the target
 // settles where both kinds are reused at the same rate. It stays within 10%
 // and 90% of DRAM.
@@ -19,71 +19,101 @@ import "hash/maphash"
 // Bookkeeping is O(1) per operation: one fingerprint, one map probe and two
 // counters.
 
-// addGhostLocked remembers the key of a block leaving DRAM and the queue
-// it left. Ghosts are 64-bit fingerprints in a ring (no pointers for the
-// garbage collector to scan, 8 bytes plus a map slot each), so there can be
-// twice as many as DRAM has pages: on the Mooncake conversation trace
-// (docs/kv-cache.md) a conversation's next turn often comes after more than
-// a DRAM's worth of writes, and a quarter as many ghosts forgot it (0.960x
-// LRU at 10% of the distinct blocks, against 1.039x with twice as many). A
-// fingerprint collision can only misplace a block between queues, never
-// serve wrong bytes.
-func (s *Store) addGhostLocked(key string, fromSmall bool) {
-	fp := maphash.String(s.ghostSeed, key)
-	if old, ok := s.ghost[fp]; ok {
-		s.ghostCount(old, -1)
-	} else {
-		if len(s.ghostRing) < s.ghostCap {
-			s.ghostRing = append(s.ghostRing, fp)
-		} else {
-			// The ring is full: its oldest slot is the next one.
-			if old, ok := s.ghost[s.ghostRing[s.ghostNext]]; ok {
-				s.ghostCount(old, -1)
-				delete(s.ghost, s.ghostRing[s.ghostNext])
-			}
-			s.ghostRing[s.ghostNext] = fp
-			s.ghostNext = (s.ghostNext + 1) % s.ghostCap
-		}
+// ghosts remembers the fingerprints of keys that left DRAM, and the queue
+// each left, FIFO-bounded. A fingerprint is 64 bits in a ring (no pointer for
+// the garbage collector to follow), so the store keeps twice as many as DRAM
+// has pages: on the Mooncake conversation trace (docs/kv-cache.md) a
+// conversation's next turn often comes after more than a DRAM's worth of
+// writes, and a quarter as many ghosts forgot it (0.960x LRU at 10% of the
+// distinct blocks, against 1.039x with twice as many). A fingerprint
+// collision can only misplace a block between queues, never serve wrong
+// bytes. The miniature S3-FIFO of duel.go uses the same type.
+type ghosts struct {
+	fromSmall   map[uint64]bool
+	ring        []uint64 // oldest at next once full
+	next, limit int
+	small, main int64 // how many of each kind are remembered
+}
+
+func newGhosts(limit int) *ghosts {
+	return &ghosts{fromSmall: map[uint64]bool{}, limit: limit}
+}
+
+// add remembers fp as having left the small queue or main.
+func (g *ghosts) add(fp uint64, fromSmall bool) {
+	if g.limit <= 0 {
+		return
 	}
-	s.ghost[fp] = fromSmall
-	s.ghostCount(fromSmall, 1)
+	if old, ok := g.fromSmall[fp]; ok {
+		g.count(old, -1)
+	} else if len(g.ring) < g.limit {
+		g.ring = append(g.ring, fp)
+	} else {
+		if old, ok := g.fromSmall[g.ring[g.next]]; ok {
+			g.count(old, -1)
+			delete(g.fromSmall, g.ring[g.next])
+		}
+		g.ring[g.next] = fp
+		g.next = (g.next + 1) % g.limit
+	}
+	g.fromSmall[fp] = fromSmall
+	g.count(fromSmall, 1)
+}
+
+// take forgets fp and reports whether it was a ghost and which queue it
+// left. Its ring slot stays until it is reused.
+func (g *ghosts) take(fp uint64) (fromSmall, ok bool) {
+	if fromSmall, ok = g.fromSmall[fp]; ok {
+		delete(g.fromSmall, fp)
+		g.count(fromSmall, -1)
+	}
+	return fromSmall, ok
+}
+
+func (g *ghosts) has(fp uint64) bool {
+	_, ok := g.fromSmall[fp]
+	return ok
+}
+
+func (g *ghosts) count(fromSmall bool, d int64) {
+	if fromSmall {
+		g.small += d
+	} else {
+		g.main += d
+	}
+}
+
+// arcStep moves a small-queue target after a ghost hit, as ARC does: by the
+// block's size times the ratio of the other kind of ghosts to this kind, so
+// the target settles where both kinds are hit at the same rate; within 10%
+// and 90% of capacity.
+func arcStep(target, size, capBytes int64, g *ghosts, fromSmall bool) int64 {
+	if fromSmall {
+		target += size * max(1, g.main/max(1, g.small))
+	} else {
+		target -= size * max(1, g.small/max(1, g.main))
+	}
+	return min(max(target, capBytes/10), capBytes*9/10)
+}
+
+func (s *Store) fingerprint(key string) uint64 { return maphash.String(s.seed, key) }
+
+// addGhostLocked remembers the key of a block leaving DRAM and the queue it
+// left.
+func (s *Store) addGhostLocked(key string, fromSmall bool) {
+	s.ghosts.add(s.fingerprint(key), fromSmall)
 }
 
 // isGhostLocked reports whether key is remembered as a ghost.
-func (s *Store) isGhostLocked(key string) bool {
-	_, ok := s.ghost[maphash.String(s.ghostSeed, key)]
-	return ok
-}
+func (s *Store) isGhostLocked(key string) bool { return s.ghosts.has(s.fingerprint(key)) }
 
 // ghostHitLocked reports whether key is a ghost and, if so, forgets it and
 // moves the small queue's target toward the queue that demoted it too early.
 func (s *Store) ghostHitLocked(key string, size int64) bool {
-	fp := maphash.String(s.ghostSeed, key)
-	fromSmall, ok := s.ghost[fp]
-	if !ok {
-		return false
+	fromSmall, ok := s.ghosts.take(s.fingerprint(key))
+	if !ok || s.arena == nil || s.lruMode() {
+		return ok // LRU mode has no small queue to size
 	}
-	delete(s.ghost, fp) // its ring slot stays until it is reused
-	s.ghostCount(fromSmall, -1)
-	if s.arena == nil || s.lruMode() {
-		return true // LRU mode has no small queue to size
-	}
-	memCap := int64(s.arena.Pages()) * PageSize
-	// ARC's step: by the ratio of the other ghost list to this one, so the
-	// target settles where both ghost lists are hit at the same rate.
-	if fromSmall {
-		s.smallTarget += size * max(1, s.mainGhosts/max(1, s.smallGhosts))
-	} else {
-		s.smallTarget -= size * max(1, s.smallGhosts/max(1, s.mainGhosts))
-	}
-	s.smallTarget = min(max(s.smallTarget, memCap/10), memCap*9/10)
+	s.smallTarget = arcStep(s.smallTarget, size, int64(s.arena.Pages())*PageSize, s.ghosts, fromSmall)
 	return true
-}
-
-func (s *Store) ghostCount(fromSmall bool, d int64) {
-	if fromSmall {
-		s.smallGhosts += d
-	} else {
-		s.mainGhosts += d
-	}
 }
