@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -18,7 +19,7 @@ import (
 // process over the wire, beside an exact LRU and an exact clairvoyant
 // (Belady) cache of the same capacity computed in the same run.
 func newBenchKVTrace() *cobra.Command {
-	var traceFile, gen, fractions, dir string
+	var traceFile, gen, fractions, dir, policy string
 	var blockBytes int
 	cmd := &cobra.Command{
 		Use:   "kv-trace",
@@ -35,10 +36,14 @@ its parameters: requests, system_prompts, system_blocks, one_off_fraction, mean_
 user_blocks, output_blocks, one_off_blocks, mean_think_ms, sessions_per_sec, seed.`,
 		Example: `  gd2fs-bench kv-trace                                   # synthetic trace, DRAM at 10% and 25%
   gd2fs-bench kv-trace --gen requests=5000,one_off_fraction=0.3 --fractions 0.1
-  gd2fs-bench kv-trace --trace mooncake_trace.jsonl --fractions 0.05,0.1`,
+  bash scripts/mooncake-trace.sh /tmp/mc.jsonl && gd2fs-bench kv-trace --trace /tmp/mc.jsonl --fractions 0.05,0.1,0.25
+  gd2fs-bench kv-trace --policy lru                      # the server's --kv-policy: auto (default), s3fifo, lru`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := context.Background()
+			if !slices.Contains(kvstore.Policies, policy) {
+				return fmt.Errorf("--policy %q: want one of %s", policy, strings.Join(kvstore.Policies, ", "))
+			}
 			var reqs []kvtrace.Request
 			if traceFile != "" {
 				f, err := os.Open(traceFile)
@@ -86,7 +91,7 @@ user_blocks, output_blocks, one_off_blocks, mean_think_ms, sessions_per_sec, see
 				c := int(float64(d) * f)
 				pages := int64((blockBytes + kvstore.PageSize - 1) / kvstore.PageSize)
 				mem := int64(max(c, 2)) * pages * kvstore.PageSize
-				res, err := replayOverWire(ctx, fmt.Sprintf("%s/run-%d", dir, i), reqs, mem, blockBytes)
+				res, err := replayOverWire(ctx, fmt.Sprintf("%s/run-%d", dir, i), reqs, mem, blockBytes, policy)
 				if err != nil {
 					return err
 				}
@@ -104,6 +109,7 @@ user_blocks, output_blocks, one_off_blocks, mean_think_ms, sessions_per_sec, see
 	f.StringVar(&fractions, "fractions", "0.1,0.25", "DRAM tier sizes as fractions of the trace's distinct blocks")
 	f.IntVar(&blockBytes, "block-bytes", 16<<10, "bytes per block")
 	f.StringVar(&dir, "dir", "", "working directory (default: a temp dir)")
+	f.StringVar(&policy, "policy", "auto", "the server's KV DRAM policy (gd2fs up --kv-policy): auto, s3fifo, lru")
 	return cmd
 }
 
@@ -121,12 +127,12 @@ func (r traceRun) ratio() float64 {
 
 // replayOverWire starts a one-server cluster with mem bytes of KV DRAM and
 // no KV disk tier, and replays reqs through the Go client.
-func replayOverWire(ctx context.Context, dir string, reqs []kvtrace.Request, mem int64, blockBytes int) (traceRun, error) {
+func replayOverWire(ctx context.Context, dir string, reqs []kvtrace.Request, mem int64, blockBytes int, policy string) (traceRun, error) {
 	var res traceRun
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return res, err
 	}
-	up, url, err := gd2fsUp(ctx, dir, 1, "--kv-mem", strconv.FormatInt(mem, 10), "--kv-disk", "0", "--resp-port", "0")
+	up, url, err := gd2fsUp(ctx, dir, 1, "--kv-mem", strconv.FormatInt(mem, 10), "--kv-disk", "0", "--resp-port", "0", "--kv-policy", policy)
 	if err != nil {
 		return res, err
 	}
