@@ -195,8 +195,11 @@ func (s *Store) touchLocked(e *entry) {
 	if e.freq < 3 {
 		e.freq++
 	}
-	if s.lruMode() && e.q == &s.main {
-		s.main.MoveToFront(e.elem)
+	if s.lruMode() && e.q != nil {
+		// Most recently used: the head of main (a block left in small by
+		// S3-FIFO mode moves too, so small only drains what nobody uses).
+		s.dequeueLocked(e)
+		s.enqueueLocked(e, &s.main)
 	}
 	s.duelAccessLocked(e.key, e.size)
 }
