@@ -10,17 +10,20 @@ import (
 // (Waldspurger et al., "Cache Modeling and Optimization using Miniature
 // Simulations", USENIX ATC'17): keys whose fingerprint falls in a fixed 1/S
 // slice are replayed through two small caches of 1/S of the DRAM tier's
-// bytes, one exact LRU and one running the store's S3-FIFO (small queue at
-// the store's current target, ghosts, main with reinsertion). Hits are
-// counted with exponential decay; the store runs S3-FIFO while its miniature
-// has at least as many hits as LRU's, and plain LRU-like CLOCK (new blocks
-// straight into main) otherwise. Neither is best everywhere: on the Mooncake
-// conversation trace with DRAM at 10% of the distinct blocks S3-FIFO keeps
-// 1.04x LRU's prefix hits, at 25% it keeps 0.96x (docs/kv-cache.md).
+// bytes, one exact LRU and one S3-FIFO with its own ghosts (as many per page
+// as the store's) and its own small-queue sizing, which the store adopts
+// when it switches back to S3-FIFO. Hits are counted with exponential decay;
+// the store starts in LRU, switches to S3-FIFO when that miniature has 4%
+// more hits, and back when LRU's has more. In LRU mode new blocks go
+// straight into main and the least recently used block leaves (blocks left
+// in small by S3-FIFO mode first). Neither policy is best everywhere: on the
+// Mooncake conversation trace with DRAM at 10% of the distinct blocks
+// S3-FIFO keeps 1.04x LRU's prefix hits, at 25% it keeps 0.96x
+// (docs/kv-cache.md).
 //
-// Cost: one fingerprint per get hit and new put (shared with the ghosts),
-// and, for the sampled 1/S of them, O(1) work in each miniature. Each
-// miniature holds about miniPages/… entries whatever the DRAM size.
+// Cost: a key fingerprint per get hit, disk hit and put, and, for the
+// sampled 1/S of them, O(1) work in each miniature. A miniature holds at
+// most 2*miniPages pages' worth of blocks whatever the DRAM size.
 
 // miniPages is the miniature caches' size in DRAM pages: S is chosen so that
 // 1/S of the DRAM tier is about this much (S = 1 for small stores).
@@ -52,14 +55,20 @@ type mini struct {
 	hits        float64 // decayed
 }
 
-func newMini(lru bool, capBytes int64) *mini {
-	return &mini{lru: lru, cap: capBytes, at: map[uint64]*list.Element{}, ghosts: newGhosts(2 * miniPages), smallTarget: capBytes / 10}
+func newMini(lru bool, capBytes int64, ghostLimit int) *mini {
+	return &mini{lru: lru, cap: capBytes, at: map[uint64]*list.Element{}, ghosts: newGhosts(ghostLimit), smallTarget: capBytes / 10}
 }
 
-// access replays one use (get hit, put) of a sampled key.
-func (m *mini) access(fp uint64, size int64) {
+// access replays one use of a sampled key: a get that hit the store, or a
+// put. score says whether a hit here counts: a put of a block the store
+// already has is a use but not a hit (the client recomputed the block
+// because its prefix broke earlier), and counting it favoured the policy
+// that keeps blocks past broken prefixes.
+func (m *mini) access(fp uint64, size int64, score bool) {
 	if el, ok := m.at[fp]; ok {
-		m.hits++
+		if score {
+			m.hits++
+		}
 		e := el.Value.(*miniEntry)
 		if m.lru {
 			m.main.MoveToFront(el)
@@ -137,16 +146,17 @@ type duel struct {
 func newDuel(pages int, policy string) *duel {
 	s := uint64(max(1, pages/miniPages))
 	capBytes := int64(pages) * PageSize / int64(s)
-	return &duel{every: s, lru: newMini(true, capBytes), s3: newMini(false, capBytes), useLRU: policy != "s3fifo", fixed: policy != "auto"}
+	ghostLimit := max(1024, 2*pages) / int(s) // the store's ghosts, sampled
+	return &duel{every: s, lru: newMini(true, capBytes, 0), s3: newMini(false, capBytes, ghostLimit), useLRU: policy != "s3fifo", fixed: policy != "auto"}
 }
 
 // sampled reports whether fp is in the sampled slice: the fingerprint is
 // uniform, so fp mod S picks 1/S of the keys, the same ones every time.
 func (d *duel) sampled(fp uint64) bool { return d.every == 1 || fp%d.every == 0 }
 
-// duelAccessLocked feeds one get hit or new put to the miniatures and updates the
-// store's choice.
-func (s *Store) duelAccessLocked(key string, size int64) {
+// duelAccessLocked feeds one use of key to the miniatures (score: see
+// mini.access) and updates the store's choice.
+func (s *Store) duelAccessLocked(key string, size int64, score bool) {
 	d := s.duel
 	if d == nil || d.fixed {
 		return
@@ -156,15 +166,15 @@ func (s *Store) duelAccessLocked(key string, size int64) {
 		return
 	}
 	sz := max(PageSize, (size+PageSize-1)/PageSize*PageSize)
-	d.lru.access(fp, sz)
-	d.s3.access(fp, sz)
+	d.lru.access(fp, sz, score)
+	d.s3.access(fp, sz, score)
 	d.accesses++
 	if d.accesses%256 == 0 {
 		d.lru.hits *= duelDecay
 		d.s3.hits *= duelDecay
 		was := d.useLRU
 		// Hysteresis: S3-FIFO must be clearly better to take over (a switch
-		// costs hits while the queues reshape), LRU only as good.
+		// costs hits while the queues reshape), LRU only better.
 		if d.useLRU {
 			d.useLRU = d.s3.hits <= d.lru.hits*duelEnter
 		} else {
@@ -185,10 +195,10 @@ func (s *Store) duelAccessLocked(key string, size int64) {
 // lruMode reports whether the miniatures chose LRU.
 func (s *Store) lruMode() bool { return s.duel != nil && s.duel.useLRU }
 
-// touchLocked records a use of e in DRAM: a get, or a put of a key the store
-// has (write-once: a request putting a block it computed uses it as much as
-// one reading it).
-func (s *Store) touchLocked(e *entry) {
+// touchLocked records a use of e in DRAM: a get (read), or a put of a key the
+// store has (write-once: a request putting a block it computed uses it as
+// much as one reading it, but it is no hit for the miniatures).
+func (s *Store) touchLocked(e *entry, read bool) {
 	if e.pages == nil {
 		return
 	}
@@ -201,7 +211,7 @@ func (s *Store) touchLocked(e *entry) {
 		s.dequeueLocked(e)
 		s.enqueueLocked(e, &s.main)
 	}
-	s.duelAccessLocked(e.key, e.size)
+	s.duelAccessLocked(e.key, e.size, read)
 }
 
 // duelEnter and duelLeave: S3-FIFO's miniature must have 4% more (decayed)

@@ -12,8 +12,8 @@ import (
 // small target within 10%..90%, never over capacity.
 func TestMiniatures(t *testing.T) {
 	const capPages = 64
-	lru := newMini(true, capPages*PageSize)
-	s3 := newMini(false, capPages*PageSize)
+	lru := newMini(true, capPages*PageSize, 0)
+	s3 := newMini(false, capPages*PageSize, 2*capPages)
 	var model list.List
 	at := map[uint64]*list.Element{}
 	modelHits := 0
@@ -32,8 +32,8 @@ func TestMiniatures(t *testing.T) {
 			}
 			at[fp] = model.PushFront(fp)
 		}
-		lru.access(fp, PageSize)
-		s3.access(fp, PageSize)
+		lru.access(fp, PageSize, true)
+		s3.access(fp, PageSize, true)
 		if int(lru.hits) != modelHits {
 			t.Fatalf("access %d: LRU miniature %v hits, model %d", i, lru.hits, modelHits)
 		}
@@ -127,5 +127,75 @@ func TestAutoPolicy(t *testing.T) {
 func TestPolicyConfig(t *testing.T) {
 	if _, err := Open(Config{MemBytes: 1 << 20, Policy: "lfu"}); err == nil {
 		t.Fatal("an unknown policy was accepted")
+	}
+}
+
+// Switching from LRU (which raises use counts to 3 and never lowers them)
+// back to S3-FIFO must still find a block to evict at once; and in LRU mode a
+// pinned block left in the small queue must not stop eviction from main.
+// (Both made a put fail with "every block is in use"; found in review.)
+func TestPolicySwitchStillEvicts(t *testing.T) {
+	const pages = 64
+	v := make([]byte, PageSize)
+	s := open(t, Config{MemBytes: pages * PageSize})
+	for i := range pages {
+		k := []byte(fmt.Sprint("k", i))
+		if _, err := s.Put(k, v, false); err != nil {
+			t.Fatal(err)
+		}
+		for range 3 {
+			if _, _, err := get(s, string(k)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	s.mu.Lock()
+	s.duel.useLRU = false // as duelAccessLocked does when S3-FIFO wins
+	s.mu.Unlock()
+	if _, err := s.Put([]byte("after-switch"), v, false); err != nil {
+		t.Fatalf("first put after switching to S3-FIFO: %v", err)
+	}
+	checkAfter(t, s)
+
+	s2 := open(t, Config{MemBytes: pages * PageSize, Policy: "s3fifo"})
+	if _, err := s2.Put([]byte("pinned"), v, false); err != nil { // in small
+		t.Fatal(err)
+	}
+	s2.mu.Lock()
+	s2.index["pinned"].pins++ // a get in flight
+	s2.duel.useLRU = true
+	s2.mu.Unlock()
+	for i := range 3 * pages {
+		if _, err := s2.Put([]byte(fmt.Sprint("m", i)), v, false); err != nil {
+			t.Fatalf("put %d in LRU mode with a pinned block in small: %v", i, err)
+		}
+	}
+	s2.mu.Lock()
+	s2.index["pinned"].pins--
+	s2.mu.Unlock()
+	checkAfter(t, s2)
+}
+
+// A key remembered again after a ghost hit keeps its ghost when its old ring
+// slot is reused (it used to be forgotten early).
+func TestGhostRingStaleSlot(t *testing.T) {
+	g := newGhosts(4)
+	g.add(1, true)
+	if _, ok := g.take(1); !ok {
+		t.Fatal("1 is not a ghost")
+	}
+	g.add(1, false)
+	for fp := uint64(2); fp <= 4; fp++ {
+		g.add(fp, true)
+	}
+	if !g.has(1) {
+		t.Fatal("1 forgotten when its stale slot was reused")
+	}
+	if g.small != 3 || g.main != 1 || len(g.live) != 4 {
+		t.Fatalf("counts small %d main %d live %d, want 3 1 4", g.small, g.main, len(g.live))
+	}
+	g.add(5, true) // now 1's live slot goes
+	if g.has(1) || !g.has(5) || len(g.live) != 4 {
+		t.Fatalf("after a fifth: has(1)=%v has(5)=%v live %d", g.has(1), g.has(5), len(g.live))
 	}
 }

@@ -254,7 +254,7 @@ func (s *Store) PutChecked(key []byte, value []byte, crc uint32, overwrite bool)
 	}
 	s.mu.Lock()
 	if old := s.index[string(key)]; old != nil && !overwrite {
-		s.touchLocked(old) // a put of a block it has says a request uses it
+		s.touchLocked(old, false) // a put of a block it has says a request uses it
 		s.mu.Unlock()
 		s.existed.Add(1)
 		return true, nil
@@ -311,7 +311,7 @@ func (s *Store) PutChecked(key []byte, value []byte, crc uint32, overwrite bool)
 		s.enqueueLocked(e, &s.small)
 	}
 	s.index[e.key] = e
-	s.duelAccessLocked(e.key, e.size)
+	s.duelAccessLocked(e.key, e.size, true)
 	s.puts.Add(1)
 	s.unlockAndWrite()
 	if w != nil && w.err != nil {
@@ -356,10 +356,12 @@ func (s *Store) dequeueLocked(e *entry) {
 	e.q, e.elem = nil, nil
 }
 
-// evictOneLocked frees DRAM by one S3-FIFO step. It returns false when
-// nothing can go (everything pinned).
+// evictOneLocked frees DRAM by one S3-FIFO or LRU step. It returns false
+// when nothing can go (everything pinned).
 func (s *Store) evictOneLocked() bool {
-	for tries := s.small.Len() + 2*s.main.Len() + 1; tries > 0; tries-- {
+	// Each pass over main lowers every frequency by one (at most 3, also
+	// after LRU mode raised them): four passes reach a block that can go.
+	for tries := s.small.Len() + 4*s.main.Len() + 1; tries > 0; tries-- {
 		fromSmall := s.small.Len() > 0 && (s.lruMode() || s.smallBytes >= s.smallTarget || s.main.Len() == 0)
 		q := &s.main
 		if fromSmall {
@@ -372,6 +374,8 @@ func (s *Store) evictOneLocked() bool {
 		e := el.Value.(*entry)
 		s.dequeueLocked(e)
 		switch {
+		case e.pins > 0 && s.lruMode():
+			s.enqueueLocked(e, &s.main) // in use: the most recently used
 		case e.pins > 0:
 			s.enqueueLocked(e, q) // in use: look at the next one
 		case s.lruMode():
@@ -460,7 +464,7 @@ func (s *Store) Get(key []byte, fn func(bufs [][]byte, crc uint32) error) (Tier,
 	}
 	if e.pages != nil {
 		e.pins++
-		s.touchLocked(e)
+		s.touchLocked(e, true)
 		v := s.arena.Views(e.pages, 0, e.size)
 		s.mu.Unlock()
 		s.memHits.Add(1)
@@ -471,7 +475,7 @@ func (s *Store) Get(key []byte, fn func(bufs [][]byte, crc uint32) error) (Tier,
 	if e.seg == nil {
 		// Demoted, its bytes on the way to disk: serve the copy being
 		// written. It counts as a disk hit: the block has left DRAM.
-		s.duelAccessLocked(e.key, e.size)
+		s.duelAccessLocked(e.key, e.size, true)
 		w := e.pend
 		w.readers++
 		v := w.val[:e.size:e.size]
@@ -484,7 +488,7 @@ func (s *Store) Get(key []byte, fn func(bufs [][]byte, crc uint32) error) (Tier,
 	seg, off := e.seg, e.off
 	seg.refs++
 	e.diskRead = true
-	s.duelAccessLocked(e.key, e.size)
+	s.duelAccessLocked(e.key, e.size, true)
 	promote := s.isGhostLocked(e.key)
 	s.mu.Unlock()
 	defer s.unref(seg)

@@ -29,14 +29,22 @@ import "hash/maphash"
 // collision can only misplace a block between queues, never serve wrong
 // bytes. The miniature S3-FIFO of duel.go uses the same type.
 type ghosts struct {
-	fromSmall   map[uint64]bool
-	ring        []uint64 // oldest at next once full
+	live        map[uint64]ghost
+	ring        []ringSlot // oldest at next once full
 	next, limit int
+	seq         uint64
 	small, main int64 // how many of each kind are remembered
 }
 
+type ghost struct {
+	seq       uint64 // of the ring slot that remembers it
+	fromSmall bool
+}
+
+type ringSlot struct{ fp, seq uint64 }
+
 func newGhosts(limit int) *ghosts {
-	return &ghosts{fromSmall: map[uint64]bool{}, limit: limit}
+	return &ghosts{live: map[uint64]ghost{}, limit: limit}
 }
 
 // add remembers fp as having left the small queue or main.
@@ -44,34 +52,41 @@ func (g *ghosts) add(fp uint64, fromSmall bool) {
 	if g.limit <= 0 {
 		return
 	}
-	if old, ok := g.fromSmall[fp]; ok {
-		g.count(old, -1)
-	} else if len(g.ring) < g.limit {
-		g.ring = append(g.ring, fp)
+	if old, ok := g.live[fp]; ok {
+		g.count(old.fromSmall, -1)
+	}
+	g.seq++
+	slot := ringSlot{fp, g.seq}
+	if len(g.ring) < g.limit {
+		g.ring = append(g.ring, slot)
 	} else {
-		if old, ok := g.fromSmall[g.ring[g.next]]; ok {
-			g.count(old, -1)
-			delete(g.fromSmall, g.ring[g.next])
+		// The oldest slot goes; its ghost with it, unless the key was
+		// remembered again since (a later slot holds it).
+		old := g.ring[g.next]
+		if o, ok := g.live[old.fp]; ok && o.seq == old.seq {
+			g.count(o.fromSmall, -1)
+			delete(g.live, old.fp)
 		}
-		g.ring[g.next] = fp
+		g.ring[g.next] = slot
 		g.next = (g.next + 1) % g.limit
 	}
-	g.fromSmall[fp] = fromSmall
+	g.live[fp] = ghost{g.seq, fromSmall}
 	g.count(fromSmall, 1)
 }
 
 // take forgets fp and reports whether it was a ghost and which queue it
 // left. Its ring slot stays until it is reused.
 func (g *ghosts) take(fp uint64) (fromSmall, ok bool) {
-	if fromSmall, ok = g.fromSmall[fp]; ok {
-		delete(g.fromSmall, fp)
-		g.count(fromSmall, -1)
+	o, ok := g.live[fp]
+	if ok {
+		delete(g.live, fp)
+		g.count(o.fromSmall, -1)
 	}
-	return fromSmall, ok
+	return o.fromSmall, ok
 }
 
 func (g *ghosts) has(fp uint64) bool {
-	_, ok := g.fromSmall[fp]
+	_, ok := g.live[fp]
 	return ok
 }
 
