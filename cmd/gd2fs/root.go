@@ -46,8 +46,8 @@ func newRoot() *cobra.Command {
 	}
 	root.PersistentFlags().StringVar(&g.master, "master", envOr("GD2FS_MASTER", client.DefaultMaster), "master URL, or every master comma-separated (masters on PostgreSQL) (env GD2FS_MASTER)")
 	pf := root.PersistentFlags()
-	pf.DurationVar(&g.masterRetry, "master-retry", api.DefaultRetryFor, "keep retrying master calls this long while no master leads (a failover); 0: one try of each master")
-	pf.DurationVar(&g.ioTimeout, "io-timeout", client.DefaultTimeout, "a data server that does not answer a request within this (plus 1s per 8 MiB) counts as not answering: reads go to another replica, writes fail")
+	pf.DurationVar(&g.masterRetry, "master-retry", api.DefaultRetryFor, "keep retrying master calls this long while no master leads (a failover); 0: one try of each master (env GD2FS_MASTER_RETRY)")
+	pf.DurationVar(&g.ioTimeout, "io-timeout", client.DefaultTimeout, "a data server that does not answer a request within this (plus 1s per 8 MiB) counts as not answering: reads go to another replica, writes fail (env GD2FS_IO_TIMEOUT)")
 	pf.StringVar(&g.token, "token", os.Getenv("GD2FS_TOKEN"), "cluster token (env GD2FS_TOKEN; prefer --token-file or the variable: a flag shows in ps)")
 	pf.StringVar(&g.tokenFile, "token-file", os.Getenv("GD2FS_TOKEN_FILE"), "read the cluster token from this file (env GD2FS_TOKEN_FILE)")
 	pf.StringVar(&g.tls.Cert, "tls-cert", os.Getenv("GD2FS_TLS_CERT"), "PEM certificate: serve over TLS (master, server, up), or present it to servers that require client certificates")
@@ -57,6 +57,19 @@ func newRoot() *cobra.Command {
 	pf.BoolVar(&g.debug, "debug", false, "debug logging")
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
 		g.masterSet = cmd.Flags().Changed("master") || os.Getenv("GD2FS_MASTER") != ""
+		for _, v := range []struct {
+			flag, env string
+			dst       *time.Duration
+		}{{"io-timeout", client.EnvIOTimeout, &g.ioTimeout}, {"master-retry", client.EnvMasterRetry, &g.masterRetry}} {
+			if cmd.Flags().Changed(v.flag) {
+				continue
+			}
+			if d, set, err := client.DurationEnv(v.env); err != nil {
+				return err
+			} else if set {
+				*v.dst = d
+			}
+		}
 		if cmd.Flags().Changed("token") {
 			switch cmd.Name() {
 			case "master", "server", "up": // long-running: the flag stays in ps for days

@@ -185,7 +185,14 @@ func New(cfg Config) (*Engine, error) {
 			return nil, errs.New(errs.ErrBadRequest, "%s = %d: want 1..1024", v.name, v.n)
 		}
 	}
-	c, err := client.New(client.Config{Master: strings.Join(masters, ","), Token: cfg.Token, Streams: cfg.Streams, LocalAddrs: local})
+	cc := client.Config{Master: strings.Join(masters, ","), Token: cfg.Token, Streams: cfg.Streams, LocalAddrs: local}
+	// Engines construct Client with their own arguments: the data-plane
+	// timeout and the failover wait come from GD2FS_IO_TIMEOUT and
+	// GD2FS_MASTER_RETRY.
+	if err := cc.ApplyEnv(); err != nil {
+		return nil, err
+	}
+	c, err := client.New(cc)
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 """The Pythonic layer: files, hash-mode KV and explicit sessions, with
 bytes, bytearray, memoryview, numpy arrays and torch tensors."""
 
+import os
 import uuid
 
 import numpy as np
@@ -202,6 +203,37 @@ def test_connect_errors(cluster):
     c.close()
     with pytest.raises(ValueError, match="closed"):
         c.get("x")
+
+
+def test_timeouts_from_environment(cluster):
+    """Engines build Client with their own arguments: GD2FS_IO_TIMEOUT and
+    GD2FS_MASTER_RETRY, set when the process starts (Go reads the
+    environment when the library loads), tune it; a bad value is a clear
+    error."""
+    import subprocess
+    import sys
+
+    prog = (
+        "import sys, torch, pygd2fs\n"
+        "c = pygd2fs.connect(sys.argv[1])\n"
+        "k = 'env-' + sys.argv[2]\n"
+        "c.put(k, torch.arange(16, dtype=torch.uint8))\n"
+        "out = torch.zeros(16, dtype=torch.uint8)\n"
+        "assert c.batch_get_into([k], [out]) == [16]\n"
+        "assert torch.equal(out, torch.arange(16, dtype=torch.uint8))\n"
+        "print('ok')\n"
+    )
+    pypath = os.path.dirname(os.path.dirname(os.path.abspath(pygd2fs.__file__)))
+
+    def run(**env):
+        e = dict(os.environ, PYTHONPATH=pypath, **env)
+        return subprocess.run([sys.executable, "-c", prog, cluster.master_url, uuid.uuid4().hex],
+                              env=e, capture_output=True, text=True, timeout=60)
+
+    bad = run(GD2FS_IO_TIMEOUT="soon")
+    assert bad.returncode != 0 and "GD2FS_IO_TIMEOUT" in bad.stderr, bad.stderr
+    good = run(GD2FS_IO_TIMEOUT="3s", GD2FS_MASTER_RETRY="0")
+    assert good.returncode == 0 and good.stdout.strip() == "ok", good.stderr
 
 
 def test_threads_share_a_connection(conn):
