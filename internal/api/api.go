@@ -307,9 +307,10 @@ func EscapePath(p string) string {
 // repeat finds the file it made), allocating chunks (existing ones come
 // back as they are), committing (sizes only grow; sealing a sealed file at
 // the same size is a no-op), linking (a repeat finds the link), attributes,
-// directories (mkdir -p), heartbeats, and deletes (Do turns a repeat's
-// not_found into success). Session plans and commits are not: they are sent
-// again only when the master surely did not get them.
+// directories (mkdir -p), heartbeats, deletes (Do turns a repeat's
+// not_found into success), and session commits (the master answers a repeat
+// of a session's last commit as done). Session plans and forks are not: they
+// are sent again only when the master surely did not get them.
 func Idempotent(method, path string) bool {
 	switch method {
 	case http.MethodGet, http.MethodHead, http.MethodPut:
@@ -317,6 +318,9 @@ func Idempotent(method, path string) bool {
 	case http.MethodDelete:
 		return strings.HasPrefix(path, "/v1/files/")
 	case http.MethodPost:
+		if strings.HasPrefix(path, "/v1/sessions/") && strings.HasSuffix(path, "/commit") {
+			return true
+		}
 		for _, p := range []string{"/v1/alloc/", "/v1/commit/", "/v1/link/", "/v1/servers/heartbeat"} {
 			if strings.HasPrefix(path, p) {
 				return true

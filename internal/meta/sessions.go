@@ -115,6 +115,10 @@ var sessionColumns = []struct{ table, column, ddl string }{
 	{"kv_plans", "base_version", "BIGINT NOT NULL DEFAULT -1"},
 	{"kv_layouts", "tp_size", "INTEGER NOT NULL DEFAULT 1"},
 	{"kv_layouts", "replicated", "INTEGER NOT NULL DEFAULT 0"},
+	// last_plan is the plan a session's last commit recorded, so a commit
+	// repeated after a connection cut (the first one applied, its answer
+	// lost) is recognised and answered as done.
+	{"kv_sessions", "last_plan", "BIGINT NOT NULL DEFAULT 0"},
 }
 
 // lockSessions serialises the transactions that change sessions on
@@ -532,6 +536,15 @@ func (s *sqlStore) CommitSession(ctx context.Context, in CommitInput) (Session, 
 		var sid string
 		err = tx.QueryRowContext(ctx, s.q(`SELECT session_id, token_start, token_length, path, kv_start, kv_length, base_version FROM kv_plans WHERE id = ?`), planID).
 			Scan(&sid, &fr.TokenStart, &fr.TokenLength, &fr.Path, &fr.KVStart, &fr.KVLength, &base)
+		if errors.Is(err, sql.ErrNoRows) {
+			var last int64
+			if err := tx.QueryRowContext(ctx, s.q(`SELECT last_plan FROM kv_sessions WHERE id = ?`), id).Scan(&last); err != nil {
+				return wrapDB(err)
+			}
+			if last == planID {
+				return nil // this very plan was the last commit: a repeat
+			}
+		}
 		if errors.Is(err, sql.ErrNoRows) || (err == nil && sid != id) {
 			return errs.New(errs.ErrNotFound, "no outstanding plan %d for session %s (plans expire, and commit once; was the session evicted?): plan again", planID, id)
 		}
@@ -568,6 +581,9 @@ func (s *sqlStore) CommitSession(ctx context.Context, in CommitInput) (Session, 
 			return err
 		}
 		if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM kv_plans WHERE id = ?`), planID); err != nil {
+			return wrapDB(err)
+		}
+		if _, err := tx.ExecContext(ctx, s.q(`UPDATE kv_sessions SET last_plan = ? WHERE id = ?`), planID, id); err != nil {
 			return wrapDB(err)
 		}
 		return nil
