@@ -1,6 +1,7 @@
 package client
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -27,6 +28,28 @@ func TestApplyEnv(t *testing.T) {
 		var c Config
 		if err := c.ApplyEnv(); !errors.Is(err, errs.ErrBadRequest) {
 			t.Fatalf("%s=%q: want a bad request, got %v", EnvIOTimeout, bad, err)
+		}
+	}
+}
+
+// A KV request's deadline grows with the bytes it moves, as a file
+// request's does: Timeout + n/MinRate.
+func TestKVDeadlineScalesWithSize(t *testing.T) {
+	c, err := New(Config{Master: "http://127.0.0.1:1", Timeout: time.Second, MinRate: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	kv := c.KV("perf")
+	for _, tc := range []struct {
+		n    int
+		want time.Duration
+	}{{0, time.Second}, {4 << 20, 5 * time.Second}} {
+		ctx, cancel := kv.ctx(context.Background(), tc.n)
+		dl, ok := ctx.Deadline()
+		cancel()
+		if got := time.Until(dl); !ok || got > tc.want || got < tc.want-time.Second/2 {
+			t.Fatalf("%d bytes: deadline in %v, want about %v", tc.n, got, tc.want)
 		}
 	}
 }

@@ -119,8 +119,11 @@ func (kv *KV) withOwners(ctx context.Context, key string, fn func(owners []place
 	return err
 }
 
-func (kv *KV) ctx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, kv.c.cfg.Timeout)
+// ctx bounds one KV request that moves about n bytes (a put's value, a
+// get's destination buffer; 0 when unknown): Timeout + n/MinRate, as file
+// requests, so a large block on a slow link is not cut at the floor.
+func (kv *KV) ctx(ctx context.Context, n int) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, kv.c.reqTimeout(int64(n)))
 }
 
 // PutOptions change a put.
@@ -151,7 +154,7 @@ func (kv *KV) PutWith(ctx context.Context, key string, value []byte, o PutOption
 		for _, m := range owners[1:] {
 			fwd = append(fwd, m.Addr)
 		}
-		rctx, cancel := kv.ctx(ctx)
+		rctx, cancel := kv.ctx(ctx, len(value))
 		defer cancel()
 		var perr error
 		existed, perr = tr.KVPut(rctx, owners[0].Addr, wire.KVRef{Pool: kv.pool, Key: []byte(key), Forward: fwd}, epoch, value, o.Overwrite, 0)
@@ -191,7 +194,7 @@ func (kv *KV) get(ctx context.Context, key string, dst []byte) ([]byte, error) {
 	err = kv.withOwners(ctx, key, func(owners []placement.Member, epoch int64) error {
 		var last error
 		for _, m := range owners {
-			rctx, cancel := kv.ctx(ctx)
+			rctx, cancel := kv.ctx(ctx, len(dst))
 			v, gerr := tr.KVGet(rctx, m.Addr, wire.KVRef{Pool: kv.pool, Key: []byte(key)}, epoch, dst)
 			cancel()
 			switch {
@@ -229,7 +232,7 @@ func (kv *KV) Stat(ctx context.Context, key string) (BlockInfo, error) {
 	err = kv.withOwners(ctx, key, func(owners []placement.Member, epoch int64) error {
 		var last error
 		for _, m := range owners {
-			rctx, cancel := kv.ctx(ctx)
+			rctx, cancel := kv.ctx(ctx, 0)
 			size, tier, serr := tr.KVExists(rctx, m.Addr, wire.KVRef{Pool: kv.pool, Key: []byte(key)}, epoch)
 			cancel()
 			if serr == nil {
@@ -266,7 +269,7 @@ func (kv *KV) Delete(ctx context.Context, key string) error {
 	}
 	return kv.withOwners(ctx, key, func(owners []placement.Member, epoch int64) error {
 		for _, m := range owners {
-			rctx, cancel := kv.ctx(ctx)
+			rctx, cancel := kv.ctx(ctx, 0)
 			_, derr := tr.KVDelete(rctx, m.Addr, wire.KVRef{Pool: kv.pool, Key: []byte(key)}, epoch, false)
 			cancel()
 			if derr != nil {
@@ -296,7 +299,7 @@ func (kv *KV) DeleteByPrefix(ctx context.Context, prefix string) (int64, error) 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			rctx, cancel := kv.ctx(ctx)
+			rctx, cancel := kv.ctx(ctx, 0)
 			defer cancel()
 			n, derr := tr.KVDelete(rctx, mem.Addr, wire.KVRef{Pool: kv.pool, Key: []byte(prefix)}, m.Epoch, true)
 			mu.Lock()

@@ -38,7 +38,7 @@ func (kv *KV) Scan(ctx context.Context, cursor uint64, count int) (keys []string
 	i, pos := int(cursor>>kvstore.ScanBits), cursor&(1<<kvstore.ScanBits-1)
 	count = max(count, 1)
 	for ; i < len(ms) && len(keys) < count; i, pos = i+1, 0 {
-		rctx, cancel := kv.ctx(ctx)
+		rctx, cancel := kv.ctx(ctx, 0)
 		got, nx, _, serr := tr.KVScan(rctx, ms[i].Addr, kv.pool, pos, count-len(keys))
 		cancel()
 		if serr != nil {
@@ -74,7 +74,7 @@ func (kv *KV) Count(ctx context.Context) (int64, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			rctx, cancel := kv.ctx(ctx)
+			rctx, cancel := kv.ctx(ctx, 0)
 			defer cancel()
 			_, _, n, err := tr.KVScan(rctx, m.Addr, kv.pool, 0, 0)
 			mu.Lock()
@@ -118,7 +118,7 @@ func (kv *KV) DeleteFound(ctx context.Context, key string) (bool, error) {
 	found := false
 	err = kv.withOwners(ctx, key, func(owners []placement.Member, epoch int64) error {
 		for _, m := range owners {
-			rctx, cancel := kv.ctx(ctx)
+			rctx, cancel := kv.ctx(ctx, 0)
 			n, derr := tr.KVDelete(rctx, m.Addr, wire.KVRef{Pool: kv.pool, Key: []byte(key)}, epoch, false)
 			cancel()
 			if derr != nil {
