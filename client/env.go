@@ -10,6 +10,7 @@ import (
 // Environment variables that tune a client where its program has no flag for
 // it (an inference engine constructing a pygd2fs Client, or the CLI without
 // --io-timeout / --master-retry): Go durations such as "5s" or "1m30s".
+// GD2FS_IO_TIMEOUT=0 means the default (10s), as --io-timeout 0 does.
 const (
 	EnvIOTimeout   = "GD2FS_IO_TIMEOUT"   // Config.Timeout
 	EnvMasterRetry = "GD2FS_MASTER_RETRY" // Config.MasterRetry; "0": one try of each master

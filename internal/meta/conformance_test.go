@@ -633,6 +633,14 @@ func testSessionEngine(t *testing.T, s Store) {
 	if err != nil || sess.Tokens != 32 || len(sess.Ranges) != 1 || sess.Ranges[0] != seg(0, 32, fr.KVStart) {
 		t.Fatalf("partial commit: %+v %v", sess, err)
 	}
+	// Sent again (its answer lost to a cut): recognised by the segments the
+	// session now holds, answered as done, nothing changed.
+	again, err := s.CommitSession(ctx, CommitInput{Session: "e1", Partial: true, Saved: []Range{seg(0, 32, fr.KVStart)}, Now: now})
+	if err != nil || again.Tokens != 32 || len(again.Ranges) != 1 || again.Ranges[0] != sess.Ranges[0] {
+		t.Fatalf("repeated partial commit: %+v %v", again, err)
+	}
+	_, err = s.CommitSession(ctx, CommitInput{Session: "e1", Partial: true, Saved: []Range{seg(0, 32, fr.KVStart+4096)}, Now: now})
+	mustIs(t, err, errs.ErrNotFound) // a segment no plan reserved and the session does not hold
 	// A prompt of 33 tokens may use both blocks; one of 32 none: the engine
 	// must compute the last token, and a kv_first range is not cut inside.
 	in.DecodeTokens = 0

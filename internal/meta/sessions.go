@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -524,6 +525,12 @@ func (s *sqlStore) CommitSession(ctx context.Context, in CommitInput) (Session, 
 			err := tx.QueryRowContext(ctx, s.q(`SELECT id FROM kv_plans WHERE session_id = ? AND path = ? AND kv_start = ?`),
 				id, in.Saved[0].Path, in.Saved[0].KVStart).Scan(&planID)
 			if errors.Is(err, sql.ErrNoRows) {
+				// A repeat of a commit that was applied (its answer lost to a
+				// cut): the session holds exactly the saved segments. Bytes
+				// are never rewritten, so a segment belongs to one plan only.
+				if held, err := s.holdsTx(ctx, tx, id, in.Saved); err != nil || held {
+					return err
+				}
 				return errs.New(errs.ErrNotFound, "no outstanding plan of session %s reserved %s at byte %d (plans expire, and commit once; was the session evicted?): plan again",
 					id, in.Saved[0].Path, in.Saved[0].KVStart)
 			}
@@ -592,6 +599,21 @@ func (s *sqlStore) CommitSession(ctx context.Context, in CommitInput) (Session, 
 		return Session{}, err
 	}
 	return s.Session(ctx, id)
+}
+
+// holdsTx reports whether session id's ranges include every one of want,
+// exactly.
+func (s *sqlStore) holdsTx(ctx context.Context, tx *sql.Tx, id string, want []Range) (bool, error) {
+	ranges, err := s.rangesTx(ctx, tx, id)
+	if err != nil {
+		return false, err
+	}
+	for _, w := range want {
+		if !slices.Contains(ranges, w) {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // replaceRangesTx cuts session id at token keep and appends fresh
