@@ -102,34 +102,36 @@ func (p *proc) signal(sig syscall.Signal) error {
 	return p.cmd.Process.Signal(sig)
 }
 
+// beginEnd marks the process as being ended by the harness (its exit is not
+// a finding) and returns it, nil when it is not running. It is woken first:
+// a stopped process dies as well, but Wait returns promptly only if it runs.
+func (p *proc) beginEnd() (*exec.Cmd, chan struct{}) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		return nil, nil
+	}
+	p.ending = true
+	p.cmd.Process.Signal(syscall.SIGCONT)
+	return p.cmd, p.done
+}
+
 // kill sends SIGKILL and waits for the process to end.
 func (p *proc) kill() {
-	p.mu.Lock()
-	cmd, done := p.cmd, p.done
-	p.mu.Unlock()
+	cmd, done := p.beginEnd()
 	if cmd == nil {
 		return
 	}
-	p.mu.Lock()
-	p.ending = true
-	p.mu.Unlock()
-	cmd.Process.Signal(syscall.SIGCONT) // a stopped process dies as well, but wake it so Wait returns promptly
 	cmd.Process.Signal(syscall.SIGKILL)
 	<-done
 }
 
 // stop ends the process politely (SIGTERM, then SIGKILL after a while).
 func (p *proc) stop() {
-	p.mu.Lock()
-	cmd, done := p.cmd, p.done
-	p.mu.Unlock()
+	cmd, done := p.beginEnd()
 	if cmd == nil {
 		return
 	}
-	p.mu.Lock()
-	p.ending = true
-	p.mu.Unlock()
-	cmd.Process.Signal(syscall.SIGCONT)
 	cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-done:

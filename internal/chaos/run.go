@@ -289,20 +289,10 @@ func (c *cluster) start(ctx context.Context) error {
 	var murls []string
 	for i := 0; i < nm; i++ {
 		name := fmt.Sprintf("m%d", i)
-		ip, err := c.net.addNode(name, 11+i)
+		listen, px, err := c.addProxied(name, 11+i, "7070", host)
 		if err != nil {
 			return err
 		}
-		port := "7070"
-		if !c.net.On {
-			port = freePort()
-		}
-		listen := net.JoinHostPort(ip, port)
-		px, err := NewProxy(net.JoinHostPort(host, "0"), listen)
-		if err != nil {
-			return err
-		}
-		c.proxies[name], c.direct[name] = px, listen
 		murls = append(murls, "http://"+px.Addr())
 		p := &proc{name: name, node: name, logPath: filepath.Join(logs, name+".log"), metrics: "http://" + listen + "/metrics", env: []string{"GD2FS_TOKEN=" + token}}
 		p.argv = c.net.command(name, cfg.Bin, "master", "--listen", listen, "--advertise", "http://"+px.Addr(),
@@ -332,20 +322,10 @@ func (c *cluster) start(ctx context.Context) error {
 			}
 		}
 		c.dataDir[name] = dir
-		ip, err := c.net.addNode(name, 21+i)
+		listen, px, err := c.addProxied(name, 21+i, "7071", host)
 		if err != nil {
 			return err
 		}
-		port := "7071"
-		if !c.net.On {
-			port = freePort()
-		}
-		listen := net.JoinHostPort(ip, port)
-		px, err := NewProxy(net.JoinHostPort(host, "0"), listen)
-		if err != nil {
-			return err
-		}
-		c.proxies[name], c.direct[name] = px, listen
 		p := &proc{name: name, node: name, logPath: filepath.Join(logs, name+".log"), metrics: "http://" + listen + "/metrics",
 			env: []string{"GD2FS_TOKEN=" + token, "AWS_ACCESS_KEY_ID=chaos", "AWS_SECRET_ACCESS_KEY=chaos-secret", "AWS_REGION=us-east-1"}}
 		p.argv = c.net.command(name, cfg.Bin, "server", "--master", c.murls, "--id", name,
@@ -359,6 +339,25 @@ func (c *cluster) start(ctx context.Context) error {
 	c.logf("chaos: %d master(s) (%s), %d servers; %s; work dir %s", nm, map[bool]string{true: "PostgreSQL", false: "SQLite"}[nm > 1],
 		cfg.Servers, c.netNote, cfg.WorkDir)
 	return nil
+}
+
+// addProxied gives process name its network node (address octet, its
+// port in its own namespace, a free loopback port without namespaces) and
+// an inbound proxy on host that the harness cuts, delays and resets.
+func (c *cluster) addProxied(name string, octet int, port, host string) (listen string, px *Proxy, err error) {
+	ip, err := c.net.addNode(name, octet)
+	if err != nil {
+		return "", nil, err
+	}
+	if !c.net.On {
+		port = freePort()
+	}
+	listen = net.JoinHostPort(ip, port)
+	if px, err = NewProxy(net.JoinHostPort(host, "0"), listen); err != nil {
+		return "", nil, err
+	}
+	c.proxies[name], c.direct[name] = px, listen
+	return listen, px, nil
 }
 
 func (c *cluster) onClose(f func()) { c.closers = append(c.closers, f) }
