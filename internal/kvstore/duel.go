@@ -154,14 +154,13 @@ func newDuel(pages int, policy string) *duel {
 // uniform, so fp mod S picks 1/S of the keys, the same ones every time.
 func (d *duel) sampled(fp uint64) bool { return d.every == 1 || fp%d.every == 0 }
 
-// duelAccessLocked feeds one use of key to the miniatures (score: see
+// duelAccessLocked feeds one use of a key (its fingerprint) to the miniatures (score: see
 // mini.access) and updates the store's choice.
-func (s *Store) duelAccessLocked(key string, size int64, score bool) {
+func (s *Store) duelAccessLocked(fp uint64, size int64, score bool) {
 	d := s.duel
 	if d == nil || d.fixed {
 		return
 	}
-	fp := s.fingerprint(key)
 	if !d.sampled(fp) {
 		return
 	}
@@ -211,7 +210,7 @@ func (s *Store) touchLocked(e *entry, read bool) {
 		s.dequeueLocked(e)
 		s.enqueueLocked(e, &s.main)
 	}
-	s.duelAccessLocked(e.key, e.size, read)
+	s.duelAccessLocked(e.fp, e.size, read)
 }
 
 // duelEnter and duelLeave: S3-FIFO's miniature must have 4% more (decayed)

@@ -98,6 +98,7 @@ type Stats struct {
 
 type entry struct {
 	key  string
+	fp   uint64 // the key's fingerprint, for the ghosts and the miniatures (policy.go, duel.go)
 	size int64
 	crc  uint32
 
@@ -259,7 +260,8 @@ func (s *Store) PutChecked(key []byte, value []byte, crc uint32, overwrite bool)
 		s.existed.Add(1)
 		return true, nil
 	}
-	e := &entry{key: string(key), size: int64(len(value)), crc: crc}
+	k := string(key)
+	e := &entry{key: k, fp: s.fingerprint(k), size: int64(len(value)), crc: crc}
 	var ok bool
 	if s.arena != nil {
 		ok, err = s.allocLocked(e)
@@ -303,7 +305,7 @@ func (s *Store) PutChecked(key []byte, value []byte, crc uint32, overwrite bool)
 		}
 		w.e, w.val = e, value
 		e.pend = w
-	} else if s.ghostHitLocked(e.key, e.size) || s.lruMode() {
+	} else if s.ghostHitLocked(e.fp, e.size) || s.lruMode() {
 		// Seen recently and demoted: it belongs in main. (In LRU mode every
 		// new block does.)
 		s.enqueueLocked(e, &s.main)
@@ -311,7 +313,7 @@ func (s *Store) PutChecked(key []byte, value []byte, crc uint32, overwrite bool)
 		s.enqueueLocked(e, &s.small)
 	}
 	s.index[e.key] = e
-	s.duelAccessLocked(e.key, e.size, true)
+	s.duelAccessLocked(e.fp, e.size, true)
 	s.puts.Add(1)
 	s.unlockAndWrite()
 	if w != nil && w.err != nil {
@@ -401,7 +403,7 @@ func (s *Store) evictOneLocked() bool {
 // released; Gets meanwhile read the copy). Without a disk tier the block is
 // dropped.
 func (s *Store) demoteLocked(e *entry, fromSmall bool) {
-	s.addGhostLocked(e.key, fromSmall)
+	s.addGhostLocked(e.fp, fromSmall)
 	if e.seg == nil && e.pend == nil && s.cfg.Dir != "" {
 		if w, err := s.reserveLocked(e.key, e.size, e.crc, false); err != nil {
 			s.log.Warn("kv demotion to disk failed; dropping block", "err", err)
@@ -475,7 +477,7 @@ func (s *Store) Get(key []byte, fn func(bufs [][]byte, crc uint32) error) (Tier,
 	if e.seg == nil {
 		// Demoted, its bytes on the way to disk: serve the copy being
 		// written. It counts as a disk hit: the block has left DRAM.
-		s.duelAccessLocked(e.key, e.size, true)
+		s.duelAccessLocked(e.fp, e.size, true)
 		w := e.pend
 		w.readers++
 		v := w.val[:e.size:e.size]
@@ -488,8 +490,8 @@ func (s *Store) Get(key []byte, fn func(bufs [][]byte, crc uint32) error) (Tier,
 	seg, off := e.seg, e.off
 	seg.refs++
 	e.diskRead = true
-	s.duelAccessLocked(e.key, e.size, true)
-	promote := s.isGhostLocked(e.key)
+	s.duelAccessLocked(e.fp, e.size, true)
+	promote := s.ghosts.has(e.fp)
 	s.mu.Unlock()
 	defer s.unref(seg)
 
@@ -528,7 +530,7 @@ func (s *Store) promote(e *entry, val []byte) {
 		return
 	}
 	s.arena.CopyIn(e.pages, 0, val)
-	s.ghostHitLocked(e.key, e.size)
+	s.ghostHitLocked(e.fp, e.size)
 	s.enqueueLocked(e, &s.main)
 	s.promotions.Add(1)
 }
@@ -827,7 +829,7 @@ func (s *Store) scan(g *segment, fileSize int64) {
 			delete(s.index, key)
 		}
 		if h[4]&flagTomb == 0 {
-			e := &entry{key: key, size: vlen, crc: le.Uint32(h[12:]), seg: g, off: off}
+			e := &entry{key: key, fp: s.fingerprint(key), size: vlen, crc: le.Uint32(h[12:]), seg: g, off: off}
 			s.index[key] = e
 			g.live += vlen
 			g.keys = append(g.keys, key)

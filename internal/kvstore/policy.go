@@ -113,19 +113,14 @@ func arcStep(target, size, capBytes int64, g *ghosts, fromSmall bool) int64 {
 
 func (s *Store) fingerprint(key string) uint64 { return maphash.String(s.seed, key) }
 
-// addGhostLocked remembers the key of a block leaving DRAM and the queue it
-// left.
-func (s *Store) addGhostLocked(key string, fromSmall bool) {
-	s.ghosts.add(s.fingerprint(key), fromSmall)
-}
+// addGhostLocked remembers a block leaving DRAM (its key's fingerprint)
+// and the queue it left.
+func (s *Store) addGhostLocked(fp uint64, fromSmall bool) { s.ghosts.add(fp, fromSmall) }
 
-// isGhostLocked reports whether key is remembered as a ghost.
-func (s *Store) isGhostLocked(key string) bool { return s.ghosts.has(s.fingerprint(key)) }
-
-// ghostHitLocked reports whether key is a ghost and, if so, forgets it and
+// ghostHitLocked reports whether the key with fingerprint fp is a ghost and, if so, forgets it and
 // moves the small queue's target toward the queue that demoted it too early.
-func (s *Store) ghostHitLocked(key string, size int64) bool {
-	fromSmall, ok := s.ghosts.take(s.fingerprint(key))
+func (s *Store) ghostHitLocked(fp uint64, size int64) bool {
+	fromSmall, ok := s.ghosts.take(fp)
 	if !ok || s.arena == nil || s.lruMode() {
 		return ok // LRU mode has no small queue to size
 	}
