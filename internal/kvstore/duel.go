@@ -21,7 +21,8 @@ import (
 // S3-FIFO keeps 1.04x LRU's prefix hits, at 25% it keeps 0.96x
 // (docs/kv-cache.md).
 //
-// Cost: a key fingerprint per get hit, disk hit and put, and, for the
+// Cost: a key fingerprint per stored block (8 bytes in its entry, computed
+// at put or load), a modulo per get hit, disk hit and put, and, for the
 // sampled 1/S of them, O(1) work in each miniature. A miniature holds at
 // most 2*miniPages pages' worth of blocks whatever the DRAM size.
 
