@@ -542,9 +542,20 @@ func (s *Store) Read(id uint64, off, n int64, fn func(bufs [][]byte, crc uint32)
 		return err
 	}
 	s.mu.Unlock()
-	defer c.mu.Unlock()
 	s.diskReads.Add(1)
-	return s.readDisk(c, off, n, fn)
+	// The blocks are read and verified under c.mu (a write must not change
+	// them meanwhile), but fn runs after it is released: fn is the network
+	// write of the answer, and one slow client must not hold up every reader
+	// and writer of the chunk. The pooled buffer is the reader's own.
+	bp, v, crc, err := s.readDisk(c, off, n)
+	c.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if bp != nil {
+		defer bufpool.Put(bp)
+	}
+	return fn(v, crc)
 }
 
 // rangeCRC is the CRC32C of bytes [off, off+n) of a chunk of length bytes
@@ -583,14 +594,17 @@ func (s *Store) promote(c *chunk) error {
 	if !ok {
 		return errs.ErrNoSpace
 	}
-	err := s.readDisk(c, 0, c.length, func(bufs [][]byte, _ uint32) error {
+	bp, bufs, _, err := s.readDisk(c, 0, c.length)
+	if err == nil {
 		var off int64
 		for _, b := range bufs {
 			s.arena.CopyIn(ps, off, b)
 			off += int64(len(b))
 		}
-		return nil
-	})
+	}
+	if bp != nil {
+		bufpool.Put(bp)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err != nil {
@@ -746,41 +760,45 @@ func writeHeaderTo(f io.WriterAt, length int64, sealed bool) error {
 }
 
 // readDisk reads [off, off+n) widened to whole blocks, verifies each block's
-// CRC and passes the asked-for bytes and their CRC to fn. c.mu held.
-func (s *Store) readDisk(c *chunk, off, n int64, fn func([][]byte, uint32) error) error {
+// CRC and returns the asked-for bytes and their CRC, in a pooled buffer bp
+// the caller gives back with bufpool.Put (nil when n is 0). c.mu held.
+func (s *Store) readDisk(c *chunk, off, n int64) (bp *[]byte, bufs [][]byte, crc uint32, err error) {
 	if n == 0 {
-		return fn(nil, 0)
+		return nil, nil, 0, nil
 	}
 	f, err := s.open(c.id, false)
 	if err != nil {
-		return fmt.Errorf("store: open chunk %d: %w", c.id, err)
+		return nil, nil, 0, fmt.Errorf("store: open chunk %d: %w", c.id, err)
 	}
 	defer f.Close()
 	bs := off / BlockSize * BlockSize
 	be := min((off+n+BlockSize-1)/BlockSize*BlockSize, c.length)
-	bp := bufpool.Get(int(be - bs))
-	defer bufpool.Put(bp)
+	bp = bufpool.Get(int(be - bs))
 	buf := *bp
+	fail := func(err error) (*[]byte, [][]byte, uint32, error) {
+		bufpool.Put(bp)
+		return nil, nil, 0, err
+	}
 	if _, err := f.ReadAt(buf, dataOff+bs); err != nil {
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 			// The header promises bytes the file does not have: a write
 			// that never reached the disk (power loss). Torn, not data.
 			s.corrupt.Add(1)
-			return errs.New(errs.ErrChecksum, "store: chunk %d is shorter on disk than its header says (torn by a crash): read another replica", c.id)
+			return fail(errs.New(errs.ErrChecksum, "store: chunk %d is shorter on disk than its header says (torn by a crash): read another replica", c.id))
 		}
-		return fmt.Errorf("store: read chunk %d: %w", c.id, err)
+		return fail(fmt.Errorf("store: read chunk %d: %w", c.id, err))
 	}
 	for b := bs; b < be; b += BlockSize {
 		e := min(b+BlockSize, be)
 		if crc32.Checksum(buf[b-bs:e-bs], wire.Castagnoli) != c.crcs[b/BlockSize] {
 			s.corrupt.Add(1)
-			return errs.New(errs.ErrChecksum, "store: chunk %d block at %d fails its checksum: the disk copy is damaged; read another replica", c.id, b)
+			return fail(errs.New(errs.ErrChecksum, "store: chunk %d block at %d fails its checksum: the disk copy is damaged; read another replica", c.id, b))
 		}
 	}
-	crc := rangeCRC(c.crcs[bs/BlockSize:], bs/BlockSize, c.length, off, n, func(from, to int64) [][]byte {
+	crc = rangeCRC(c.crcs[bs/BlockSize:], bs/BlockSize, c.length, off, n, func(from, to int64) [][]byte {
 		return [][]byte{buf[from-bs : to-bs]}
 	})
-	return fn([][]byte{buf[off-bs : off-bs+n]}, crc)
+	return bp, [][]byte{buf[off-bs : off-bs+n]}, crc, nil
 }
 
 // load scans the disk tier at start-up: chunks/<2 hex digits>/<id>.chunk.
