@@ -3,9 +3,14 @@ package server
 import (
 	"context"
 	"net"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/gd2fs/gd2fs/internal/cold"
+	"github.com/gd2fs/gd2fs/internal/kvstore"
 	"github.com/gd2fs/gd2fs/internal/store"
 	"github.com/gd2fs/gd2fs/internal/wire"
 )
@@ -62,4 +67,81 @@ func TestCloseEndsForwards(t *testing.T) {
 		t.Fatal("the forward outlived Close")
 	}
 	<-closed
+}
+
+// TestCloseDoesNotWaitForHeartbeat: Close ends the heartbeat loop at once,
+// however long the interval and whatever the context given to Run (issue
+// 21, bug 2: it waited for the next tick, about 1 s per server in every
+// test that starts a cluster).
+func TestCloseDoesNotWaitForHeartbeat(t *testing.T) {
+	// A master address nothing listens on: the heartbeat fails at once
+	// and the loop then waits for its next tick, an hour away.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	master := "http://" + l.Addr().String()
+	l.Close()
+	s, err := New(Config{Listen: "127.0.0.1:0", Master: master, Heartbeat: time.Hour, Store: store.Config{MemBytes: 1 << 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := make(chan error, 1)
+	go func() { ran <- s.Run(context.Background()) }()
+	closed := make(chan error, 1)
+	go func() { closed <- s.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second): // a failure detector, not synchronisation
+		t.Fatal("Close waited for the heartbeat loop's next tick")
+	}
+	if err := <-ran; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestNewClosesKVOnBadCold: a bad S3 configuration fails New without
+// leaving the KV store it had opened (its segment files) behind.
+func TestNewClosesKVOnBadCold(t *testing.T) {
+	kvDir := filepath.Join(t.TempDir(), "kv")
+	kcfg := kvstore.Config{Dir: kvDir, DiskBytes: 16 << 20}
+	kv, err := kvstore.Open(kcfg) // a segment on disk, which Open keeps open
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put([]byte("k"), []byte("v"), false); err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, err = New(Config{Listen: "127.0.0.1:0", Store: store.Config{MemBytes: 1 << 20},
+		KV:   kcfg,
+		Cold: &cold.Config{Endpoint: "http://bad host:9"}})
+	if err == nil {
+		t.Fatal("New accepted an S3 endpoint with a space in its host")
+	}
+	if open := openFilesUnder(t, kvDir); len(open) > 0 {
+		t.Fatalf("New failed but left the KV store's files open: %v", open)
+	}
+}
+
+// openFilesUnder lists this process's open files under dir.
+func openFilesUnder(t *testing.T, dir string) []string {
+	t.Helper()
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var open []string
+	for _, fd := range fds {
+		p, err := os.Readlink(filepath.Join("/proc/self/fd", fd.Name()))
+		if err == nil && strings.HasPrefix(p, dir+"/") {
+			open = append(open, p)
+		}
+	}
+	return open
 }

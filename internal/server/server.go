@@ -141,6 +141,9 @@ func New(cfg Config) (*Server, error) {
 	cs, err := newCold(cfg.Cold)
 	if err != nil {
 		st.Close()
+		if kv != nil {
+			kv.Close() // it holds its segment files and writer goroutine
+		}
 		return nil, err
 	}
 	tcp, err := net.Listen("tcp", cfg.Listen)
@@ -240,8 +243,11 @@ func (s *Server) Store() *store.Store { return s.store }
 func (s *Server) Run(ctx context.Context) error {
 	go s.httpSrv.Serve(s.httpLn)
 	if s.master != nil {
+		// The loop runs under the server's own lifetime, which Close ends
+		// (and so does ctx, below): Close must not wait out a heartbeat
+		// interval or a heartbeat in flight.
 		s.wg.Add(1)
-		go s.heartbeatLoop(ctx)
+		go s.heartbeatLoop(s.life)
 	}
 	go func() { <-ctx.Done(); s.Close() }()
 	// The guarded listener retries accept errors (EMFILE) itself and
