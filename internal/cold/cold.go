@@ -90,7 +90,10 @@ func New(cfg Config) (*Source, error) {
 	} else {
 		cr = credentials.NewStatic("", "", "", credentials.SignatureAnonymous)
 	}
-	mc, err := minio.New(ep, &minio.Options{Creds: cr, Secure: secure, Region: cfg.Region, BucketLookup: minio.BucketLookupPath})
+	// MaxRetries 1 turns minio-go's own retries (10 by default) off: retry
+	// is the one retry loop, so an S3 outage costs Retries+1 attempts per
+	// call, not ten times as many.
+	mc, err := minio.New(ep, &minio.Options{Creds: cr, Secure: secure, Region: cfg.Region, BucketLookup: minio.BucketLookupPath, MaxRetries: 1})
 	if err != nil {
 		return nil, errs.New(errs.ErrBadRequest, "S3 endpoint %q: %w", ep, err)
 	}

@@ -54,3 +54,23 @@ func TestSource(t *testing.T) {
 		t.Fatal("bad URI accepted")
 	}
 }
+
+// TestOneRetryLoop: against an S3 that refuses everything, a read makes
+// exactly Retries+1 attempts: minio-go's own retries (10 by default) are off
+// under ours (issue 21, bug 3).
+func TestOneRetryLoop(t *testing.T) {
+	s3 := s3test.Start("AKID", "secret")
+	defer s3.Close()
+	s3.SetDown(true)
+	src, err := New(Config{Endpoint: s3.URL, AccessKey: "AKID", SecretKey: "secret", Region: "us-east-1", Retries: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 100)
+	if err := src.ReadRange(context.Background(), "models", "m", 0, buf); !errors.Is(err, errs.ErrUnavailable) {
+		t.Fatalf("S3 down: %v", err)
+	}
+	if got := s3.Requests(); got != 3 {
+		t.Fatalf("a read against a failing S3 made %d requests, want 3 (Retries 2 + the first)", got)
+	}
+}

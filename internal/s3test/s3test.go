@@ -28,6 +28,7 @@ type Server struct {
 
 	sent      atomic.Int64 // object bytes sent in GET responses
 	gets      atomic.Int64
+	requests  atomic.Int64 // every request, answered or refused
 	failAfter atomic.Int64 // cut a response once this many more bytes went; <0 off
 	down      atomic.Bool
 	delay     atomic.Int64  // time.Duration before each object GET answers
@@ -41,6 +42,7 @@ func Start(accessKey, secretKey string) *Server {
 	s.failAfter.Store(-1)
 	fake := gofakes3.New(s.backend, gofakes3.WithAutoBucket(false)).Server()
 	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.requests.Add(1)
 		if s.down.Load() {
 			http.Error(w, "down for the test", http.StatusServiceUnavailable)
 			return
@@ -106,6 +108,10 @@ func (s *Server) BytesSent() int64 { return s.sent.Load() }
 
 // GETs is the number of object GETs served so far.
 func (s *Server) GETs() int64 { return s.gets.Load() }
+
+// Requests is the number of HTTP requests received, those refused while
+// down included (how many attempts a client made).
+func (s *Server) Requests() int64 { return s.requests.Load() }
 
 // ResetCounters zeroes the byte and GET counters.
 func (s *Server) ResetCounters() { s.sent.Store(0); s.gets.Store(0) }
