@@ -280,7 +280,10 @@ func (d Desc) each(p Paged, table []int, fn func(o int, unit []byte)) {
 }
 
 // Gather copies the pages named by table from p into dst (len(table) pages of
-// PageBytes, in d.Order).
+// PageBytes, in d.Order). Gather and Scatter have no caller in gd2fs
+// itself (engines move pages in their own tensors): they stay as the public
+// Go form of a Desc's byte order, for Go callers, and as the reference the
+// session property tests (internal/meta) check layouts against.
 func Gather(d Desc, p Paged, table []int, dst []byte) error {
 	if err := d.check(p, table, len(dst)); err != nil {
 		return err

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -201,14 +200,4 @@ func (c *Cluster) Close() error {
 	c.Master.Close()
 	<-c.done
 	return c.Meta.Close()
-}
-
-// FreePort returns a free loopback TCP address.
-func FreePort() string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "127.0.0.1:0"
-	}
-	defer l.Close()
-	return l.Addr().String()
 }

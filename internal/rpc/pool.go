@@ -153,12 +153,6 @@ func (p *Pool) SealChunk(ctx context.Context, addr string, id uint64) error {
 	return err
 }
 
-// DeleteChunk removes chunk id from addr.
-func (p *Pool) DeleteChunk(ctx context.Context, addr string, id uint64) error {
-	_, err := p.Do(ctx, addr, &Request{Op: wire.OpDelete, Key: chunkKey(id)})
-	return err
-}
-
 // CopyChunk asks addr to fetch chunk id from server src (re-replication).
 func (p *Pool) CopyChunk(ctx context.Context, addr string, id uint64, src string) error {
 	_, err := p.Do(ctx, addr, &Request{Op: wire.OpCopy, Key: chunkKey(id), Payload: [][]byte{[]byte(src)}})
