@@ -61,6 +61,7 @@ type Router struct {
 	proxy *httputil.ReverseProxy
 	hc    *http.Client
 	reg   *prometheus.Registry
+	order turnOrder
 	m     struct {
 		requests                         *prometheus.CounterVec
 		plans, misses, commits, failures prometheus.Counter
@@ -140,6 +141,8 @@ func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	r.m.requests.WithLabelValues("yes").Inc()
+	// The previous turn of this session may still be committing.
+	r.order.wait(req.Context(), session, r.cfg.Timeout)
 	plan, ok := r.plan(req.Context(), req.URL.Path, session, doc)
 	if ok {
 		params, _ := json.Marshal(map[string]any{"kvcache_params": plan.KVCacheParams})
@@ -261,10 +264,19 @@ func (r *Router) forwardAndCommit(w http.ResponseWriter, req *http.Request, body
 			w.Header()[k] = v
 		}
 	}
+	// The session is held from before the client can see the end of the
+	// answer until the commit is done, so its next turn is planned after it.
+	release := func() {}
+	defer func() { release() }()
+	holdOnce := func() {
+		if resp.StatusCode == http.StatusOK {
+			release = r.order.hold(session)
+		}
+	}
 	var saved *savedParams
 	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
 		w.WriteHeader(resp.StatusCode)
-		saved = copyEvents(w, resp.Body)
+		saved = copyEvents(w, resp.Body, holdOnce)
 	} else {
 		b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<30))
 		if err != nil {
@@ -273,13 +285,16 @@ func (r *Router) forwardAndCommit(w http.ResponseWriter, req *http.Request, body
 		}
 		// With its length known and flushed, the client has the whole
 		// answer before the commit below runs: the commit adds no latency.
+		saved = findSaved(b)
+		if saved != nil {
+			holdOnce()
+		}
 		w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 		w.WriteHeader(resp.StatusCode)
 		w.Write(b)
 		if fl, ok := w.(http.Flusher); ok {
 			fl.Flush()
 		}
-		saved = findSaved(b)
 	}
 	if resp.StatusCode != http.StatusOK {
 		return // the plan expires; the session is unchanged
@@ -305,20 +320,24 @@ func findSaved(b []byte) *savedParams {
 }
 
 // copyEvents copies a server-sent event stream line by line, flushing each
-// event, and returns the last kv_transfer_params seen in a data line.
-func copyEvents(w http.ResponseWriter, body io.Reader) *savedParams {
+// event, and returns the last kv_transfer_params seen in a data line;
+// onSaved runs before the first line that carries them is passed on.
+func copyEvents(w http.ResponseWriter, body io.Reader, onSaved func()) *savedParams {
 	fl, _ := w.(http.Flusher)
 	br := bufio.NewReaderSize(body, 64<<10)
 	var saved *savedParams
 	for {
 		line, err := br.ReadSlice('\n')
 		if len(line) > 0 {
-			w.Write(line)
 			if data, ok := bytes.CutPrefix(bytes.TrimRight(line, "\r\n"), []byte("data: ")); ok && bytes.Contains(data, []byte("kv_transfer_params")) {
 				if s := findSaved(data); s != nil {
+					if saved == nil {
+						onSaved()
+					}
 					saved = s
 				}
 			}
+			w.Write(line)
 			if len(bytes.TrimSpace(line)) == 0 && fl != nil {
 				fl.Flush()
 			}

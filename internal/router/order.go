@@ -1,0 +1,61 @@
+package router
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// turnOrder keeps a session's turns in order at the store. The router
+// commits a turn after the client has its answer (so the commit adds no
+// latency), which leaves a window: a client that sends its next turn at once
+// could be planned before the previous turn is committed, and that plan's
+// commit would then be refused (the session changed since it was made), so
+// the turn would cache nothing. A turn whose answer is about to reach the
+// client holds its session until its commit is done, and a plan of that
+// session waits for the hold (never longer than the store timeout).
+type turnOrder struct {
+	mu   sync.Mutex
+	held map[string]chan struct{}
+}
+
+// hold marks session's commit as pending and returns the function that
+// ends the hold; call it when the commit is done (or abandoned).
+func (o *turnOrder) hold(session string) (release func()) {
+	ch := make(chan struct{})
+	o.mu.Lock()
+	if o.held == nil {
+		o.held = map[string]chan struct{}{}
+	}
+	o.held[session] = ch
+	o.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			o.mu.Lock()
+			if o.held[session] == ch {
+				delete(o.held, session)
+			}
+			o.mu.Unlock()
+			close(ch)
+		})
+	}
+}
+
+// wait returns when session has no pending commit, when limit has passed
+// or when ctx ends, whichever comes first.
+func (o *turnOrder) wait(ctx context.Context, session string, limit time.Duration) {
+	o.mu.Lock()
+	ch := o.held[session]
+	o.mu.Unlock()
+	if ch == nil {
+		return
+	}
+	t := time.NewTimer(limit)
+	defer t.Stop()
+	select {
+	case <-ch:
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
