@@ -139,18 +139,16 @@ func forwardErr(ctx context.Context, addr string, d time.Duration, err error) er
 	return fmt.Errorf("replica %s: %w", addr, err)
 }
 
-func (s *Server) read(dc *dataConn, h wire.Header, id uint64, start time.Time) {
-	s.readWithFlags(dc, h, id, start, 0)
+func (s *Server) read(dc *dataConn, h wire.Header, id uint64, start time.Time) error {
+	return s.readWithFlags(dc, h, id, start, 0)
 }
 
-func (s *Server) readWithFlags(dc *dataConn, h wire.Header, id uint64, start time.Time, flags uint16) {
+func (s *Server) readWithFlags(dc *dataConn, h wire.Header, id uint64, start time.Time, flags uint16) error {
 	if h.Count > uint64(wire.DefaultLimits.MaxPayload) {
-		dc.done(h, start, errs.New(errs.ErrTooLarge, "read of %d bytes beyond the %d-byte frame limit: split it", h.Count, wire.DefaultLimits.MaxPayload))
-		return
+		return errs.New(errs.ErrTooLarge, "read of %d bytes beyond the %d-byte frame limit: split it", h.Count, wire.DefaultLimits.MaxPayload)
 	}
 	if h.Offset > store.MaxChunk {
-		dc.done(h, start, errs.New(errs.ErrOutOfRange, "read offset %d beyond any chunk", h.Offset))
-		return
+		return errs.New(errs.ErrOutOfRange, "read offset %d beyond any chunk", h.Offset)
 	}
 	sent := false
 	err := s.store.Read(id, int64(h.Offset), int64(h.Count), func(bufs [][]byte, crc uint32) error {
@@ -160,35 +158,27 @@ func (s *Server) readWithFlags(dc *dataConn, h wire.Header, id uint64, start tim
 		return dc.sendCRC(h, wire.StatusOK, bufs, flags, crc)
 	})
 	if !sent {
-		dc.done(h, start, err)
-		return
+		return err
 	}
 	s.metrics.observe(h.Op, start, err)
+	return errAnswered
 }
 
-func (s *Server) control(dc *dataConn, h wire.Header, id uint64, body []byte, start time.Time) {
-	switch h.Op {
-	case wire.OpStat:
-		info, err := s.store.Stat(id)
-		if err != nil {
-			dc.done(h, start, err)
-			return
-		}
-		var flags uint16
-		if info.Sealed {
-			flags = wire.FlagSealed
-		}
-		out := h
-		out.Offset = uint64(info.Length)
-		dc.send(out, wire.StatusOK, nil, flags)
-		s.metrics.observe(h.Op, start, nil)
-	case wire.OpSeal:
-		dc.done(h, start, s.store.Seal(id))
-	case wire.OpDelete:
-		dc.done(h, start, s.store.Delete(id))
-	case wire.OpCopy:
-		dc.done(h, start, s.copyFrom(id, string(body)))
+// stat answers a chunk's length (Offset) and whether it is sealed.
+func (s *Server) stat(dc *dataConn, h wire.Header, id uint64, start time.Time) error {
+	info, err := s.store.Stat(id)
+	if err != nil {
+		return err
 	}
+	var flags uint16
+	if info.Sealed {
+		flags = wire.FlagSealed
+	}
+	out := h
+	out.Offset = uint64(info.Length)
+	dc.send(out, wire.StatusOK, nil, flags)
+	s.metrics.observe(h.Op, start, nil)
+	return errAnswered
 }
 
 // copyFrom fetches chunk id from server src: used by the master to restore
