@@ -6,13 +6,16 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
 	"time"
 
 	"github.com/gd2fs/gd2fs/errs"
+	"github.com/gd2fs/gd2fs/internal/api"
 	"github.com/gd2fs/gd2fs/internal/limits"
+	"github.com/gd2fs/gd2fs/internal/nspath"
 	"github.com/gd2fs/gd2fs/internal/store"
 )
 
@@ -113,4 +116,93 @@ func checkLinkChunks(size, chunkSize int64) error {
 			size, chunkSize, n, limits.MaxChunksPerRequest, int64(store.MaxChunk))
 	}
 	return nil
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	json.NewEncoder(w).Encode(v)
+}
+
+func writeErr(w http.ResponseWriter, err error) {
+	if errors.Is(err, api.ErrRetryLater) {
+		w.Header().Set("Retry-After", "1") // clients retry: nothing was done
+	}
+	writeJSON(w, api.HTTPStatus(err), api.Error{Error: err.Error(), Code: errs.Code(err)})
+}
+
+func pathArg(r *http.Request) (string, error) {
+	return nspath.Clean("/" + r.PathValue("path"))
+}
+
+// Handler is the master's HTTP API.
+func (m *Master) Handler() http.Handler {
+	mux := http.NewServeMux()
+	h := func(pattern string, fn func(r *http.Request) (any, error)) {
+		mux.Handle(pattern, m.metrics.instrument(pattern, m.auth(func(w http.ResponseWriter, r *http.Request) {
+			v, err := fn(r)
+			if err != nil {
+				writeErr(w, err)
+				return
+			}
+			writeJSON(w, http.StatusOK, v)
+		})))
+	}
+	h("POST /v1/servers/heartbeat", func(r *http.Request) (any, error) {
+		var hb api.Heartbeat
+		if err := readJSON(r, &hb); err != nil {
+			return nil, err
+		}
+		return m.heartbeat(r.Context(), hb)
+	})
+	h("GET /v1/status", func(r *http.Request) (any, error) { return m.status(r.Context()) })
+	h("GET /v1/members", func(r *http.Request) (any, error) { return m.membership(r.Context()) })
+	h("GET /v1/files/{path...}", m.stat)
+	h("PUT /v1/files/{path...}", m.create)
+	h("DELETE /v1/files/{path...}", m.remove)
+	h("POST /v1/alloc/{path...}", m.alloc)
+	h("POST /v1/commit/{path...}", m.commit)
+	h("POST /v1/link/{path...}", m.link)
+	h("POST /v1/refill/{path...}", m.refillRoute)
+	h("PUT /v1/attrs/{path...}", func(r *http.Request) (any, error) {
+		p, err := pathArg(r)
+		if err != nil {
+			return nil, err
+		}
+		var attrs map[string]string
+		if err := readJSON(r, &attrs); err != nil {
+			return nil, err
+		}
+		return struct{}{}, m.meta.SetAttrs(r.Context(), p, attrs)
+	})
+	h("GET /v1/list/{path...}", m.list)
+	h("PUT /v1/dirs/{path...}", func(r *http.Request) (any, error) {
+		p, err := pathArg(r)
+		if err != nil {
+			return nil, err
+		}
+		return api.File{Path: p, IsDir: true}, m.meta.Mkdir(r.Context(), p, time.Now().UTC())
+	})
+	m.sessionRoutes(h)
+	mux.Handle("/ui/", m.console.Handler())
+	mux.Handle("GET /{$}", http.RedirectHandler("/ui/", http.StatusFound))
+	mux.Handle("GET /metrics", m.metrics.handler())
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
+	return mux
+}
+
+func (m *Master) auth(next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !m.leader.Load() {
+			leader, _ := m.meta.Leader(r.Context())
+			w.Header().Set(api.LeaderHeader, leader)
+			writeErr(w, errs.New(errs.ErrUnavailable, "this master (%s) is a standby; the leader is %s: list every master in --master / GD2FS_MASTER (%w)", m.url, leader, api.ErrRetryLater))
+			return
+		}
+		if m.cfg.Token != "" && !tokenOK(r, m.cfg.Token) {
+			writeErr(w, errs.New(errs.ErrUnauthorized, "wrong or missing cluster token: pass it with --token or GD2FS_TOKEN"))
+			return
+		}
+		next(w, r)
+	}
 }

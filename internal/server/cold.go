@@ -116,17 +116,16 @@ func (s *Server) fillChunk(ref wire.ColdRef) error {
 }
 
 // readCold serves an OpReadCold: fill if needed, then read as OpRead.
-func (s *Server) readCold(dc *dataConn, h wire.Header, ref wire.ColdRef, start time.Time) {
+func (s *Server) readCold(dc *dataConn, h wire.Header, ref wire.ColdRef, start time.Time) error {
 	filled, err := s.ensureChunk(ref)
 	if err != nil {
-		dc.done(h, start, err)
-		return
+		return err
 	}
 	var flags uint16
 	if filled {
 		flags = wire.FlagColdFilled
 	}
-	s.readWithFlags(dc, h, ref.ID, start, flags)
+	return s.readWithFlags(dc, h, ref.ID, start, flags)
 }
 
 // newCold builds the cold source from the server's configuration (nil when none).

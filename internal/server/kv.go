@@ -114,73 +114,98 @@ func errNoKV(id string) error {
 	return errs.New(errs.ErrUnavailable, "server %s has no KV tier: start it with --kv-mem and/or --kv-disk", id)
 }
 
-// kvOp serves the KV opcodes other than put.
-func (s *Server) kvOp(dc *dataConn, h wire.Header, ref wire.KVRef, start time.Time) {
-	if s.kv == nil {
-		dc.done(h, start, errNoKV(s.cfg.ID))
-		return
+// kvPutFrame serves an OpKVPut; a key that existed and was kept is
+// answered with wire.FlagExisted.
+func (s *Server) kvPutFrame(dc *dataConn, h wire.Header, ref wire.KVRef, value []byte, start time.Time) error {
+	existed, err := s.kvPut(ref, int64(h.Offset), h.Flags&wire.FlagOverwrite != 0, value, h.PayloadCRC)
+	if err == nil && existed {
+		s.metrics.observe(h.Op, start, nil)
+		dc.send(h, wire.StatusOK, nil, wire.FlagExisted)
+		return errAnswered
 	}
-	epoch := int64(h.Offset)
-	prefixDelete := h.Op == wire.OpKVDelete && h.Flags&wire.FlagPrefix != 0
+	return err
+}
+
+// kvLocalKey checks a KV frame other than put (the ref; that this server
+// owns the key at the client's epoch, unless it deletes by prefix) and
+// returns the key in the store.
+func (s *Server) kvLocalKey(h wire.Header, ref wire.KVRef, prefixDelete bool) ([]byte, error) {
+	if s.kv == nil {
+		return nil, errNoKV(s.cfg.ID)
+	}
 	if err := checkKVRef(ref, prefixDelete); err != nil {
-		dc.done(h, start, err)
-		return
+		return nil, err
 	}
 	if !prefixDelete {
-		if err := s.checkOwner(ref, epoch); err != nil {
-			dc.done(h, start, err)
-			return
+		if err := s.checkOwner(ref, int64(h.Offset)); err != nil {
+			return nil, err
 		}
 	}
-	key := kvKey(ref)
-	switch h.Op {
-	case wire.OpKVGet:
-		sent := false
-		_, err := s.kv.Get(key, func(bufs [][]byte, crc uint32) error {
-			sent = true
-			var n int
-			for _, b := range bufs {
-				n += len(b)
-			}
-			s.metrics.bytesOut.Add(float64(n))
-			return dc.sendCRC(h, wire.StatusOK, bufs, 0, crc)
-		})
-		if !sent {
-			dc.done(h, start, err)
-			return
-		}
-		s.metrics.observe(h.Op, start, err)
-	case wire.OpKVExists:
-		tier, size := s.kv.Exists(key)
-		if tier == kvstore.TierNone {
-			dc.done(h, start, errs.New(errs.ErrNotFound, ""))
-			return
-		}
-		out := h
-		out.Offset, out.Count = uint64(size), uint64(tier)
-		dc.send(out, wire.StatusOK, nil, 0)
-		s.metrics.observe(h.Op, start, nil)
-	case wire.OpKVDelete:
+	return kvKey(ref), nil
+}
+
+func (s *Server) kvGet(dc *dataConn, h wire.Header, ref wire.KVRef, start time.Time) error {
+	key, err := s.kvLocalKey(h, ref, false)
+	if err != nil {
+		return err
+	}
+	sent := false
+	_, err = s.kv.Get(key, func(bufs [][]byte, crc uint32) error {
+		sent = true
 		var n int
-		var err error
-		if prefixDelete {
-			n, err = s.kv.DeleteByPrefix(key)
-		} else {
-			var found bool
-			found, err = s.kv.Delete(key)
-			if found {
-				n = 1
-			}
+		for _, b := range bufs {
+			n += len(b)
 		}
-		if err != nil {
-			dc.done(h, start, err)
-			return
-		}
-		out := h
-		out.Offset = uint64(n)
-		dc.send(out, wire.StatusOK, nil, 0)
-		s.metrics.observe(h.Op, start, nil)
+		s.metrics.bytesOut.Add(float64(n))
+		return dc.sendCRC(h, wire.StatusOK, bufs, 0, crc)
+	})
+	if !sent {
+		return err
 	}
+	s.metrics.observe(h.Op, start, err)
+	return errAnswered
+}
+
+func (s *Server) kvExists(dc *dataConn, h wire.Header, ref wire.KVRef, start time.Time) error {
+	key, err := s.kvLocalKey(h, ref, false)
+	if err != nil {
+		return err
+	}
+	tier, size := s.kv.Exists(key)
+	if tier == kvstore.TierNone {
+		return errs.New(errs.ErrNotFound, "")
+	}
+	out := h
+	out.Offset, out.Count = uint64(size), uint64(tier)
+	dc.send(out, wire.StatusOK, nil, 0)
+	s.metrics.observe(h.Op, start, nil)
+	return errAnswered
+}
+
+func (s *Server) kvDelete(dc *dataConn, h wire.Header, ref wire.KVRef, start time.Time) error {
+	prefixDelete := h.Flags&wire.FlagPrefix != 0
+	key, err := s.kvLocalKey(h, ref, prefixDelete)
+	if err != nil {
+		return err
+	}
+	var n int
+	if prefixDelete {
+		n, err = s.kv.DeleteByPrefix(key)
+	} else {
+		var found bool
+		found, err = s.kv.Delete(key)
+		if found {
+			n = 1
+		}
+	}
+	if err != nil {
+		return err
+	}
+	out := h
+	out.Offset = uint64(n)
+	dc.send(out, wire.StatusOK, nil, 0)
+	s.metrics.observe(h.Op, start, nil)
+	return errAnswered
 }
 
 // KV exposes the KV store (nil without KV tiers), for tests and status.

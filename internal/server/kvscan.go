@@ -13,10 +13,9 @@ const maxScanKeys = 4096
 
 // kvScan lists this server's keys of a pool (OpKVScan): SCAN and DBSIZE of
 // the RESP front end. Ownership is not checked: a server lists what it holds.
-func (s *Server) kvScan(dc *dataConn, h wire.Header, ref wire.KVRef, start time.Time) {
+func (s *Server) kvScan(dc *dataConn, h wire.Header, ref wire.KVRef, start time.Time) error {
 	if s.kv == nil {
-		dc.done(h, start, errNoKV(s.cfg.ID))
-		return
+		return errNoKV(s.cfg.ID)
 	}
 	keys, next, total := s.KVScanLocal(ref.Pool, h.Offset, int(min(h.Count, maxScanKeys)))
 	out := h
@@ -26,6 +25,7 @@ func (s *Server) kvScan(dc *dataConn, h wire.Header, ref wire.KVRef, start time.
 	}
 	dc.send(out, wire.StatusOK, [][]byte{wire.AppendKeyList(nil, keys)}, 0)
 	s.metrics.observe(h.Op, start, nil)
+	return errAnswered
 }
 
 // The methods below let a RESP front end in the same process serve the keys
