@@ -33,6 +33,7 @@ func newBenchTurns() *cobra.Command {
 	var sessions, conc, servers int
 	var turnTokens int64
 	var duration time.Duration
+	var oldPath bool
 	cmd := &cobra.Command{
 		Use:   "turns",
 		Short: "Explicit-mode chat turns per second (plan, write, commit) with master and servers as separate processes",
@@ -44,7 +45,7 @@ func newBenchTurns() *cobra.Command {
 			if sessions < 1 || conc < 1 || turnTokens < 1 || servers < 1 || duration <= 0 {
 				return fmt.Errorf("--sessions, --concurrency, --turn-tokens, --servers and --duration must be positive")
 			}
-			return benchTurns(context.Background(), metaDSN, sessions, conc, servers, turnTokens, duration)
+			return benchTurns(context.Background(), metaDSN, sessions, conc, servers, turnTokens, duration, oldPath)
 		},
 	}
 	f := cmd.Flags()
@@ -54,6 +55,7 @@ func newBenchTurns() *cobra.Command {
 	f.IntVar(&servers, "servers", 3, "data servers, each its own process")
 	f.Int64Var(&turnTokens, "turn-tokens", 200, "new tokens per turn")
 	f.DurationVar(&duration, "duration", 30*time.Second, "how long turns are measured")
+	f.BoolVar(&oldPath, "sync-path", false, "write with WriteFresh (open, write, Sync) and Commit, the turn before WriteAndCommit, for comparison")
 	return cmd
 }
 
@@ -61,7 +63,7 @@ func newBenchTurns() *cobra.Command {
 // benchmark measures the turn's shape, not the bytes moved.
 var turnsLayout = client.Layout{Model: "bench-small", Layers: 2, KVHeads: 1, HeadDim: 32, DType: "fp16", PageTokens: 16, Order: "layer_first"}
 
-func benchTurns(ctx context.Context, metaDSN string, sessions, conc, servers int, turnTokens int64, duration time.Duration) error {
+func benchTurns(ctx context.Context, metaDSN string, sessions, conc, servers int, turnTokens int64, duration time.Duration, oldPath bool) error {
 	dir, err := os.MkdirTemp("", "gd2fs-benchturns-")
 	if err != nil {
 		return err
@@ -105,10 +107,14 @@ func benchTurns(ctx context.Context, metaDSN string, sessions, conc, servers int
 		for _, r := range p.Fresh {
 			n += r.KVLength
 		}
-		if err := ss.WriteFresh(ctx, p, make([]byte, n)); err != nil {
-			return 0, 0, err
+		var s client.Session
+		if oldPath {
+			if err = ss.WriteFresh(ctx, p, make([]byte, n)); err == nil {
+				s, err = ss.Commit(ctx, id(i), p.PlanID)
+			}
+		} else {
+			s, err = ss.WriteAndCommit(ctx, id(i), p, make([]byte, n))
 		}
-		s, err := ss.Commit(ctx, id(i), p.PlanID)
 		if err != nil {
 			return 0, 0, err
 		}
