@@ -280,7 +280,11 @@ func (s *sqlStore) PlanSession(ctx context.Context, in PlanInput) (Plan, error) 
 		return Plan{}, err
 	}
 	var p Plan
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	// The caller's context decides whether the plan starts; once started
+	// in its group transaction it runs to its end (groupcommit.go).
+	caller := ctx
+	ctx = context.WithoutCancel(ctx)
+	err := s.groupTx(caller, func(tx *sql.Tx) error {
 		p = Plan{}
 		if err := s.lockSessions(ctx, tx); err != nil {
 			return err
@@ -524,7 +528,9 @@ type CommitInput struct {
 // commit may have come between the plan and this one.
 func (s *sqlStore) CommitSession(ctx context.Context, in CommitInput) (Session, error) {
 	id, planID := in.Session, in.PlanID
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	caller := ctx
+	ctx = context.WithoutCancel(ctx)
+	err := s.groupTx(caller, func(tx *sql.Tx) error {
 		if err := s.lockSessions(ctx, tx); err != nil {
 			return err
 		}
