@@ -208,6 +208,35 @@ func benchTurns(ctx context.Context, metaDSN string, sessions, conc, servers int
 	}
 	fmt.Printf("  reference, plain KV of the same %d bytes, one at a time: put p50 %s p99 %s, get p50 %s p99 %s\n",
 		len(val), dur(pct(puts, 50)), dur(pct(puts, 99)), dur(pct(gets, 50)), dur(pct(gets, 99)))
+	if rss := procRSS(procs[0].Process.Pid); rss > 0 {
+		fmt.Printf("  master RSS %s (%d sessions; the session table lives in the SQL store, not in the master)\n", human(rss), sessions)
+	}
+
+	// Restart: SIGKILL the master, start it again on the same store, and
+	// time until it plans again.
+	procs[0].Process.Kill()
+	procs[0].Wait()
+	t1 := time.Now()
+	bin, err := gd2fsPath()
+	if err != nil {
+		return err
+	}
+	m := exec.Command(bin, "master", "--listen", strings.TrimPrefix(url, "http://"), "--meta", metaDSN, "--lead-warmup", "0s")
+	dieWithUs(m)
+	if err := m.Start(); err != nil {
+		return err
+	}
+	procs[0] = m
+	for {
+		if _, err := ss.Plan(ctx, id(0), client.PlanRequest{Model: turnsLayout.Model, PromptTokens: tokens[0].Load() + turnTokens}); err == nil {
+			break
+		}
+		if time.Since(t1) > 5*time.Minute {
+			return fmt.Errorf("the restarted master did not plan within 5 minutes")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	fmt.Printf("  restart after SIGKILL: the master plans again %s after it is started (%d sessions)\n", time.Since(t1).Round(time.Millisecond), sessions)
 	return nil
 }
 
