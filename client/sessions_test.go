@@ -111,10 +111,20 @@ func TestSessionTrace(t *testing.T) {
 			committed[fmt.Sprintf("%s@%d", fr.KVURI, fr.KVStart)] = kv
 			fresh = append(fresh, kv...)
 		}
-		if err := ss.WriteFresh(ctx, p, fresh); err != nil {
-			t.Fatal(err)
+		var s client.Session
+		if step%2 == 0 {
+			// The fast path: the plan placed the fresh range's chunks, the
+			// writes go straight to the servers, one call commits.
+			if len(p.Fresh) > 0 && len(p.FreshFiles) != 1 {
+				t.Fatalf("step %d: plan with a fresh range came with fresh_files %+v", step, p.FreshFiles)
+			}
+			s, err = ss.WriteAndCommit(ctx, id, p, fresh)
+		} else {
+			if err := ss.WriteFresh(ctx, p, fresh); err != nil {
+				t.Fatal(err)
+			}
+			s, err = ss.Commit(ctx, id, p.PlanID)
 		}
-		s, err := ss.Commit(ctx, id, p.PlanID)
 		if err != nil {
 			t.Fatalf("step %d commit %s: %v", step, id, err)
 		}

@@ -551,6 +551,11 @@ type Plan struct {
 	LoadBytes     int64     `json:"load_bytes"`
 	HitRate       float64   `json:"hit_rate"`
 	Evicted       []string  `json:"evicted_sessions,omitempty"`
+	// FreshFiles: the files of the fresh ranges with the chunks that hold
+	// their bytes, already allocated, so a client writes them with no
+	// master call and commits with Written (docs/kv-cache.md, "What a turn
+	// costs"). Absent when the master could not place them.
+	FreshFiles []File `json:"fresh_files,omitempty"`
 }
 
 // CommitSessionRequest commits a plan: its whole fresh range, or what the
@@ -561,6 +566,9 @@ type CommitSessionRequest struct {
 	PlanID        int64          `json:"plan_id,omitempty"`
 	KVCacheParams *KVCacheParams `json:"kvcache_params,omitempty"`
 	Fresh         *[]KVRange     `json:"fresh_kvcache,omitempty"`
+	// Written: the committed bytes were written into the chunks the plan's
+	// fresh_files named, without a Sync; the commit records their size.
+	Written bool `json:"written,omitempty"`
 }
 
 // ForkRequest names the new session of a fork.

@@ -140,6 +140,7 @@ func (m *Master) plan(r *http.Request) (any, error) {
 		Session: r.PathValue("id"), Model: req.Model, Prefixes: prefixes, PromptTokens: req.PromptTokens,
 		DecodeTokens: req.DecodeTokens, NewFile: req.NewFile, Dir: "/kv-sessions", Pool: m.cfg.SessionPool,
 		ChunkSize: DefaultChunkSize, Quota: m.cfg.SessionQuota, PlanTTL: 10 * time.Minute, Now: time.Now(), Aligned: engine,
+		Place: m.sessionPlacer(r, engine),
 	})
 	if err != nil {
 		return nil, err
@@ -161,6 +162,11 @@ func (m *Master) plan(r *http.Request) (any, error) {
 	}
 	out := api.Plan{PlanID: p.ID, Stored: m.rangesOut(p.Stored), Fresh: m.rangesOut(p.Fresh), CachedTokens: p.Cached,
 		PrefillTokens: p.Prefill, DecodeTokens: p.Decode, LoadBytes: p.Load, Evicted: p.Evicted}
+	if len(p.FreshChunks) > 0 {
+		f := fileOut(p.FreshFile)
+		f.Chunks = m.chunksOut(p.FreshChunks)
+		out.FreshFiles = []api.File{f}
+	}
 	if req.PromptTokens > 0 {
 		out.HitRate = float64(p.Cached) / float64(req.PromptTokens)
 	}
@@ -200,7 +206,7 @@ func (m *Master) commitSession(r *http.Request) (any, error) {
 	if err := readJSON(r, &req); err != nil {
 		return nil, err
 	}
-	in := meta.CommitInput{Session: r.PathValue("id"), PlanID: req.PlanID, Now: time.Now()}
+	in := meta.CommitInput{Session: r.PathValue("id"), PlanID: req.PlanID, Written: req.Written, Now: time.Now()}
 	var saved []api.KVRange
 	switch {
 	case req.KVCacheParams != nil && req.Fresh != nil:
@@ -225,4 +231,22 @@ func (m *Master) commitSession(r *http.Request) (any, error) {
 		m.metrics.commitFailures.Inc()
 	}
 	return m.sessionOut(s), err
+}
+
+// sessionPlacer places the chunks of a gd2fs-format plan's fresh range
+// (meta.PlanInput.Place), so the client writes them with no master call;
+// vllm-format plans go to engines that open the file themselves.
+func (m *Master) sessionPlacer(r *http.Request, engine bool) meta.PlaceFunc {
+	if engine {
+		return nil
+	}
+	// Looked up before the plan's transaction: on SQLite that transaction
+	// holds the store's one connection.
+	pool, err := m.pool(r.Context(), m.cfg.SessionPool)
+	if err != nil {
+		return nil // the client allocates as it writes, and sees the error
+	}
+	return func(fileID, idx int64) ([]string, error) {
+		return m.place(fileID, idx, pool.Replicas, DefaultChunkSize)
+	}
 }

@@ -71,6 +71,10 @@ type PlanInput struct {
 	Quota     int64 // bytes of session files allowed; 0 = no limit
 	PlanTTL   time.Duration
 	Now       time.Time
+	// Place, when set, has the plan allocate the chunks under its fresh
+	// range (placed by Place) and return them in FreshChunks, so the
+	// engine writes with no master call (turns.go).
+	Place PlaceFunc
 }
 
 // Plan says which token ranges are stored and where the new KV goes, in
@@ -86,6 +90,10 @@ type Plan struct {
 	Decode  int64
 	Load    int64
 	Evicted []string
+	// FreshFile and FreshChunks: the fresh range's file and the chunks
+	// holding its bytes, when the plan was asked to allocate them (Place).
+	FreshFile   File
+	FreshChunks []Chunk
 }
 
 var sessionSchema = []string{
@@ -272,7 +280,11 @@ func (s *sqlStore) PlanSession(ctx context.Context, in PlanInput) (Plan, error) 
 		return Plan{}, err
 	}
 	var p Plan
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	// The caller's context decides whether the plan starts; once started
+	// in its group transaction it runs to its end (groupcommit.go).
+	caller := ctx
+	ctx = context.WithoutCancel(ctx)
+	err := s.groupTx(caller, func(tx *sql.Tx) error {
 		p = Plan{}
 		if err := s.lockSessions(ctx, tx); err != nil {
 			return err
@@ -324,6 +336,11 @@ func (s *sqlStore) PlanSession(ctx context.Context, in PlanInput) (Plan, error) 
 				return err
 			}
 			p.Fresh = []Range{fr}
+			if in.Place != nil {
+				if p.FreshFile, p.FreshChunks, err = s.allocFreshTx(ctx, tx, in.Place, fr); err != nil {
+					return err
+				}
+			}
 		}
 		if p.Evicted, err = s.enforceQuotaTx(ctx, tx, in); err != nil {
 			return err
@@ -497,6 +514,10 @@ type CommitInput struct {
 	// is committed.
 	Partial bool
 	Saved   []Range
+	// Written: the client wrote the committed bytes into the chunks the
+	// plan allocated (Plan.FreshChunks) and did not Sync; the commit
+	// records their size itself (recordWrittenTx), in its own transaction.
+	Written bool
 	Now     time.Time
 }
 
@@ -507,7 +528,9 @@ type CommitInput struct {
 // commit may have come between the plan and this one.
 func (s *sqlStore) CommitSession(ctx context.Context, in CommitInput) (Session, error) {
 	id, planID := in.Session, in.PlanID
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	caller := ctx
+	ctx = context.WithoutCancel(ctx)
+	err := s.groupTx(caller, func(tx *sql.Tx) error {
 		if err := s.lockSessions(ctx, tx); err != nil {
 			return err
 		}
@@ -575,6 +598,12 @@ func (s *sqlStore) CommitSession(ctx context.Context, in CommitInput) (Session, 
 			return errs.New(errs.ErrBadRequest, "commit of plan %d: %v; nothing recorded", planID, err)
 		}
 		for _, r := range fresh {
+			if in.Written {
+				if err := s.recordWrittenTx(ctx, tx, r, in.Now.UnixNano()); err != nil {
+					return fmt.Errorf("commit of plan %d: %w", planID, err)
+				}
+				continue
+			}
 			f, err := s.fileBy(ctx, tx, "path", r.Path)
 			if err != nil {
 				return err

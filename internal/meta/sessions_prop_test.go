@@ -360,6 +360,12 @@ func runSessionProperty(t *testing.T, s Store, plans, workers int, seed uint64) 
 				in := PlanInput{Session: id, Model: pl.l.Model, Prefixes: []string{"/prefixes/" + pl.l.Model}, PromptTokens: prompt,
 					DecodeTokens: decode, NewFile: r.IntN(5) == 0, Dir: "/kv-sessions", Pool: "perf", ChunkSize: 1 << 20,
 					Quota: quota, PlanTTL: time.Duration(2000*workers) * time.Microsecond, Now: tick(), Aligned: aligned}
+				// Half the plans take the fast path: chunks allocated by the
+				// plan, the commit recording the written size (turns.go).
+				fast := r.IntN(2) == 0
+				if fast {
+					in.Place = func(fileID, idx int64) ([]string, error) { return []string{"s1"}, nil }
+				}
 				p, err := s.PlanSession(ctx, in)
 				if errors.Is(err, errs.ErrNoSpace) {
 					continue // every other session has a plan outstanding
@@ -435,7 +441,13 @@ func runSessionProperty(t *testing.T, s Store, plans, workers int, seed uint64) 
 				}
 				// The engine writes the fresh KV; an engine of whole blocks may
 				// save only the first blocks of it (generation stopped early).
-				commit := CommitInput{Session: id, PlanID: p.ID}
+				commit := CommitInput{Session: id, PlanID: p.ID, Written: fast}
+				if fast {
+					if err := checkFreshChunks(p); err != nil {
+						fail("session %s plan %d: %v", id, p.ID, err)
+						return
+					}
+				}
 				saved := p.Fresh
 				if aligned && len(p.Fresh) == 1 && r.IntN(2) == 0 {
 					fr := p.Fresh[0]
@@ -453,6 +465,9 @@ func runSessionProperty(t *testing.T, s Store, plans, workers int, seed uint64) 
 				lost := false // the plan expired and the session was evicted meanwhile
 				for _, fr := range saved {
 					disk.write(fr.Path, fr.KVStart, encode(pl.l, c, fr.TokenStart, fr.TokenLength))
+					if fast {
+						continue // the commit records the size
+					}
 					f, err := s.File(ctx, fr.Path)
 					if err == nil {
 						_, err = s.Commit(ctx, f.ID, fr.KVStart+fr.KVLength, nil, false, tick())

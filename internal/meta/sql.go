@@ -25,6 +25,9 @@ type sqlStore struct {
 	// checks runs invariantsTx before every commit (GD2FS_META_INVARIANTS=1;
 	// the test suite sets it).
 	checks bool
+	// group batches session transactions into one SQL transaction
+	// (groupcommit.go).
+	group groupCommit
 }
 
 // Open opens the store named by dsn:

@@ -1,0 +1,390 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gd2fs/gd2fs/client"
+	"github.com/spf13/cobra"
+)
+
+// The turns benchmark is issue 20's measurement as a command: a router-like
+// client runs chat turns (Sessions().Plan, the fresh range written to the
+// servers, Commit) against a master and three servers, each its own process,
+// on sessions that already hold a turn. It reports what a scheduler sees
+// (turns/s, plan and commit latency), what the master spends (CPU seconds
+// per 1,000 turns, master requests per turn by route) and, as the
+// reference, the same client's plain KV put and get of the same bytes.
+
+func newBenchTurns() *cobra.Command {
+	var metaDSN string
+	var sessions, conc, servers int
+	var turnTokens int64
+	var duration time.Duration
+	var oldPath bool
+	cmd := &cobra.Command{
+		Use:   "turns",
+		Short: "Explicit-mode chat turns per second (plan, write, commit) with master and servers as separate processes",
+		Example: `  go build -o gd2fs ./cmd/gd2fs && go build -o gd2fs-bench ./cmd/gd2fs-bench
+  ./gd2fs-bench turns --sessions 100000 --concurrency 64 --turn-tokens 200 --duration 30s
+  ./gd2fs-bench turns --meta 'postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable'`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if sessions < 1 || conc < 1 || turnTokens < 1 || servers < 1 || duration <= 0 {
+				return fmt.Errorf("--sessions, --concurrency, --turn-tokens, --servers and --duration must be positive")
+			}
+			return benchTurns(context.Background(), metaDSN, sessions, conc, servers, turnTokens, duration, oldPath)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&metaDSN, "meta", "", "metadata store of the master (default: a temp SQLite file, as gd2fs up uses)")
+	f.IntVar(&sessions, "sessions", 100000, "sessions created (one turn each) before the measurement")
+	f.IntVar(&conc, "concurrency", 64, "turns in flight at once")
+	f.IntVar(&servers, "servers", 3, "data servers, each its own process")
+	f.Int64Var(&turnTokens, "turn-tokens", 200, "new tokens per turn")
+	f.DurationVar(&duration, "duration", 30*time.Second, "how long turns are measured")
+	f.BoolVar(&oldPath, "sync-path", false, "write with WriteFresh (open, write, Sync) and Commit, the turn before WriteAndCommit, for comparison")
+	return cmd
+}
+
+// turnsLayout is a small model: 256 bytes of KV per token, so the
+// benchmark measures the turn's shape, not the bytes moved.
+var turnsLayout = client.Layout{Model: "bench-small", Layers: 2, KVHeads: 1, HeadDim: 32, DType: "fp16", PageTokens: 16, Order: "layer_first"}
+
+func benchTurns(ctx context.Context, metaDSN string, sessions, conc, servers int, turnTokens int64, duration time.Duration, oldPath bool) error {
+	dir, err := os.MkdirTemp("", "gd2fs-benchturns-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	if metaDSN == "" {
+		metaDSN = "sqlite://" + filepath.Join(dir, "meta.db")
+	}
+	procs, url, err := startProcs(ctx, dir, metaDSN, servers)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		for i := len(procs) - 1; i >= 0; i-- {
+			stopProc(procs[i])
+		}
+	}()
+	cl, err := client.New(client.Config{Master: url})
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	ss := cl.Sessions()
+	if err := ss.SetLayout(ctx, turnsLayout); err != nil {
+		return err
+	}
+	run := fmt.Sprintf("t%d-", time.Now().UnixNano()%1e9)
+	id := func(i int) string { return fmt.Sprintf("%s%07d", run, i) }
+	tokens := make([]atomic.Int64, sessions) // committed tokens per session
+	locks := make([]sync.Mutex, sessions)    // one turn of a session at a time, as a chat has
+	turn := func(i int) (plan, commit time.Duration, err error) {
+		locks[i].Lock()
+		defer locks[i].Unlock()
+		t0 := time.Now()
+		p, err := ss.Plan(ctx, id(i), client.PlanRequest{Model: turnsLayout.Model, PromptTokens: tokens[i].Load() + turnTokens})
+		if err != nil {
+			return 0, 0, err
+		}
+		t1 := time.Now()
+		var n int64
+		for _, r := range p.Fresh {
+			n += r.KVLength
+		}
+		var s client.Session
+		if oldPath {
+			if err = ss.WriteFresh(ctx, p, make([]byte, n)); err == nil {
+				s, err = ss.Commit(ctx, id(i), p.PlanID)
+			}
+		} else {
+			s, err = ss.WriteAndCommit(ctx, id(i), p, make([]byte, n))
+		}
+		if err != nil {
+			return 0, 0, err
+		}
+		tokens[i].Store(s.Tokens)
+		return t1.Sub(t0), time.Since(t1), nil
+	}
+	// Set-up: every session gets its first turn.
+	start := time.Now()
+	if err := parallel(conc, sessions, func(i int) error { _, _, err := turn(i); return err }); err != nil {
+		return fmt.Errorf("set-up: %w", err)
+	}
+	fmt.Printf("bench turns: %s, %d servers, %d sessions set up in %s, %d concurrent turns of %d tokens (%d bytes), load average %s\n",
+		engineName(metaDSN), servers, sessions, time.Since(start).Round(time.Millisecond), conc, turnTokens,
+		turnsLayout.RangeBytes(turnTokens), loadAvg())
+
+	before, err := masterRequests(ctx, url)
+	if err != nil {
+		return err
+	}
+	meter := newCPUMeter(procs[0].Process.Pid)
+	meter.pids = meter.pids[1:] // the master only
+	meter.Start()
+	var mu sync.Mutex
+	var plans, commits []time.Duration
+	var failed atomic.Int64
+	deadline := time.Now().Add(duration)
+	t0 := time.Now()
+	var wg sync.WaitGroup
+	for w := 0; w < conc; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(w), 20))
+			var ps, cs []time.Duration
+			for time.Now().Before(deadline) {
+				p, c, err := turn(r.IntN(sessions))
+				if err != nil {
+					if failed.Add(1) == 1 {
+						fmt.Fprintln(os.Stderr, "  turn failed:", err)
+					}
+					continue
+				}
+				ps, cs = append(ps, p), append(cs, c)
+			}
+			mu.Lock()
+			plans, commits = append(plans, ps...), append(commits, cs...)
+			mu.Unlock()
+		}(w)
+	}
+	wg.Wait()
+	el := time.Since(t0)
+	cpu := meter.total() - meter.start
+	after, err := masterRequests(ctx, url)
+	if err != nil {
+		return err
+	}
+	n := len(plans)
+	if n == 0 {
+		return fmt.Errorf("no turn completed in %s (%d failed)", duration, failed.Load())
+	}
+	fmt.Printf("  %d turns in %s: %.0f turns/s, %d failed; load average %s\n", n, el.Round(time.Millisecond), float64(n)/el.Seconds(), failed.Load(), loadAvg())
+	fmt.Printf("  plan:           p50 %s, p99 %s\n", dur(pct(plans, 50)), dur(pct(plans, 99)))
+	fmt.Printf("  write + commit: p50 %s, p99 %s\n", dur(pct(commits, 50)), dur(pct(commits, 99)))
+	fmt.Printf("  master CPU: %.2f s per 1,000 turns\n", cpu.Seconds()*1000/float64(n))
+	var routes []string
+	for k, v := range after {
+		if d := v - before[k]; d > 0 {
+			routes = append(routes, fmt.Sprintf("%s %.2f", k, d/float64(n)))
+		}
+	}
+	sort.Strings(routes)
+	fmt.Printf("  master requests per turn: %s\n", strings.Join(routes, ", "))
+
+	// Reference: the same client's plain KV round trips of the same bytes.
+	kv := cl.KV("perf")
+	val := make([]byte, turnsLayout.RangeBytes(turnTokens))
+	buf := make([]byte, len(val))
+	var puts, gets []time.Duration
+	for i := 0; i < 2000 && (i < 200 || time.Since(t0) < el+5*time.Second); i++ {
+		k := fmt.Sprintf("%sref/%d", run, i)
+		t := time.Now()
+		if err := kv.Put(ctx, k, val); err != nil {
+			return err
+		}
+		puts = append(puts, time.Since(t))
+		t = time.Now()
+		if _, err := kv.GetInto(ctx, k, buf); err != nil {
+			return err
+		}
+		gets = append(gets, time.Since(t))
+	}
+	fmt.Printf("  reference, plain KV of the same %d bytes, one at a time: put p50 %s p99 %s, get p50 %s p99 %s\n",
+		len(val), dur(pct(puts, 50)), dur(pct(puts, 99)), dur(pct(gets, 50)), dur(pct(gets, 99)))
+	if rss := procRSS(procs[0].Process.Pid); rss > 0 {
+		fmt.Printf("  master RSS %s (%d sessions; the session table lives in the SQL store, not in the master)\n", human(rss), sessions)
+	}
+
+	// Restart: SIGKILL the master, start it again on the same store, and
+	// time until it plans again.
+	procs[0].Process.Kill()
+	procs[0].Wait()
+	t1 := time.Now()
+	bin, err := gd2fsPath()
+	if err != nil {
+		return err
+	}
+	m := exec.Command(bin, "master", "--listen", strings.TrimPrefix(url, "http://"), "--meta", metaDSN, "--lead-warmup", "0s")
+	dieWithUs(m)
+	if err := m.Start(); err != nil {
+		return err
+	}
+	procs[0] = m
+	for {
+		if _, err := ss.Plan(ctx, id(0), client.PlanRequest{Model: turnsLayout.Model, PromptTokens: tokens[0].Load() + turnTokens}); err == nil {
+			break
+		}
+		if time.Since(t1) > 5*time.Minute {
+			return fmt.Errorf("the restarted master did not plan within 5 minutes")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	fmt.Printf("  restart after SIGKILL: the master plans again %s after it is started (%d sessions)\n", time.Since(t1).Round(time.Millisecond), sessions)
+	return nil
+}
+
+// startProcs starts a master on metaDSN and servers data servers, each its
+// own gd2fs process, and returns them (master first) once every server is up.
+func startProcs(ctx context.Context, dir, metaDSN string, servers int) ([]*exec.Cmd, string, error) {
+	bin, err := gd2fsPath()
+	if err != nil {
+		return nil, "", err
+	}
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, "", err
+	}
+	url := "http://" + addr
+	var procs []*exec.Cmd
+	fail := func(err error) ([]*exec.Cmd, string, error) {
+		for _, p := range procs {
+			p.Process.Kill()
+			p.Wait()
+		}
+		return nil, "", err
+	}
+	start := func(args ...string) error {
+		cmd := exec.Command(bin, args...)
+		cmd.Stderr = os.Stderr
+		dieWithUs(cmd)
+		if err := cmd.Start(); err != nil {
+			return err
+		}
+		procs = append(procs, cmd)
+		return nil
+	}
+	if err := start("master", "--listen", addr, "--meta", metaDSN, "--lead-warmup", "0s"); err != nil {
+		return fail(err)
+	}
+	for i := 0; i < servers; i++ {
+		a, err := freeAddr()
+		if err != nil {
+			return fail(err)
+		}
+		if err := start("server", "--master", url, "--listen", a, "--id", fmt.Sprintf("s%d", i), "--mem", "2GiB", "--kv-mem", "64MiB"); err != nil {
+			return fail(err)
+		}
+	}
+	cl, err := client.New(client.Config{Master: url})
+	if err != nil {
+		return fail(err)
+	}
+	defer cl.Close()
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		st, err := cl.Status(ctx)
+		if err != nil {
+			continue
+		}
+		up := 0
+		for _, s := range st.Servers {
+			if s.State == "up" {
+				up++
+			}
+		}
+		if up == servers {
+			return procs, url, nil
+		}
+	}
+	return fail(fmt.Errorf("master and %d servers (%s) were not up within 30 s", servers, bin))
+}
+
+// parallel runs fn(0..n-1) on conc goroutines; the first error stops it.
+func parallel(conc, n int, fn func(i int) error) error {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errc := make(chan error, conc)
+	for w := 0; w < conc; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				if err := fn(i); err != nil {
+					errc <- err
+					next.Store(int64(n))
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	select {
+	case err := <-errc:
+		return err
+	default:
+		return nil
+	}
+}
+
+// masterRequests reads the master's request counters by route (every status).
+func masterRequests(ctx context.Context, url string) (map[string]float64, error) {
+	req, err := http.NewRequestWithContext(ctx, "GET", url+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "gd2fs_master_requests_total{") {
+			continue
+		}
+		i := strings.Index(line, `route="`)
+		j := strings.LastIndexByte(line, ' ')
+		if i < 0 || j < 0 {
+			continue
+		}
+		route := line[i+len(`route="`):]
+		route = route[:strings.IndexByte(route, '"')]
+		v, err := strconv.ParseFloat(line[j+1:], 64)
+		if err != nil {
+			continue
+		}
+		out[route] += v
+	}
+	return out, sc.Err()
+}
+
+func pct(d []time.Duration, p int) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[min(len(s)-1, len(s)*p/100)]
+}
+
+// loadAvg is the machine's 1-minute load average, for the record.
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	return strings.Fields(string(b))[0]
+}

@@ -1,0 +1,148 @@
+package meta
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"sync"
+)
+
+// Group commit of session transactions (docs/kv-cache.md, "What a turn
+// costs"). A plan or a commit is a few small statements; what made each
+// cost milliseconds was its own SQL transaction: BEGIN, the sessions lock
+// on PostgreSQL, and a COMMIT that waits for the log to reach the disk,
+// one after another on one connection. Here the plans and commits that
+// arrive while one transaction runs wait for it and then run together in
+// the next: one BEGIN, one lock, one COMMIT (one fsync) for all of them.
+//
+// Each operation runs inside its own SAVEPOINT, so one that fails is rolled
+// back alone and answers its error; the others go on. Operations run one
+// after another in arrival order, exactly as separate transactions under
+// the sessions lock would, so they see each other's writes and every rule
+// is checked as before. Nobody is answered before the COMMIT returns: an
+// acknowledged plan or commit is as durable as it was with a transaction
+// of its own (all of them survive a crash), and if the COMMIT fails every
+// operation of the batch answers that error and none took effect.
+
+// maxGroup bounds the operations in one transaction, so one batch's
+// latency stays bounded under any load.
+const maxGroup = 128
+
+// groupHook, when set (tests), is called with each batch's size before it runs.
+var groupHook func(n int)
+
+type groupCommit struct {
+	mu      sync.Mutex
+	queue   []*groupOp
+	running bool
+}
+
+type groupOp struct {
+	ctx  context.Context
+	fn   func(tx *sql.Tx) error
+	err  error
+	done chan struct{}
+}
+
+// groupTx runs fn as part of the next group transaction and returns its
+// error, or the transaction's, once that transaction has committed or
+// rolled back. fn must use only tx (as every s.tx function does).
+func (s *sqlStore) groupTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	op := &groupOp{ctx: ctx, fn: fn, done: make(chan struct{})}
+	g := &s.group
+	g.mu.Lock()
+	g.queue = append(g.queue, op)
+	lead := !g.running
+	g.running = true
+	g.mu.Unlock()
+	if lead {
+		// This caller runs the first batch (its own operation is in it);
+		// a goroutine of its own serves whoever queued meanwhile, and ends
+		// when the queue is empty.
+		s.runGroup()
+		go func() {
+			for s.runGroup() {
+			}
+		}()
+	}
+	<-op.done
+	return op.err
+}
+
+// runGroup runs one batch from the queue; false when the queue was empty
+// (and the runner's turn is over).
+func (s *sqlStore) runGroup() bool {
+	g := &s.group
+	g.mu.Lock()
+	n := min(len(g.queue), maxGroup)
+	if n == 0 {
+		g.running = false
+		g.mu.Unlock()
+		return false
+	}
+	batch := g.queue[:n:n]
+	g.queue = g.queue[n:]
+	g.mu.Unlock()
+	if groupHook != nil {
+		groupHook(len(batch))
+	}
+	err := s.runBatch(batch)
+	for _, op := range batch {
+		if err != nil {
+			op.err = err
+		}
+		close(op.done)
+	}
+	return true
+}
+
+// runBatch runs ops in one transaction, each in a savepoint; it returns the
+// error that failed them all (begin, lock, commit), or nil with each op's
+// own error in op.err. The transaction is not tied to any one caller's
+// context: a caller that gives up must not fail the others.
+func (s *sqlStore) runBatch(ops []*groupOp) error {
+	ctx := context.Background()
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return wrapDB(err)
+	}
+	defer tx.Rollback()
+	if err := s.lockSessions(ctx, tx); err != nil {
+		return err
+	}
+	ran := 0
+	for i, op := range ops {
+		if err := op.ctx.Err(); err != nil {
+			op.err = err // gone before its turn: not run
+			continue
+		}
+		sp := fmt.Sprintf("op%d", i)
+		if _, err := tx.ExecContext(ctx, "SAVEPOINT "+sp); err != nil {
+			return wrapDB(err)
+		}
+		// Once started, an operation runs to its end whatever its caller
+		// does: a statement cancelled half way would break the connection
+		// under the whole batch.
+		op.err = op.fn(tx)
+		if op.err != nil {
+			if _, err := tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT "+sp); err != nil {
+				return wrapDB(err)
+			}
+		} else {
+			ran++
+		}
+		if _, err := tx.ExecContext(ctx, "RELEASE SAVEPOINT "+sp); err != nil {
+			return wrapDB(err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return wrapDB(err)
+	}
+	if s.checks && ran > 0 {
+		return s.checkInvariants(ctx)
+	}
+	return nil
+}
