@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/gd2fs/gd2fs/client"
@@ -33,13 +34,26 @@ func newSession(g *globals) *cobra.Command {
 		}
 	}
 	var req client.PlanRequest
+	var engineFlags []string
 	plan := &cobra.Command{
 		Use:   "plan SESSION",
 		Short: "Ask which tokens are stored and where new KV goes (prints the plan as JSON)",
 		Example: `  gd2fs session plan chat-42 --model llama-3-8b --prompt-tokens 8192
-  gd2fs session plan chat-42 --model llama-3-8b --prompt-tokens 8192 --decode-tokens 512 --format vllm   # kvcache_params for vLLM`,
+  gd2fs session plan chat-42 --model llama-3-8b --prompt-tokens 8192 --decode-tokens 512 --format vllm   # kvcache_params for vLLM
+  gd2fs session plan chat-42 --model llama-3-8b --prompt-tokens 8192 --format vllm --engine-flag prefill-only`,
 		Args: cobra.ExactArgs(1),
 		RunE: with(func(s *client.Sessions, cmd *cobra.Command, args []string) error {
+			for _, f := range engineFlags {
+				if req.Flags == nil {
+					req.Flags = map[string]any{}
+				}
+				name, value, ok := strings.Cut(f, "=")
+				if !ok {
+					req.Flags[name] = true
+				} else {
+					req.Flags[name] = value
+				}
+			}
 			if req.Format == "vllm" {
 				p, err := s.PlanEngine(cmd.Context(), args[0], req)
 				if err != nil {
@@ -62,6 +76,7 @@ func newSession(g *globals) *cobra.Command {
 	pf.BoolVar(&req.NewFile, "new-file", false, "put this turn's KV in a new file")
 	pf.StringVar(&req.Format, "format", "", "gd2fs (default) or vllm: whole blocks and kv_transfer_params's kvcache_params")
 	pf.Int64Var(&req.LoadThreshold, "load-threshold", 0, "vllm format: load_threshold passed to the engine")
+	pf.StringArrayVar(&engineFlags, "engine-flag", nil, "vllm format: NAME (true) or NAME=VALUE put in kvcache_params.flags, e.g. prefill-only (repeatable)")
 	var planID int64
 	var saved string
 	commit := &cobra.Command{

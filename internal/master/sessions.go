@@ -129,6 +129,12 @@ func (m *Master) plan(r *http.Request) (any, error) {
 	if req.LoadThreshold < 0 {
 		return nil, errs.New(errs.ErrBadRequest, "load_threshold must not be negative")
 	}
+	if err := api.CheckEngineFlags(req.Flags); err != nil {
+		return nil, errs.New(errs.ErrBadRequest, "plan flags: %w", err)
+	}
+	if len(req.Flags) > 0 && !engine {
+		return nil, errs.New(errs.ErrBadRequest, "plan flags are passed to an engine in kvcache_params: give them with format vllm")
+	}
 	prefixes := make([]string, len(req.Prefixes))
 	for i, p := range req.Prefixes {
 		var err error
@@ -153,7 +159,8 @@ func (m *Master) plan(r *http.Request) (any, error) {
 	if engine {
 		out := api.EnginePlan{PlanID: p.ID, CachedTokens: p.Cached, PrefillTokens: p.Prefill, DecodeTokens: p.Decode,
 			LoadBytes: p.Load, Evicted: p.Evicted, KVCacheParams: api.KVCacheParams{ID: r.PathValue("id"),
-				Stored: m.rangesAs(p.Stored, m.engineURI), Fresh: m.rangesAs(p.Fresh, m.engineURI), LoadThreshold: req.LoadThreshold}}
+				Stored: m.rangesAs(p.Stored, m.engineURI), Fresh: m.rangesAs(p.Fresh, m.engineURI), LoadThreshold: req.LoadThreshold,
+				Flags: req.Flags}}
 		if req.PromptTokens > 0 {
 			out.HitRate = float64(p.Cached) / float64(req.PromptTokens)
 		}
