@@ -21,6 +21,7 @@ func newRouter(g *globals) *cobra.Command {
 	var listen, upstream, model, header string
 	var decode int64
 	var engineFlags []string
+	var engineName string
 	var timeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "router --upstream URL --model MODEL",
@@ -52,6 +53,9 @@ Prometheus metrics at /metrics (gd2fs_router_*).`,
 					flags[name] = true
 				}
 			}
+			if engineName != "vllm" && engineName != "sglang" {
+				return fmt.Errorf("--engine %q: vllm or sglang", engineName)
+			}
 			up, err := url.Parse(upstream)
 			if err != nil || up.Scheme == "" || up.Host == "" {
 				return fmt.Errorf("--upstream %q: give the engine's base URL, e.g. http://127.0.0.1:8000", upstream)
@@ -68,7 +72,7 @@ Prometheus metrics at /metrics (gd2fs_router_*).`,
 				return fmt.Errorf("router: listen on %s: %w", listen, err)
 			}
 			r := router.New(router.Config{Upstream: up, Model: model, Planner: c.Sessions(), SessionHeader: header,
-				DecodeTokens: decode, Timeout: timeout, Flags: flags, Log: g.logger()})
+				DecodeTokens: decode, Timeout: timeout, Flags: flags, Format: engineName, Log: g.logger()})
 			srv := &http.Server{Handler: r, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 			fmt.Fprintf(os.Stderr, "gd2fs router on http://%s -> %s (model %s, store %s)\n", ln.Addr(), up, model, g.master)
 			go func() {
@@ -87,6 +91,7 @@ Prometheus metrics at /metrics (gd2fs_router_*).`,
 	f.StringVar(&listen, "listen", ":8080", "address to serve the OpenAI API on")
 	f.StringVar(&upstream, "upstream", "http://127.0.0.1:8000", "the engine's base URL")
 	f.StringVar(&model, "model", "", "model whose KV layout gd2fs has (gd2fs model layout set)")
+	f.StringVar(&engineName, "engine", "vllm", "the engine behind: vllm or sglang (the plan format it gets)")
 	f.StringArrayVar(&engineFlags, "engine-flag", nil, "NAME (true) or NAME=VALUE put in every plan's kvcache_params.flags, e.g. prefill-only (repeatable)")
 	f.StringVar(&header, "session-header", "X-Session-ID", "header naming the session (else the request's \"user\" field)")
 	f.Int64Var(&decode, "decode-tokens", 256, "generation room to plan when a request sets no max_tokens")

@@ -56,7 +56,10 @@ type Config struct {
 	// {"prefill-only": true} for an engine that serves prefill only and
 	// saves the prompt's range (a commit shorter than the plan is fine).
 	Flags map[string]any
-	Log   *slog.Logger
+	// Format is the engine's plan format: "vllm" (the default) or
+	// "sglang" (the same kvcache_params, never with flags).
+	Format string
+	Log    *slog.Logger
 }
 
 // Router is the proxy. It is an http.Handler.
@@ -182,7 +185,8 @@ func (r *Router) plan(ctx context.Context, path, session string, doc map[string]
 				break
 			}
 		}
-		p, err = r.cfg.Planner.PlanEngine(ctx, session, client.PlanRequest{Model: r.cfg.Model, PromptTokens: n, DecodeTokens: decode, Flags: r.cfg.Flags})
+		p, err = r.cfg.Planner.PlanEngine(ctx, session, client.PlanRequest{Model: r.cfg.Model, PromptTokens: n, DecodeTokens: decode, Flags: r.cfg.Flags,
+			Format: r.cfg.Format})
 	}
 	r.m.planSeconds.Observe(time.Since(start).Seconds())
 	if err != nil {

@@ -316,7 +316,7 @@ func (e *Engine) Call(method string, params []byte) ([]byte, error) {
 		if p.Plan == nil {
 			return nil, errs.New(errs.ErrBadRequest, "plan: no request")
 		}
-		if p.Plan.Format == "vllm" {
+		if p.Plan.Format == "vllm" || p.Plan.Format == "sglang" {
 			out, err = s.PlanEngine(ctx, p.Session, *p.Plan)
 		} else {
 			out, err = s.Plan(ctx, p.Session, *p.Plan)

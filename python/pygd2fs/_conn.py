@@ -419,15 +419,18 @@ class Connection:
     def set_layout(
         self, model: str, layers: int, kv_heads: int, head_dim: int, dtype: str = "bf16",
         page_tokens: int = 16, layout: str = "layer_first", tp_size: int = 1, replicated: bool = False,
+        kv_layers: int = 0,
     ) -> None:
         """Register (or replace) the KV layout of ``model``: ``layout`` is
-        ``layer_first``, ``page_first`` or ``kv_first``; ``tp_size`` the
-        tensor-parallel ranks the KV heads are sharded over; ``replicated``
-        when every rank holds the same KV (MLA)."""
+        ``layer_first``, ``page_first``, ``kv_first`` or ``kv_inner``;
+        ``tp_size`` the tensor-parallel ranks the KV heads are sharded over;
+        ``replicated`` when every rank holds the same KV (MLA); ``kv_layers``
+        how many layers hold KV (hybrid models; 0: all)."""
         self._json("set_layout", layout={
             "model": model, "layers": layers, "kv_heads": kv_heads, "head_dim": head_dim,
             "dtype": dtype, "page_tokens": page_tokens, "layout": layout,
             "tp_size": _int("tp_size", tp_size, 1), "replicated": bool(replicated),
+            "kv_layers": _int("kv_layers", kv_layers, 0),
         })
 
     def get_layout(self, model: str) -> Dict[str, Any]:
