@@ -83,8 +83,13 @@ func (s *Sessions) Commit(ctx context.Context, id string, planID int64) (Session
 // PlanEngine is Plan in the vllm format (req.Format is set): whole blocks
 // of the layout's page_tokens, stored segments contiguous from token 0,
 // fresh segments rounded up to whole blocks, kv_uris an engine can dial.
+//
+// req.Format "sglang" is the same answer for SGLang's explicit-KV cache
+// (which has no flags); anything else is taken as "vllm".
 func (s *Sessions) PlanEngine(ctx context.Context, id string, req PlanRequest) (EnginePlan, error) {
-	req.Format = "vllm"
+	if req.Format != "sglang" {
+		req.Format = "vllm"
+	}
 	var p EnginePlan
 	err := s.c.api.Do(ctx, "POST", "/v1/sessions/"+esc(id)+"/plan", req, &p)
 	return p, err

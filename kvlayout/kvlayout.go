@@ -10,6 +10,10 @@
 //     [k|v][layer][page][token][head][dim] — what an engine holding per-layer
 //     K and V tensors writes when it copies each layer's run of blocks in
 //     turn, K tensors first (vLLM's explicit-offloading connector)
+//   - kv_inner:    for each layer, the pages of the range, each token's heads
+//     with K and V side by side: [layer][page][token][head][k|v][dim] — what
+//     the newest vLLM explicit-offloading branch writes (per-layer cache
+//     tensors whose blocks hold K and V per head, copied block by block)
 //
 // The paged side is what vLLM-style engines hold: per layer, one K and one V
 // array of fixed-size pages ([page][token][head][dim]), and a block table
@@ -33,6 +37,7 @@ const (
 	LayerFirst Order = iota
 	PageFirst
 	KVFirst
+	KVInner
 )
 
 // ParseOrder reads "layer_first", "page_first" or "kv_first".
@@ -44,8 +49,10 @@ func ParseOrder(s string) (Order, error) {
 		return PageFirst, nil
 	case "kv_first":
 		return KVFirst, nil
+	case "kv_inner":
+		return KVInner, nil
 	}
-	return 0, fmt.Errorf("kvlayout: unknown layout %q (layer_first, page_first or kv_first)", s)
+	return 0, fmt.Errorf("kvlayout: unknown layout %q (layer_first, page_first, kv_first or kv_inner)", s)
 }
 
 // Layout describes how a model's KV is laid out in bytes. It is the one
@@ -59,13 +66,27 @@ type Layout struct {
 	HeadDim    int    `json:"head_dim"`
 	DType      string `json:"dtype"` // fp32, fp16, bf16, fp8, int8
 	PageTokens int    `json:"page_tokens"`
-	Order      string `json:"layout"` // layer_first, page_first or kv_first
+	Order      string `json:"layout"` // layer_first, page_first, kv_first or kv_inner
 	// TPSize is the number of tensor-parallel ranks the engine shards the
 	// KV heads over (default 1). A range then holds one region per rank,
 	// back to back: rank r's at kv_start + r × kv_length/regions.
 	TPSize int `json:"tp_size,omitempty"`
 	// Replicated: every rank holds the same KV (MLA), stored once.
 	Replicated bool `json:"replicated,omitempty"`
+	// KVLayers is how many of the layers hold KV (hybrid models: only the
+	// full-attention layers do; vLLM then gives block_ids per KV cache
+	// group); 0 means all. Sizes, byte orders and the paged shape count
+	// these layers only.
+	KVLayers int `json:"kv_layers,omitempty"`
+}
+
+// StoredLayers is the number of layers whose KV is stored: KVLayers, or
+// Layers when that is 0.
+func (l Layout) StoredLayers() int {
+	if l.KVLayers > 0 {
+		return l.KVLayers
+	}
+	return l.Layers
 }
 
 // DTypeSize is the size in bytes of one element of dtype, or 0 if unknown.
@@ -80,8 +101,10 @@ func (l Layout) Validate() error {
 		return errs.New(errs.ErrBadRequest, "layout of %s: layers, kv_heads, head_dim and page_tokens must be positive", l.Model)
 	case DTypeSize(l.DType) == 0:
 		return errs.New(errs.ErrBadRequest, "layout of %s: unknown dtype %q (fp32, fp16, bf16, fp8, int8)", l.Model, l.DType)
-	case l.Order != "layer_first" && l.Order != "page_first" && l.Order != "kv_first":
-		return errs.New(errs.ErrBadRequest, "layout of %s: layout must be layer_first, page_first or kv_first, not %q", l.Model, l.Order)
+	case l.Order != "layer_first" && l.Order != "page_first" && l.Order != "kv_first" && l.Order != "kv_inner":
+		return errs.New(errs.ErrBadRequest, "layout of %s: layout must be layer_first, page_first, kv_first or kv_inner, not %q", l.Model, l.Order)
+	case l.KVLayers < 0 || l.KVLayers > l.Layers:
+		return errs.New(errs.ErrBadRequest, "layout of %s: kv_layers (layers holding KV) must be 1 to layers (%d), or 0 for all, not %d", l.Model, l.Layers, l.KVLayers)
 	case l.TPSize < 0 || l.TPSize > 1024:
 		return errs.New(errs.ErrBadRequest, "layout of %s: tp_size must be 1 to 1024, not %d", l.Model, l.TPSize)
 	case l.Layers > 1<<16 || l.KVHeads > 1<<16 || l.HeadDim > 1<<16 || l.PageTokens > 1<<20:
@@ -105,7 +128,7 @@ func (l Layout) checkLimits() error {
 	// Heads as stored: every rank's region (tp_size of them when heads are
 	// replicated over more ranks than there are heads).
 	heads := int64(l.Regions()) * int64(l.RankHeads())
-	if n, ok := limits.MulAll(2, int64(l.Layers), heads, int64(l.HeadDim), int64(DTypeSize(l.DType)), int64(l.PageTokens)); !ok || n > limits.MaxPageBytes {
+	if n, ok := limits.MulAll(2, int64(l.StoredLayers()), heads, int64(l.HeadDim), int64(DTypeSize(l.DType)), int64(l.PageTokens)); !ok || n > limits.MaxPageBytes {
 		return errs.New(errs.ErrBadRequest, "layout of %s: a page of %d tokens is larger than %d bytes", l.Model, l.PageTokens, limits.MaxPageBytes)
 	}
 	return nil
@@ -139,7 +162,7 @@ func (l Layout) RankHeads() int {
 // RankTokenBytes is the KV size of one token on one rank: K and V, every
 // layer, the rank's heads.
 func (l Layout) RankTokenBytes() int64 {
-	return 2 * int64(l.Layers) * int64(l.RankHeads()) * int64(l.HeadDim) * int64(DTypeSize(l.DType))
+	return 2 * int64(l.StoredLayers()) * int64(l.RankHeads()) * int64(l.HeadDim) * int64(DTypeSize(l.DType))
 }
 
 // TokenBytes is the KV size of one token as stored: every rank's region.
@@ -165,7 +188,7 @@ func (l Layout) RankDesc() (Desc, error) {
 	if err != nil {
 		return Desc{}, err
 	}
-	return Desc{Layers: l.Layers, KVHeads: l.RankHeads(), HeadDim: l.HeadDim, DTypeSize: DTypeSize(l.DType), PageTokens: l.PageTokens, Order: o}, nil
+	return Desc{Layers: l.StoredLayers(), KVHeads: l.RankHeads(), HeadDim: l.HeadDim, DTypeSize: DTypeSize(l.DType), PageTokens: l.PageTokens, Order: o}, nil
 }
 
 // Desc is the paged KV shape one rank holds (Layout.RankDesc).
@@ -288,6 +311,10 @@ func Gather(d Desc, p Paged, table []int, dst []byte) error {
 	if err := d.check(p, table, len(dst)); err != nil {
 		return err
 	}
+	if d.Order == KVInner {
+		d.interleave(p, table, dst, true)
+		return nil
+	}
 	d.each(p, table, func(o int, unit []byte) { copy(dst[o:o+len(unit)], unit) })
 	return nil
 }
@@ -298,6 +325,36 @@ func Scatter(d Desc, src []byte, p Paged, table []int) error {
 	if err := d.check(p, table, len(src)); err != nil {
 		return err
 	}
+	if d.Order == KVInner {
+		d.interleave(p, table, src, false)
+		return nil
+	}
 	d.each(p, table, func(o int, unit []byte) { copy(unit, src[o:o+len(unit)]) })
 	return nil
+}
+
+// interleave moves kv_inner bytes: for each layer, page, token and head,
+// the head's K vector then its V vector. The contiguous side is walked in
+// order; the copies are one head vector each (head_dim elements), not whole
+// pages, since K and V alternate at that grain.
+func (d Desc) interleave(p Paged, table []int, flat []byte, gather bool) {
+	vec := d.HeadDim * d.DTypeSize
+	u := d.UnitBytes()
+	o := 0
+	for l := 0; l < d.Layers; l++ {
+		for _, pg := range table {
+			k := p.K[l][pg*u : (pg+1)*u]
+			v := p.V[l][pg*u : (pg+1)*u]
+			for x := 0; x < u; x += vec { // each (token, head) of the page
+				if gather {
+					copy(flat[o:o+vec], k[x:x+vec])
+					copy(flat[o+vec:o+2*vec], v[x:x+vec])
+				} else {
+					copy(k[x:x+vec], flat[o:o+vec])
+					copy(v[x:x+vec], flat[o+vec:o+2*vec])
+				}
+				o += 2 * vec
+			}
+		}
+	}
 }

@@ -21,7 +21,7 @@ func fill(p Paged, seed uint64) {
 // subset of pages in any order, scatter(gather(x)) restores x's pages, and
 // the contiguous bytes sit exactly where the layout says.
 func TestGatherScatterRoundTrip(t *testing.T) {
-	for _, order := range []Order{LayerFirst, PageFirst, KVFirst} {
+	for _, order := range []Order{LayerFirst, PageFirst, KVFirst} { // kv_inner: kvinner_test.go
 		for _, pt := range []int{1, 16, 64} {
 			d := Desc{Layers: 3, KVHeads: 2, HeadDim: 4, DTypeSize: 2, PageTokens: pt, Order: order}
 			src := NewPaged(d, 10)
@@ -86,7 +86,7 @@ func TestErrors(t *testing.T) {
 // pages scattered over a 256-page buffer.
 func BenchmarkGather(b *testing.B) {
 	for _, pt := range []int{16, 64} {
-		for _, order := range []Order{LayerFirst, PageFirst, KVFirst} {
+		for _, order := range []Order{LayerFirst, PageFirst, KVFirst} { // kv_inner: kvinner_test.go
 			d := Desc{Layers: 32, KVHeads: 8, HeadDim: 128, DTypeSize: 2, PageTokens: pt, Order: order}
 			pages := 256
 			if pt == 64 {

@@ -44,9 +44,10 @@ func newModel(g *globals) *cobra.Command {
 	f.IntVar(&l.HeadDim, "head-dim", 0, "head dimension")
 	f.StringVar(&l.DType, "dtype", "bf16", "element type: fp32, fp16, bf16, fp8, int8")
 	f.IntVar(&l.PageTokens, "page-tokens", 16, "tokens per page (the engine's block size)")
-	f.StringVar(&l.Order, "layout", "layer_first", "byte layout: layer_first, page_first or kv_first (what vLLM's connector writes)")
+	f.StringVar(&l.Order, "layout", "layer_first", "byte layout: layer_first, page_first, kv_first (vLLM's explicit-offloading connector; SGLang's session cache with --page-tokens 1) or kv_inner (the newest vLLM branch)")
 	f.IntVar(&l.TPSize, "tp-size", 1, "tensor-parallel ranks the engine shards KV heads over (a range holds one region per rank)")
 	f.BoolVar(&l.Replicated, "replicated", false, "every rank holds the same KV (MLA): store it once")
+	f.IntVar(&l.KVLayers, "kv-layers", 0, "layers that hold KV (hybrid models: the full-attention layers); default all")
 	get := &cobra.Command{
 		Use:     "get MODEL",
 		Short:   "Show a model's KV layout",

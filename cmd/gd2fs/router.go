@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -19,6 +20,8 @@ import (
 func newRouter(g *globals) *cobra.Command {
 	var listen, upstream, model, header string
 	var decode int64
+	var engineFlags []string
+	var engineName string
 	var timeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "router --upstream URL --model MODEL",
@@ -39,6 +42,20 @@ Prometheus metrics at /metrics (gd2fs_router_*).`,
 			if model == "" {
 				return errors.New("router needs --model: the model whose KV layout is registered (gd2fs model layout set ...)")
 			}
+			var flags map[string]any
+			for _, f := range engineFlags {
+				if flags == nil {
+					flags = map[string]any{}
+				}
+				if name, value, ok := strings.Cut(f, "="); ok {
+					flags[name] = value
+				} else {
+					flags[name] = true
+				}
+			}
+			if engineName != "vllm" && engineName != "sglang" {
+				return fmt.Errorf("--engine %q: vllm or sglang", engineName)
+			}
 			up, err := url.Parse(upstream)
 			if err != nil || up.Scheme == "" || up.Host == "" {
 				return fmt.Errorf("--upstream %q: give the engine's base URL, e.g. http://127.0.0.1:8000", upstream)
@@ -55,7 +72,7 @@ Prometheus metrics at /metrics (gd2fs_router_*).`,
 				return fmt.Errorf("router: listen on %s: %w", listen, err)
 			}
 			r := router.New(router.Config{Upstream: up, Model: model, Planner: c.Sessions(), SessionHeader: header,
-				DecodeTokens: decode, Timeout: timeout, Log: g.logger()})
+				DecodeTokens: decode, Timeout: timeout, Flags: flags, Format: engineName, Log: g.logger()})
 			srv := &http.Server{Handler: r, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 			fmt.Fprintf(os.Stderr, "gd2fs router on http://%s -> %s (model %s, store %s)\n", ln.Addr(), up, model, g.master)
 			go func() {
@@ -74,6 +91,8 @@ Prometheus metrics at /metrics (gd2fs_router_*).`,
 	f.StringVar(&listen, "listen", ":8080", "address to serve the OpenAI API on")
 	f.StringVar(&upstream, "upstream", "http://127.0.0.1:8000", "the engine's base URL")
 	f.StringVar(&model, "model", "", "model whose KV layout gd2fs has (gd2fs model layout set)")
+	f.StringVar(&engineName, "engine", "vllm", "the engine behind: vllm or sglang (the plan format it gets)")
+	f.StringArrayVar(&engineFlags, "engine-flag", nil, "NAME (true) or NAME=VALUE put in every plan's kvcache_params.flags, e.g. prefill-only (repeatable)")
 	f.StringVar(&header, "session-header", "X-Session-ID", "header naming the session (else the request's \"user\" field)")
 	f.Int64Var(&decode, "decode-tokens", 256, "generation room to plan when a request sets no max_tokens")
 	f.DurationVar(&timeout, "store-timeout", 2*time.Second, "longest wait for the store per request before forwarding without cache")

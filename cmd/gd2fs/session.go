@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/gd2fs/gd2fs/client"
@@ -33,14 +34,28 @@ func newSession(g *globals) *cobra.Command {
 		}
 	}
 	var req client.PlanRequest
+	var engineFlags []string
 	plan := &cobra.Command{
 		Use:   "plan SESSION",
 		Short: "Ask which tokens are stored and where new KV goes (prints the plan as JSON)",
 		Example: `  gd2fs session plan chat-42 --model llama-3-8b --prompt-tokens 8192
-  gd2fs session plan chat-42 --model llama-3-8b --prompt-tokens 8192 --decode-tokens 512 --format vllm   # kvcache_params for vLLM`,
+  gd2fs session plan chat-42 --model llama-3-8b --prompt-tokens 8192 --decode-tokens 512 --format vllm   # kvcache_params for vLLM
+  gd2fs session plan chat-42 --model llama-3-8b --prompt-tokens 8192 --format vllm --engine-flag prefill-only
+  gd2fs session plan chat-42 --model qwen --prompt-tokens 29 --format sglang   # SGLang's kvcache_params (register page_tokens 1)`,
 		Args: cobra.ExactArgs(1),
 		RunE: with(func(s *client.Sessions, cmd *cobra.Command, args []string) error {
-			if req.Format == "vllm" {
+			for _, f := range engineFlags {
+				if req.Flags == nil {
+					req.Flags = map[string]any{}
+				}
+				name, value, ok := strings.Cut(f, "=")
+				if !ok {
+					req.Flags[name] = true
+				} else {
+					req.Flags[name] = value
+				}
+			}
+			if req.Format == "vllm" || req.Format == "sglang" {
 				p, err := s.PlanEngine(cmd.Context(), args[0], req)
 				if err != nil {
 					return err
@@ -60,8 +75,9 @@ func newSession(g *globals) *cobra.Command {
 	pf.Int64Var(&req.DecodeTokens, "decode-tokens", 0, "room for generated tokens in the fresh range")
 	pf.StringSliceVar(&req.Prefixes, "prefix", nil, "shared prefix file(s), applied when the session is created")
 	pf.BoolVar(&req.NewFile, "new-file", false, "put this turn's KV in a new file")
-	pf.StringVar(&req.Format, "format", "", "gd2fs (default) or vllm: whole blocks and kv_transfer_params's kvcache_params")
+	pf.StringVar(&req.Format, "format", "", "gd2fs (default), vllm or sglang: whole blocks and kv_transfer_params's kvcache_params, kv_uris an engine can dial")
 	pf.Int64Var(&req.LoadThreshold, "load-threshold", 0, "vllm format: load_threshold passed to the engine")
+	pf.StringArrayVar(&engineFlags, "engine-flag", nil, "vllm format: NAME (true) or NAME=VALUE put in kvcache_params.flags, e.g. prefill-only (repeatable)")
 	var planID int64
 	var saved string
 	commit := &cobra.Command{

@@ -515,16 +515,67 @@ type PlanRequest struct {
 	// vLLM's explicit-offloading connector takes it (docs/kv-cache.md).
 	Format        string `json:"format,omitempty"`
 	LoadThreshold int64  `json:"load_threshold,omitempty"` // passed through in kvcache_params
+	// Flags are passed through in kvcache_params.flags (vllm format), e.g.
+	// {"prefill-only": true}: the engine then saves only the prompt's range.
+	// gd2fs does not interpret them; at most MaxEngineFlags, keys of at most
+	// 64 bytes, values JSON scalars.
+	Flags map[string]any `json:"flags,omitempty"`
+}
+
+// MaxEngineFlags bounds PlanRequest.Flags.
+const MaxEngineFlags = 16
+
+// CheckEngineFlags says what is wrong with plan flags, nil when nothing:
+// they are copied into every plan answer, so they are kept small.
+func CheckEngineFlags(f map[string]any) error {
+	if len(f) > MaxEngineFlags {
+		return fmt.Errorf("%d flags: at most %d", len(f), MaxEngineFlags)
+	}
+	for k, v := range f {
+		if k == "" || len(k) > 64 {
+			return fmt.Errorf("flag name %q: want 1 to 64 bytes", k)
+		}
+		switch x := v.(type) {
+		case bool, float64, nil:
+		case string:
+			if len(x) > 256 {
+				return fmt.Errorf("flag %q: value over 256 bytes", k)
+			}
+		default:
+			return fmt.Errorf("flag %q: value must be a boolean, number, string or null, not %T", k, v)
+		}
+	}
+	return nil
 }
 
 // KVCacheParams is vLLM's kv_transfer_params["kvcache_params"]: what to load
 // before prefill (stored_kvcache) and where to save new KV (fresh_kvcache);
 // in the engine's answer, fresh_kvcache is what it actually saved.
+//
+// It is the one place where gd2fs decodes JSON leniently: an engine answers
+// with its own kvcache_params (vLLM's newest connector adds "flags", and may
+// add more), and those answers are not ours to be strict about. Unknown
+// fields here, and in its segments, are ignored; everywhere else in the API
+// an unknown field is still a 400.
 type KVCacheParams struct {
-	ID            string    `json:"id"`
-	Stored        []KVRange `json:"stored_kvcache"`
-	Fresh         []KVRange `json:"fresh_kvcache"`
-	LoadThreshold int64     `json:"load_threshold"`
+	ID            string         `json:"id"`
+	Stored        []KVRange      `json:"stored_kvcache"`
+	Fresh         []KVRange      `json:"fresh_kvcache"`
+	LoadThreshold int64          `json:"load_threshold"`
+	Flags         map[string]any `json:"flags,omitempty"` // the plan request's flags, passed through
+}
+
+// UnmarshalJSON decodes kvcache_params ignoring unknown fields (see
+// KVCacheParams): a strict decoder of an enclosing request calls it, and
+// the plain decoder used here is not strict.
+func (k *KVCacheParams) UnmarshalJSON(b []byte) error {
+	type plain KVCacheParams // no methods: no recursion
+	var p plain
+	if err := json.Unmarshal(b, &p); err != nil {
+		return err
+	}
+	*k = KVCacheParams(p)
+	return nil
 }
 
 // EnginePlan is a plan in the vllm format: pass it (or just its

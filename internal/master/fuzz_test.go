@@ -68,6 +68,8 @@ func FuzzHandlers(f *testing.F) {
 	seed(13, "s", `{"plan_id":-1}`)
 	seed(13, "s", `{"plan_id":1,"written":true}`)
 	seed(13, "s", `{"written":true,"fresh_kvcache":[{"token_start":0,"token_length":16,"kv_uri":"gd2fs://local/kv-sessions/s/kv-1","kv_start":9223372036854775807,"kv_length":1}]}`)
+	seed(12, "s", `{"model":"m","prompt_tokens":40,"format":"vllm","flags":{"prefill-only":true,"x":[1]}}`)
+	seed(13, "s", `{"kvcache_params":{"id":"s","flags":{"prefill-only":true},"zz":{},"fresh_kvcache":[{"token_start":0,"token_length":16,"kv_uri":"gd2fs://local/kv-sessions/s/kv-1","kv_start":0,"kv_length":1,"y":2}]}}`)
 	seed(14, "s", `{"new_id":"s/2"}`)
 	seed(17, "abc", ``)
 	seed(17, "-1", ``)

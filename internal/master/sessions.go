@@ -118,16 +118,28 @@ func (m *Master) plan(r *http.Request) (any, error) {
 	engine := false
 	switch req.Format {
 	case "", "gd2fs":
-	case "vllm":
+	case "vllm", "sglang":
+		// The engines' explicit-KV connectors take the same kvcache_params
+		// (id, stored_kvcache, fresh_kvcache, load_threshold) with kv_uris
+		// they can dial; SGLang's have no flags and fail on unknown fields.
 		engine = true
 		if err := checkURISafe(r.PathValue("id")); err != nil {
 			return nil, err
 		}
+		if req.Format == "sglang" && len(req.Flags) > 0 {
+			return nil, errs.New(errs.ErrBadRequest, "plan flags: SGLang's kvcache_params have no flags (it would refuse the request); drop them or use format vllm")
+		}
 	default:
-		return nil, errs.New(errs.ErrBadRequest, "unknown plan format %q: gd2fs (the default) or vllm", req.Format)
+		return nil, errs.New(errs.ErrBadRequest, "unknown plan format %q: gd2fs (the default), vllm or sglang", req.Format)
 	}
 	if req.LoadThreshold < 0 {
 		return nil, errs.New(errs.ErrBadRequest, "load_threshold must not be negative")
+	}
+	if err := api.CheckEngineFlags(req.Flags); err != nil {
+		return nil, errs.New(errs.ErrBadRequest, "plan flags: %w", err)
+	}
+	if len(req.Flags) > 0 && !engine {
+		return nil, errs.New(errs.ErrBadRequest, "plan flags are passed to an engine in kvcache_params: give them with format vllm")
 	}
 	prefixes := make([]string, len(req.Prefixes))
 	for i, p := range req.Prefixes {
@@ -154,7 +166,8 @@ func (m *Master) plan(r *http.Request) (any, error) {
 	if engine {
 		out := api.EnginePlan{PlanID: p.ID, CachedTokens: p.Cached, PrefillTokens: p.Prefill, DecodeTokens: p.Decode,
 			LoadBytes: p.Load, Evicted: p.Evicted, KVCacheParams: api.KVCacheParams{ID: r.PathValue("id"),
-				Stored: m.rangesAs(p.Stored, m.engineURI), Fresh: m.rangesAs(p.Fresh, m.engineURI), LoadThreshold: req.LoadThreshold}}
+				Stored: m.rangesAs(p.Stored, m.engineURI), Fresh: m.rangesAs(p.Fresh, m.engineURI), LoadThreshold: req.LoadThreshold,
+				Flags: req.Flags}}
 		if req.PromptTokens > 0 {
 			out.HitRate = float64(p.Cached) / float64(req.PromptTokens)
 		}

@@ -124,6 +124,7 @@ var sessionColumns = []struct{ table, column, ddl string }{
 	{"kv_plans", "base_version", "BIGINT NOT NULL DEFAULT -1"},
 	{"kv_layouts", "tp_size", "INTEGER NOT NULL DEFAULT 1"},
 	{"kv_layouts", "replicated", "INTEGER NOT NULL DEFAULT 0"},
+	{"kv_layouts", "kv_layers", "INTEGER NOT NULL DEFAULT 0"}, // 0: every layer holds KV
 	// last_plan is the plan a session's last commit recorded, so a commit
 	// repeated after a connection cut (the first one applied, its answer
 	// lost) is recognised and answered as done.
@@ -174,11 +175,11 @@ func (s *sqlStore) PutLayout(ctx context.Context, l Layout) error {
 		} else if err != nil && !errors.Is(err, errs.ErrNotFound) {
 			return err
 		}
-		_, err = tx.ExecContext(ctx, s.q(`INSERT INTO kv_layouts (model, layers, kv_heads, head_dim, dtype, page_tokens, layout, tp_size, replicated)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (model) DO UPDATE SET layers = excluded.layers, kv_heads = excluded.kv_heads,
+		_, err = tx.ExecContext(ctx, s.q(`INSERT INTO kv_layouts (model, layers, kv_heads, head_dim, dtype, page_tokens, layout, tp_size, replicated, kv_layers)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (model) DO UPDATE SET layers = excluded.layers, kv_heads = excluded.kv_heads,
 		head_dim = excluded.head_dim, dtype = excluded.dtype, page_tokens = excluded.page_tokens, layout = excluded.layout,
-		tp_size = excluded.tp_size, replicated = excluded.replicated`),
-			l.Model, l.Layers, l.KVHeads, l.HeadDim, l.DType, l.PageTokens, l.Order, l.TPSize, boolInt(l.Replicated))
+		tp_size = excluded.tp_size, replicated = excluded.replicated, kv_layers = excluded.kv_layers`),
+			l.Model, l.Layers, l.KVHeads, l.HeadDim, l.DType, l.PageTokens, l.Order, l.TPSize, boolInt(l.Replicated), l.KVLayers)
 		return wrapDB(err)
 	})
 }
@@ -186,8 +187,8 @@ func (s *sqlStore) PutLayout(ctx context.Context, l Layout) error {
 func (s *sqlStore) layoutTx(ctx context.Context, x execer, model string) (Layout, error) {
 	l := Layout{Model: model}
 	var replicated int
-	err := x.QueryRowContext(ctx, s.q(`SELECT layers, kv_heads, head_dim, dtype, page_tokens, layout, tp_size, replicated FROM kv_layouts WHERE model = ?`), model).
-		Scan(&l.Layers, &l.KVHeads, &l.HeadDim, &l.DType, &l.PageTokens, &l.Order, &l.TPSize, &replicated)
+	err := x.QueryRowContext(ctx, s.q(`SELECT layers, kv_heads, head_dim, dtype, page_tokens, layout, tp_size, replicated, kv_layers FROM kv_layouts WHERE model = ?`), model).
+		Scan(&l.Layers, &l.KVHeads, &l.HeadDim, &l.DType, &l.PageTokens, &l.Order, &l.TPSize, &replicated, &l.KVLayers)
 	l.Replicated = replicated != 0
 	if errors.Is(err, sql.ErrNoRows) {
 		return l, errs.New(errs.ErrNotFound, "no KV layout for model %q: register one with 'gd2fs model layout set %s ...'", model, model)

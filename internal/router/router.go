@@ -52,7 +52,14 @@ type Config struct {
 	Timeout time.Duration
 	// MaxBody bounds a request body the router reads (default 16 MiB).
 	MaxBody int64
-	Log     *slog.Logger
+	// Flags go into every plan's kvcache_params.flags, e.g.
+	// {"prefill-only": true} for an engine that serves prefill only and
+	// saves the prompt's range (a commit shorter than the plan is fine).
+	Flags map[string]any
+	// Format is the engine's plan format: "vllm" (the default) or
+	// "sglang" (the same kvcache_params, never with flags).
+	Format string
+	Log    *slog.Logger
 }
 
 // Router is the proxy. It is an http.Handler.
@@ -178,7 +185,8 @@ func (r *Router) plan(ctx context.Context, path, session string, doc map[string]
 				break
 			}
 		}
-		p, err = r.cfg.Planner.PlanEngine(ctx, session, client.PlanRequest{Model: r.cfg.Model, PromptTokens: n, DecodeTokens: decode})
+		p, err = r.cfg.Planner.PlanEngine(ctx, session, client.PlanRequest{Model: r.cfg.Model, PromptTokens: n, DecodeTokens: decode, Flags: r.cfg.Flags,
+			Format: r.cfg.Format})
 	}
 	r.m.planSeconds.Observe(time.Since(start).Seconds())
 	if err != nil {

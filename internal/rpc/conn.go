@@ -28,7 +28,7 @@ type Options struct {
 	Name        string        // client name, for the server's logs
 	Streams     int           // connections per server (default 4)
 	DialTimeout time.Duration // default 5s
-	LocalAddrs  []string      // local IPs to bind, round-robin (several NICs)
+	LocalAddrs  []string      // local IPs to bind, one per NIC: streams spread over them (Pool.localFor)
 	Limits      wire.Limits   // default wire.DefaultLimits
 	// TLS, when set, runs every connection over TLS with this client
 	// configuration (ServerName defaults to the host of the address).

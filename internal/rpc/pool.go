@@ -3,6 +3,8 @@ package rpc
 import (
 	"context"
 	"encoding/binary"
+	"hash/fnv"
+	"net"
 	"sync"
 	"sync/atomic"
 
@@ -21,7 +23,6 @@ type Pool struct {
 	dialMu map[string]*sync.Mutex
 	closed bool
 	rr     atomic.Uint64
-	local  atomic.Uint64
 }
 
 // NewPool returns an empty pool; connections are dialled on first use.
@@ -79,11 +80,7 @@ func (p *Pool) Get(ctx context.Context, addr string) (*Conn, error) {
 		return c, nil
 	}
 	p.mu.Unlock()
-	local := ""
-	if n := len(p.opts.LocalAddrs); n > 0 {
-		local = p.opts.LocalAddrs[p.local.Add(1)%uint64(n)]
-	}
-	c, err := Dial(ctx, addr, p.opts, local)
+	c, err := Dial(ctx, addr, p.opts, p.localFor(addr, i))
 	if err != nil {
 		return nil, err
 	}
@@ -217,4 +214,35 @@ func (p *Pool) ReadChunkCold(ctx context.Context, addr string, ref wire.ColdRef,
 		err = errs.New(errs.ErrOutOfRange, "server %s returned %d of %d bytes of chunk %d", addr, r.N, len(dst), ref.ID)
 	}
 	return r.Header.Flags&wire.FlagColdFilled != 0, err
+}
+
+// localFor is the local address stream i to addr binds (Options.LocalAddrs,
+// one per NIC): streams to one server go out through every NIC in turn,
+// starting at a NIC picked by the server's address so that with one stream
+// per server the servers still spread over the NICs. A loopback local
+// address only serves loopback servers and another only other servers (an
+// engine's default data-plane address is tcp://127.0.0.1 whatever the
+// cluster); "" when none fits: the kernel picks.
+func (p *Pool) localFor(addr string, i int) string {
+	if len(p.opts.LocalAddrs) == 0 {
+		return ""
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = addr
+	}
+	dst := net.ParseIP(host)
+	loop := dst != nil && dst.IsLoopback() || host == "localhost"
+	var fit []string
+	for _, l := range p.opts.LocalAddrs {
+		if ip := net.ParseIP(l); ip != nil && ip.IsLoopback() == loop {
+			fit = append(fit, l)
+		}
+	}
+	if len(fit) == 0 {
+		return ""
+	}
+	h := fnv.New32a()
+	h.Write([]byte(addr))
+	return fit[(int(h.Sum32()%uint32(len(fit)))+i)%len(fit)]
 }

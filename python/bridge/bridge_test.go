@@ -50,7 +50,9 @@ func TestParseAddresses(t *testing.T) {
 			t.Errorf("ParseMasters(%q) = %v", bad, err)
 		}
 	}
-	if l, err := ParseDataPlane("tcp://127.0.0.1, tcp://0.0.0.0:0"); err != nil || len(l) != 0 {
+	// Loopback addresses are kept (bound for loopback servers only), the
+	// unspecified one leaves the choice to the kernel.
+	if l, err := ParseDataPlane("tcp://127.0.0.1, tcp://0.0.0.0:0,tcp://127.0.0.2"); err != nil || strings.Join(l, " ") != "127.0.0.1 127.0.0.2" {
 		t.Fatalf("%v %v", l, err)
 	}
 	_, err = ParseDataPlane("rdma://10.0.0.1")

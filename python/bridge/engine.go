@@ -117,10 +117,13 @@ func ParseDataPlane(s string) ([]string, error) {
 		if ip == nil {
 			return nil, errs.New(errs.ErrBadRequest, "data-plane address %q: %q is not an IP address", a, host)
 		}
-		if ip.IsLoopback() || ip.IsUnspecified() {
+		if ip.IsUnspecified() {
 			continue // the kernel picks the source address
 		}
-		if !isLocal(ip) {
+		// A loopback address is bound for loopback servers only (rpc's
+		// Pool.localFor), so the default tcp://127.0.0.1 works whatever the
+		// cluster; any other must be this machine's.
+		if !ip.IsLoopback() && !isLocal(ip) {
 			return nil, errs.New(errs.ErrBadRequest, "data-plane address %q: %s is not an address of this machine", a, ip)
 		}
 		local = append(local, ip.String())

@@ -267,6 +267,8 @@ func (e *Engine) Call(method string, params []byte) ([]byte, error) {
 		Saved                                        *[]client.KVRange
 		After                                        string
 		Limit                                        int
+		Opts                                         string
+		Size                                         int64
 	}
 	if len(params) > 0 {
 		if err := json.Unmarshal(params, &p); err != nil {
@@ -284,6 +286,8 @@ func (e *Engine) Call(method string, params []byte) ([]byte, error) {
 		if u, err = client.ParseURI(p.Path); err == nil {
 			out = map[string]any{"masters": u.Masters, "cluster": u.Cluster, "path": u.Path}
 		}
+	case "create": // Client.Create: a file the engine writes into next
+		err = e.create(ctx, p.Path, p.Size, p.Opts)
 	case "status":
 		out, err = e.c.Status(ctx)
 	case "stat":
@@ -312,7 +316,7 @@ func (e *Engine) Call(method string, params []byte) ([]byte, error) {
 		if p.Plan == nil {
 			return nil, errs.New(errs.ErrBadRequest, "plan: no request")
 		}
-		if p.Plan.Format == "vllm" {
+		if p.Plan.Format == "vllm" || p.Plan.Format == "sglang" {
 			out, err = s.PlanEngine(ctx, p.Session, *p.Plan)
 		} else {
 			out, err = s.Plan(ctx, p.Session, *p.Plan)
@@ -338,4 +342,24 @@ func (e *Engine) Call(method string, params []byte) ([]byte, error) {
 		return nil, err
 	}
 	return json.Marshal(out)
+}
+
+// create makes path an empty file (with the pool and chunk size opts give,
+// as Write would) unless it exists already, which is no error: engines
+// create before they write, and two ranks may race to do it. size must be
+// 0 — a file grows as it is written, there is nothing to preallocate.
+func (e *Engine) create(ctx context.Context, path string, size int64, opts string) error {
+	p, err := CleanPath(path)
+	if err != nil {
+		return err
+	}
+	if size != 0 {
+		return errs.New(errs.ErrBadRequest, "create %s: size %d: give 0 (a gd2fs file grows as it is written; nothing is preallocated)", p, size)
+	}
+	o, err := ParseOptions(opts)
+	if err != nil {
+		return err
+	}
+	_, err = e.files.forWrite(ctx, p, o)
+	return err
 }

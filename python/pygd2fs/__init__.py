@@ -22,7 +22,7 @@ after the library was loaded raises ``ForkError``.
 """
 
 from ._conn import KV, Connection, File, connect
-from ._engine import IOMEM, PENDING, SGE, Client, Request
+from ._engine import IOMEM, PENDING, SGE, Client, InspectStatus, Request, Status
 from .errors import (
     STATUS_NAMES,
     BadRequest,
@@ -52,7 +52,7 @@ from .errors import (
 __version__ = "0.1.0"
 
 __all__ = [
-    "Client", "IOMEM", "SGE", "Request", "PENDING",
+    "Client", "IOMEM", "SGE", "Request", "Status", "InspectStatus", "PENDING",
     "connect", "Connection", "File", "KV",
     "Gd2fsError", "NotFound", "Exists", "NotEmpty", "IsDir", "NotDir", "Sealed", "NoSpace",
     "Unavailable", "ChecksumError", "OutOfRange", "BadRequest", "TooLarge", "Unauthorized",

@@ -419,15 +419,18 @@ class Connection:
     def set_layout(
         self, model: str, layers: int, kv_heads: int, head_dim: int, dtype: str = "bf16",
         page_tokens: int = 16, layout: str = "layer_first", tp_size: int = 1, replicated: bool = False,
+        kv_layers: int = 0,
     ) -> None:
         """Register (or replace) the KV layout of ``model``: ``layout`` is
-        ``layer_first``, ``page_first`` or ``kv_first``; ``tp_size`` the
-        tensor-parallel ranks the KV heads are sharded over; ``replicated``
-        when every rank holds the same KV (MLA)."""
+        ``layer_first``, ``page_first``, ``kv_first`` or ``kv_inner``;
+        ``tp_size`` the tensor-parallel ranks the KV heads are sharded over;
+        ``replicated`` when every rank holds the same KV (MLA); ``kv_layers``
+        how many layers hold KV (hybrid models; 0: all)."""
         self._json("set_layout", layout={
             "model": model, "layers": layers, "kv_heads": kv_heads, "head_dim": head_dim,
             "dtype": dtype, "page_tokens": page_tokens, "layout": layout,
             "tp_size": _int("tp_size", tp_size, 1), "replicated": bool(replicated),
+            "kv_layers": _int("kv_layers", kv_layers, 0),
         })
 
     def get_layout(self, model: str) -> Dict[str, Any]:
@@ -437,14 +440,16 @@ class Connection:
     def plan(
         self, session: str, prompt_tokens: int, model: str = "", decode_tokens: int = 0,
         prefixes: Optional[Sequence[str]] = None, new_file: bool = False,
-        format: str = "", load_threshold: int = 0,
+        format: str = "", load_threshold: int = 0, flags: Optional[Dict[str, Any]] = None,
     ) -> Dict[str, Any]:
         """Ask what ``session`` has stored for a prompt of ``prompt_tokens``
         and reserve where the new KV goes: a dict with ``plan_id``,
         ``stored_kv_cache``, ``fresh_kv_cache``, ``cached_tokens``, ... The
         session is created (for ``model``) on its first plan. With
         ``format="vllm"`` the answer holds ``kvcache_params`` as vLLM's
-        explicit-offloading connector takes them (docs/kv-cache.md)."""
+        explicit-offloading connector takes them (docs/kv-cache.md);
+        ``flags`` (vllm format only) go into ``kvcache_params.flags``, e.g.
+        ``{"prefill-only": True}``: the engine saves only the prompt."""
         req = {"model": model, "prompt_tokens": _int("prompt_tokens", prompt_tokens, 0),
                "decode_tokens": _int("decode_tokens", decode_tokens, 0), "new_file": bool(new_file)}
         if prefixes:
@@ -453,16 +458,30 @@ class Connection:
             req["format"] = format
         if load_threshold:
             req["load_threshold"] = _int("load_threshold", load_threshold, 0)
+        if flags:
+            if not isinstance(flags, dict):
+                raise TypeError(f"flags must be a dict such as {{'prefill-only': True}}, not {type(flags).__name__}")
+            req["flags"] = dict(flags)
         return self._json("plan", session=session, plan=req)
 
     def commit(
-        self, session: str, plan: Union[int, Dict[str, Any]], saved: Optional[Sequence[Dict[str, Any]]] = None,
+        self, session: str, plan: Union[int, Dict[str, Any]], saved: Any = None,
     ) -> Dict[str, Any]:
         """Record a plan's fresh range as stored (write its bytes first). For
-        a ``format="vllm"`` plan, ``saved`` is what the engine saved (its
-        answer's ``fresh_kvcache``; ``[]`` when it saved nothing)."""
+        a ``format="vllm"`` plan, ``saved`` is what the engine saved: its
+        answer's ``kv_transfer_params``, their ``kvcache_params`` (taken as
+        the engine returns them: fields gd2fs does not know, such as
+        ``flags``, are ignored) or the ``fresh_kvcache`` list (``[]`` when it
+        saved nothing)."""
         plan_id = plan["plan_id"] if isinstance(plan, dict) else plan
         params: Dict[str, Any] = {"session": session, "plan_id": _int("plan_id", plan_id, 1)}
+        if isinstance(saved, dict):
+            kp = saved.get("kvcache_params", saved)
+            if not isinstance(kp, dict) or not isinstance(kp.get("fresh_kvcache", []), list):
+                raise ValueError("saved: want the engine's kv_transfer_params, kvcache_params or a fresh_kvcache list")
+            if kp.get("id") not in (None, "", session):
+                raise ValueError(f"saved: kvcache_params are of session {kp.get('id')!r}, not {session!r}")
+            saved = kp.get("fresh_kvcache", [])
         if saved is not None:
             params["saved"] = list(saved)
         return self._json("commit", **params)

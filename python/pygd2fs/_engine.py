@@ -185,6 +185,61 @@ class Request:
     __str__ = __repr__
 
 
+class Status(int):
+    """The answer of a blocking engine call (``Client.Create``): an int, the
+    status code (0 = success), with a Request's ``Status()``, ``Value()`` and
+    ``Error()`` so either way of checking it works."""
+
+    _error: str
+
+    def __new__(cls, code: int, error: str = ""):
+        self = super().__new__(cls, code)
+        self._error = error
+        return self
+
+    def Status(self) -> int:
+        return int(self)
+
+    def Value(self) -> int:
+        return 0
+
+    def Error(self) -> str:
+        return self._error
+
+    def Done(self) -> bool:
+        return True
+
+    def __repr__(self) -> str:
+        if int(self) == 0:
+            return "<pygd2fs.Status 0 (OK)>"
+        return f"<pygd2fs.Status {int(self)} ({status_name(int(self))}) error={self._error!r}>"
+
+    __str__ = __repr__
+
+
+def InspectStatus(status) -> str:
+    """Say what a status means, for a log line: ``InspectStatus(1)`` is
+    ``"NOT_FOUND (1)"``; given a ``Request`` (or a ``Status``) it adds what
+    went wrong and, for a Request, the op, path and range. The newest engine
+    branches call ``pygd2fs.InspectStatus(...)`` on every failed transfer."""
+    if isinstance(status, Request):
+        code = status.Status()
+        rng = f"[{status.offset}, {status.offset + status.length})"
+        s = f"{status.op} {status.path} {rng}: "
+        s += "pending" if code == PENDING else f"{status_name(code)} ({code})"
+        if status.Error():
+            s += f": {status.Error()}"
+        return s
+    if isinstance(status, bool) or not hasattr(status, "__index__"):
+        raise TypeError(f"InspectStatus takes a status code or a pygd2fs.Request, not {type(status).__name__}")
+    code = status.__index__()
+    if code == PENDING:
+        return "PENDING (-1): the request is still in flight"
+    s = f"{status_name(code)} ({code})"
+    err = status.Error() if isinstance(status, Status) else ""
+    return f"{s}: {err}" if err else s
+
+
 class _Results(threading.local):
     """Per-thread arrays the library fills with completions."""
 
@@ -404,6 +459,42 @@ class Client:
         sealed file completes it with status SEALED."""
         return self._submit(_OP_WRITE, path, offset, sges, flags, opts, _QUEUE_WAIT)
 
+    def Create(self, path, size: int = 0, flags: int = 0, opts: str = "") -> "Status":
+        """Create ``path`` as an empty file (pool ``perf`` unless ``opts``
+        says, e.g. ``"pool=ha"``), as the first ``Write`` would; a file that
+        exists already is left as it is (status 0: ranks may race to create
+        it). The newest engine branches call ``Create(path, 0, 0, "")``
+        before they write. ``size`` must be 0 (a file grows as it is
+        written) and ``flags`` 0: bad arguments raise at once. Blocking; the
+        answer is a ``Status``: 0 on success, else the code, which is also an
+        int (``if client.Create(...) != 0``), with ``Status()`` and
+        ``Error()`` as a Request has."""
+        self._check()
+        path = resolve_path(path, self)
+        size = _int("size", size, 0)
+        flags = _int("flags", flags, 0)
+        if flags != 0:
+            raise ValueError(f"flags = {flags:#x}: unknown flags (none is defined; pass 0)")
+        if opts is None:
+            opts = ""
+        if not isinstance(opts, str):
+            raise TypeError(f"opts must be a str such as '' or 'pool=ha', not {type(opts).__name__}")
+        import json
+
+        from .errors import BadRequest, Gd2fsError
+
+        out = ctypes.c_void_p()
+        try:
+            _lib.call("gd2fs_call", self._h, b"create",
+                      json.dumps({"path": path, "size": size, "opts": opts}).encode(), ctypes.byref(out))
+        except BadRequest:
+            raise
+        except Gd2fsError as e:
+            return Status(e.code, f"create {path}: {e}")
+        if out.value:
+            _lib.take_string(_lib.lib(), out)
+        return Status(0, "")
+
     def Wait(self, timeout: float = -1) -> List[Request]:
         """Return the requests (of ``Read``/``Write``) that completed since
         the last call. ``timeout`` is in milliseconds: -1 (or any negative)
@@ -551,4 +642,4 @@ def _resolve_threadsafe(fut: "asyncio.Future[Request]", req: Request) -> None:
         loop.call_soon_threadsafe(_resolve, fut, req)
 
 
-__all__ = ["Client", "IOMEM", "SGE", "Request", "PENDING", "ForkError", "BAD_REQUEST", "resolve_path"]
+__all__ = ["Client", "IOMEM", "SGE", "Request", "Status", "InspectStatus", "PENDING", "ForkError", "BAD_REQUEST", "resolve_path"]
