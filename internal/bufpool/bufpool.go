@@ -6,7 +6,10 @@
 // frequent, so the pool would keep allocating (and zeroing) fresh buffers.
 package bufpool
 
-import "math/bits"
+import (
+	"math/bits"
+	"sync/atomic"
+)
 
 const (
 	minShift  = 12 // 4 KiB
@@ -15,6 +18,15 @@ const (
 )
 
 var free [maxShift + 1]chan *[]byte
+
+// held is the bytes of the buffers kept in the free lists: up to about
+// keepBytes per size class (about 3.2 GiB in all), memory no other figure
+// counts.
+var held atomic.Int64
+
+// Held is the bytes of free buffers the pool keeps (the process's
+// gd2fs_bufpool_held_bytes).
+func Held() int64 { return held.Load() }
 
 func init() {
 	for s := minShift; s <= maxShift; s++ {
@@ -32,6 +44,7 @@ func Get(n int) *[]byte {
 	}
 	select {
 	case b := <-free[s]:
+		held.Add(-int64(cap(*b)))
 		*b = (*b)[:n]
 		return b
 	default:
@@ -47,9 +60,11 @@ func Put(b *[]byte) {
 	if s > maxShift || 1<<s != c {
 		return
 	}
+	held.Add(int64(c)) // before the send: a Get may take it at once
 	select {
 	case free[s] <- b:
 	default: // enough kept; let the GC have it
+		held.Add(-int64(c))
 	}
 }
 

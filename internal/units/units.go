@@ -3,6 +3,7 @@ package units
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 )
@@ -23,7 +24,9 @@ func ParseSize(s string) (int64, error) {
 		}
 	}
 	f, err := strconv.ParseFloat(t, 64)
-	if err != nil || f < 0 {
+	// NaN, infinities and sizes past int64 are refused before converting:
+	// int64 of them is not a size (it came out negative).
+	if err != nil || !(f >= 0) || f*float64(mult) >= math.MaxInt64 {
 		return 0, fmt.Errorf("size %q: write a number with an optional unit, e.g. 512MiB or 2TiB", s)
 	}
 	return int64(f * float64(mult)), nil
