@@ -15,6 +15,7 @@ import (
 	"github.com/gd2fs/gd2fs/client"
 	"github.com/gd2fs/gd2fs/errs"
 	"github.com/gd2fs/gd2fs/internal/cluster"
+	"github.com/gd2fs/gd2fs/internal/crc32c"
 	"github.com/gd2fs/gd2fs/internal/store"
 	"github.com/gd2fs/gd2fs/internal/testutil"
 	"github.com/gd2fs/gd2fs/internal/wire"
@@ -239,10 +240,10 @@ func TestTokenAndHandshake(t *testing.T) {
 	defer nc.Close()
 	var hb [wire.HeaderSize]byte
 	tok := []byte("wrong")
-	h := wire.Header{Op: wire.OpHello, PayloadLen: uint32(len(tok)), PayloadCRC: wire.Checksum(tok)}
+	h := wire.Header{Op: wire.OpHello, PayloadLen: uint32(len(tok)), PayloadCRC: crc32c.Checksum(tok)}
 	nc.Write(wire.Encode(hb[:], &h, nil))
 	nc.Write(tok)
-	r := wire.NewReader(nc, wire.DefaultLimits)
+	r := wire.NewReader(nc, wire.DefaultLimits())
 	resp, _, err := r.Next()
 	if err != nil || resp.Status != wire.StatusUnauthorized {
 		t.Fatalf("server answered %+v %v to a wrong token", resp, err)
@@ -252,7 +253,7 @@ func TestTokenAndHandshake(t *testing.T) {
 	defer nc2.Close()
 	h = wire.Header{Op: wire.OpHello, Version: 9}
 	nc2.Write(wire.Encode(hb[:], &h, nil))
-	resp, _, _ = wire.NewReader(nc2, wire.DefaultLimits).Next()
+	resp, _, _ = wire.NewReader(nc2, wire.DefaultLimits()).Next()
 	if resp.Status != wire.StatusVersion {
 		t.Fatalf("server answered %+v to version 9", resp)
 	}
@@ -289,7 +290,7 @@ func TestBadFramesDoNotHurtOthers(t *testing.T) {
 		nc.Write(key)
 		return h
 	}
-	r := wire.NewReader(nc, wire.DefaultLimits)
+	r := wire.NewReader(nc, wire.DefaultLimits())
 	send(wire.Header{Op: wire.OpHello, ReqID: 1}, nil)
 	if h, _, err := r.Next(); err != nil || h.Status != wire.StatusOK {
 		t.Fatalf("hello: %+v %v", h, err)
@@ -313,7 +314,7 @@ func TestBadFramesDoNotHurtOthers(t *testing.T) {
 	}
 	// A write whose payload does not match its CRC is refused and stores nothing.
 	payload := []byte("some bytes")
-	h := wire.Header{Op: wire.OpWrite, ReqID: 5, PayloadLen: uint32(len(payload)), PayloadCRC: wire.Checksum(payload) ^ 1}
+	h := wire.Header{Op: wire.OpWrite, ReqID: 5, PayloadLen: uint32(len(payload)), PayloadCRC: crc32c.Checksum(payload) ^ 1}
 	wkey := wire.AppendChunkRef(nil, wire.ChunkRef{ID: 777})
 	nc.Write(wire.Encode(hb[:], &h, wkey))
 	nc.Write(wkey)

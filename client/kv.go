@@ -146,8 +146,8 @@ func (kv *KV) PutWith(ctx context.Context, key string, value []byte, o PutOption
 	if err != nil {
 		return false, err
 	}
-	if len(value) > wire.DefaultLimits.MaxPayload {
-		return false, errs.New(errs.ErrTooLarge, "value of %d bytes: the protocol limit is %d", len(value), wire.DefaultLimits.MaxPayload)
+	if len(value) > limits.MaxPayload {
+		return false, errs.New(errs.ErrTooLarge, "value of %d bytes: the protocol limit is %d", len(value), limits.MaxPayload)
 	}
 	err = kv.withOwners(ctx, key, func(owners []placement.Member, epoch int64) error {
 		fwd := make([]string, 0, len(owners)-1)

@@ -8,7 +8,7 @@ import (
 	"sync"
 
 	"github.com/gd2fs/gd2fs/errs"
-	"github.com/gd2fs/gd2fs/internal/kvstore"
+	"github.com/gd2fs/gd2fs/internal/limits"
 	"github.com/gd2fs/gd2fs/internal/placement"
 	"github.com/gd2fs/gd2fs/internal/wire"
 )
@@ -22,7 +22,7 @@ import (
 //
 // The cursor's top 8 bits are the server's index in the membership map
 // sorted by id, the low 56 bits a position in that server's hash order
-// (kvstore.ScanHash).
+// (the server store's scan hash).
 func (kv *KV) Scan(ctx context.Context, cursor uint64, count int) (keys []string, next uint64, err error) {
 	tr, err := kv.c.kvTransport()
 	if err != nil {
@@ -35,7 +35,7 @@ func (kv *KV) Scan(ctx context.Context, cursor uint64, count int) (keys []string
 	if len(ms) > 255 {
 		return nil, 0, errs.New(errs.ErrBadRequest, "kv scan: %d servers; a scan cursor covers 255", len(ms))
 	}
-	i, pos := int(cursor>>kvstore.ScanBits), cursor&(1<<kvstore.ScanBits-1)
+	i, pos := int(cursor>>limits.ScanBits), cursor&(1<<limits.ScanBits-1)
 	count = max(count, 1)
 	for ; i < len(ms) && len(keys) < count; i, pos = i+1, 0 {
 		rctx, cancel := kv.ctx(ctx, 0)
@@ -46,13 +46,13 @@ func (kv *KV) Scan(ctx context.Context, cursor uint64, count int) (keys []string
 		}
 		keys = append(keys, got...)
 		if nx != 0 {
-			return keys, uint64(i)<<kvstore.ScanBits | nx, nil
+			return keys, uint64(i)<<limits.ScanBits | nx, nil
 		}
 	}
 	if i >= len(ms) {
 		return keys, 0, nil
 	}
-	return keys, uint64(i) << kvstore.ScanBits, nil
+	return keys, uint64(i) << limits.ScanBits, nil
 }
 
 // Count returns the number of keys of this pool over all servers (a key

@@ -127,3 +127,28 @@ func orNone(s []string) string {
 	}
 	return strings.Join(s, ", ")
 }
+
+// TestLayering: the facts every layer shares come from internal/limits and
+// internal/crc32c, so no layer imports another only for them (issue 21): the
+// tiers speak no wire protocol, the master links no tier, and the SDK links
+// no part of a server.
+func TestLayering(t *testing.T) {
+	never := map[string][]string{
+		"internal/store":   {"internal/wire", "internal/rpc", "internal/server"},
+		"internal/kvstore": {"internal/wire", "internal/rpc", "internal/server"},
+		"internal/master":  {"internal/store", "internal/kvstore", "internal/server"},
+		"client":           {"internal/store", "internal/kvstore", "internal/server"},
+	}
+	for pkg, bad := range never {
+		out, err := exec.Command("go", "list", "-deps", module+"/"+pkg).Output()
+		if err != nil {
+			t.Fatalf("go list -deps %s: %v", pkg, err)
+		}
+		deps := strings.Fields(string(out))
+		for _, b := range bad {
+			if slices.Contains(deps, module+"/"+b) {
+				t.Errorf("%s links %s", pkg, b)
+			}
+		}
+	}
+}

@@ -1,9 +1,27 @@
-package wire
+// Package crc32c is the CRC32C (Castagnoli) math of gd2fs, a leaf every
+// layer shares: checksums over several buffers, and combination: crc(A‖B)
+// from crc(A), crc(B) and len(B), without touching the bytes (the zlib
+// crc32_combine method over GF(2)). The data servers keep a CRC per 64 KiB
+// block and answer reads with the combination of the blocks' CRCs, so
+// sending bytes costs no pass over them.
+package crc32c
 
-// CRC32C combination: crc(A‖B) from crc(A), crc(B) and len(B), without
-// touching the bytes (the zlib crc32_combine method over GF(2)). The data
-// servers keep a CRC per 64 KiB block and answer reads with the combination
-// of the blocks' CRCs, so sending bytes costs no pass over them.
+import "hash/crc32"
+
+// Table is the CRC32C table (hardware accelerated on amd64 and arm64).
+var Table = crc32.MakeTable(crc32.Castagnoli)
+
+// Checksum is CRC32C over the concatenation of bufs.
+func Checksum(bufs ...[]byte) uint32 {
+	var c uint32
+	for _, b := range bufs {
+		c = crc32.Update(c, Table, b)
+	}
+	return c
+}
+
+// Update returns crc extended with the bytes of p.
+func Update(crc uint32, p []byte) uint32 { return crc32.Update(crc, Table, p) }
 
 type gf2 [32]uint32
 

@@ -1,4 +1,4 @@
-package wire
+package crc32c
 
 import (
 	"hash/crc32"
@@ -16,13 +16,13 @@ func TestCombine(t *testing.T) {
 	for i := 0; i < 200; i++ {
 		a := r.IntN(len(buf))
 		b := a + r.IntN(len(buf)-a+1)
-		whole := crc32.Checksum(buf[:b], Castagnoli)
-		if got := Combine(crc32.Checksum(buf[:a], Castagnoli), crc32.Checksum(buf[a:b], Castagnoli), int64(b-a)); got != whole {
+		whole := crc32.Checksum(buf[:b], Table)
+		if got := Combine(crc32.Checksum(buf[:a], Table), crc32.Checksum(buf[a:b], Table), int64(b-a)); got != whole {
 			t.Fatalf("combine at %d/%d: %08x, want %08x", a, b, got, whole)
 		}
 		if b-a == 64<<10 || a+64<<10 <= len(buf) {
 			b = a + 64<<10
-			if got := sh.Combine(crc32.Checksum(buf[:a], Castagnoli), crc32.Checksum(buf[a:b], Castagnoli)); got != crc32.Checksum(buf[:b], Castagnoli) {
+			if got := sh.Combine(crc32.Checksum(buf[:a], Table), crc32.Checksum(buf[a:b], Table)); got != crc32.Checksum(buf[:b], Table) {
 				t.Fatalf("shift combine at %d", a)
 			}
 		}

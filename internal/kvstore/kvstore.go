@@ -41,8 +41,8 @@ import (
 	"github.com/gd2fs/gd2fs/errs"
 	"github.com/gd2fs/gd2fs/internal/arena"
 	"github.com/gd2fs/gd2fs/internal/bufpool"
+	"github.com/gd2fs/gd2fs/internal/crc32c"
 	"github.com/gd2fs/gd2fs/internal/limits"
-	"github.com/gd2fs/gd2fs/internal/wire"
 )
 
 // PageSize is the DRAM tier's page: small enough that 64 KiB blocks waste
@@ -148,7 +148,7 @@ type Store struct {
 // record whose header checks out (values are checked when read).
 func Open(cfg Config) (*Store, error) {
 	if cfg.MaxValue <= 0 {
-		cfg.MaxValue = 64 << 20
+		cfg.MaxValue = limits.MaxKVValue
 	}
 	if cfg.SegmentSize <= 0 {
 		cfg.SegmentSize = max(64<<20, 2*cfg.MaxValue)
@@ -241,7 +241,7 @@ func pagesFor(n int64) int { return int((n + PageSize - 1) / PageSize) }
 // Put stores value under key. Without overwrite an existing key is left as
 // it is and Put reports existed=true.
 func (s *Store) Put(key []byte, value []byte, overwrite bool) (existed bool, err error) {
-	return s.PutChecked(key, value, crc32.Checksum(value, wire.Castagnoli), overwrite)
+	return s.PutChecked(key, value, crc32.Checksum(value, crc32c.Table), overwrite)
 }
 
 // PutChecked is Put for a value whose CRC32C the caller already verified
@@ -647,7 +647,7 @@ func encodeHeader(h []byte, key string, vlen int64, vcrc uint32, tomb bool) {
 	le.PutUint16(h[6:], uint16(len(key)))
 	le.PutUint32(h[8:], uint32(vlen))
 	le.PutUint32(h[12:], vcrc)
-	c := crc32.Update(crc32.Checksum(h[:16], wire.Castagnoli), wire.Castagnoli, []byte(key))
+	c := crc32.Update(crc32.Checksum(h[:16], crc32c.Table), crc32c.Table, []byte(key))
 	le.PutUint32(h[16:], c)
 	le.PutUint32(h[20:], 0)
 }
@@ -740,12 +740,12 @@ func (g *segment) readRecord(off int64, key []byte, size int64, want uint32) (bu
 	h, kb := b[:recHeader], b[recHeader:recHeader+kl]
 	val = b[recHeader+kl:]
 	le := binary.LittleEndian
-	if le.Uint32(h[0:]) != recMagic || le.Uint32(h[16:]) != crc32.Update(crc32.Checksum(h[:16], wire.Castagnoli), wire.Castagnoli, kb) ||
+	if le.Uint32(h[0:]) != recMagic || le.Uint32(h[16:]) != crc32.Update(crc32.Checksum(h[:16], crc32c.Table), crc32c.Table, kb) ||
 		string(kb) != string(key) || int64(le.Uint32(h[8:])) != size {
 		bufpool.Put(buf)
 		return nil, nil, fmt.Errorf("record header damaged")
 	}
-	if crc32.Checksum(val, wire.Castagnoli) != want || le.Uint32(h[12:]) != want {
+	if crc32.Checksum(val, crc32c.Table) != want || le.Uint32(h[12:]) != want {
 		bufpool.Put(buf)
 		return nil, nil, fmt.Errorf("value checksum mismatch")
 	}
@@ -803,7 +803,7 @@ func (s *Store) scan(g *segment, fileSize int64) {
 		if _, err := g.f.ReadAt(kb[:klen], off+recHeader); err != nil {
 			return 0, 0, false
 		}
-		if le.Uint32(h[16:]) != crc32.Update(crc32.Checksum(h[:16], wire.Castagnoli), wire.Castagnoli, kb[:klen]) {
+		if le.Uint32(h[16:]) != crc32.Update(crc32.Checksum(h[:16], crc32c.Table), crc32c.Table, kb[:klen]) {
 			return 0, 0, false
 		}
 		return klen, vlen, true

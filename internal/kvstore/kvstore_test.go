@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/gd2fs/gd2fs/errs"
-	"github.com/gd2fs/gd2fs/internal/wire"
+	"github.com/gd2fs/gd2fs/internal/crc32c"
 )
 
 func open(t *testing.T, cfg Config) *Store {
@@ -40,7 +40,7 @@ func get(s *Store, k string) ([]byte, Tier, error) {
 		for _, b := range bs {
 			out = append(out, b...)
 		}
-		if wire.Checksum(bs...) != crc {
+		if crc32c.Checksum(bs...) != crc {
 			return fmt.Errorf("CRC handed out with %s does not match its bytes", k)
 		}
 		return nil

@@ -3,17 +3,14 @@ package kvstore
 import (
 	"slices"
 	"strings"
+
+	"github.com/gd2fs/gd2fs/internal/limits"
 )
 
-// ScanBits is the width of a scan cursor: key hashes are cut to 56 bits so
-// that a caller combining several stores (the RESP front end, one store per
-// server) has the top 8 bits of a 64-bit cursor for the store's index.
-const ScanBits = 56
-
-const scanMask = 1<<ScanBits - 1
+const scanMask = 1<<limits.ScanBits - 1
 
 // ScanHash is the position of key in the scan order: FNV-1a, cut to
-// ScanBits. It is fixed (not seeded) so a cursor stays meaningful across
+// limits.ScanBits. It is fixed (not seeded) so a cursor stays meaningful across
 // calls, and across restarts of the server.
 func ScanHash(key string) uint64 {
 	h := uint64(14695981039346656037)

@@ -12,7 +12,6 @@ import (
 	"github.com/gd2fs/gd2fs/internal/api"
 	"github.com/gd2fs/gd2fs/internal/limits"
 	"github.com/gd2fs/gd2fs/internal/meta"
-	"github.com/gd2fs/gd2fs/internal/store"
 )
 
 func (m *Master) pool(ctx context.Context, name string) (meta.Pool, error) {
@@ -216,8 +215,8 @@ func (m *Master) createFile(ctx context.Context, p, pool string, chunkSize int64
 	if chunkSize == 0 {
 		chunkSize = DefaultChunkSize
 	}
-	if chunkSize < store.BlockSize || chunkSize > store.MaxChunk || chunkSize%store.BlockSize != 0 {
-		return meta.File{}, errs.New(errs.ErrBadRequest, "chunk size %d: must be a multiple of %d between %d and %d", chunkSize, store.BlockSize, store.BlockSize, store.MaxChunk)
+	if chunkSize < limits.BlockSize || chunkSize > limits.MaxChunk || chunkSize%limits.BlockSize != 0 {
+		return meta.File{}, errs.New(errs.ErrBadRequest, "chunk size %d: must be a multiple of %d between %d and %d", chunkSize, limits.BlockSize, limits.BlockSize, limits.MaxChunk)
 	}
 	return m.meta.CreateFile(ctx, meta.File{Path: p, Pool: pool, ChunkSize: chunkSize, Modified: time.Now().UTC(), CreateID: createID})
 }

@@ -16,7 +16,6 @@ import (
 	"github.com/gd2fs/gd2fs/internal/api"
 	"github.com/gd2fs/gd2fs/internal/limits"
 	"github.com/gd2fs/gd2fs/internal/nspath"
-	"github.com/gd2fs/gd2fs/internal/store"
 )
 
 // HTTP limits of the master (docs/security.md). A request must send its
@@ -108,12 +107,12 @@ func checkLinkChunks(size, chunkSize int64) error {
 	if chunkSize == 0 {
 		chunkSize = DefaultChunkSize
 	}
-	if chunkSize < store.BlockSize || chunkSize > store.MaxChunk {
+	if chunkSize < limits.BlockSize || chunkSize > limits.MaxChunk {
 		return nil // createFile refuses it with the full explanation
 	}
 	if n := limits.CeilDiv(size, chunkSize); n > limits.MaxChunksPerRequest {
 		return errs.New(errs.ErrTooLarge, "link of %d bytes in %d-byte chunks needs %d chunks; at most %d: pass a larger chunk_size (up to %d)",
-			size, chunkSize, n, limits.MaxChunksPerRequest, int64(store.MaxChunk))
+			size, chunkSize, n, limits.MaxChunksPerRequest, int64(limits.MaxChunk))
 	}
 	return nil
 }

@@ -10,7 +10,7 @@ import (
 
 	"github.com/gd2fs/gd2fs/client"
 	"github.com/gd2fs/gd2fs/errs"
-	"github.com/gd2fs/gd2fs/internal/wire"
+	"github.com/gd2fs/gd2fs/internal/crc32c"
 )
 
 // Backend is the key space the RESP server serves. Misses are
@@ -111,7 +111,7 @@ func (c *Cluster) Get(ctx context.Context, key []byte, fn func(bufs [][]byte, si
 func (c *Cluster) Put(ctx context.Context, key, value []byte, overwrite bool) (bool, error) {
 	c.init()
 	if c.local(ctx, key) {
-		return c.Local.KVPutLocal(c.Pool, key, value, crc32.Checksum(value, wire.Castagnoli), overwrite)
+		return c.Local.KVPutLocal(c.Pool, key, value, crc32.Checksum(value, crc32c.Table), overwrite)
 	}
 	existed, err := c.kv.PutWith(ctx, string(key), value, client.PutOptions{Overwrite: overwrite})
 	c.unreachable(err)

@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/gd2fs/gd2fs/internal/bufpool"
+	"github.com/gd2fs/gd2fs/internal/limits"
 )
 
 // Limits bound what one request may make the server hold. Every length is
@@ -27,7 +28,7 @@ type Limits struct {
 var DefaultLimits = Limits{
 	MaxArgs:        1024 * 1024,
 	MaxBulk:        512 << 20,
-	MaxValue:       64 << 20,
+	MaxValue:       limits.MaxKVValue,
 	MaxCommand:     1 << 30,
 	MaxInline:      64 << 10,
 	UnauthArgs:     10,

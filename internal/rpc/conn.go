@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/gd2fs/gd2fs/errs"
+	"github.com/gd2fs/gd2fs/internal/crc32c"
 	"github.com/gd2fs/gd2fs/internal/wire"
 )
 
@@ -29,7 +30,7 @@ type Options struct {
 	Streams     int           // connections per server (default 4)
 	DialTimeout time.Duration // default 5s
 	LocalAddrs  []string      // local IPs to bind, one per NIC: streams spread over them (Pool.localFor)
-	Limits      wire.Limits   // default wire.DefaultLimits
+	Limits      wire.Limits   // default wire.DefaultLimits()
 	// TLS, when set, runs every connection over TLS with this client
 	// configuration (ServerName defaults to the host of the address).
 	TLS *tls.Config
@@ -43,7 +44,7 @@ func (o *Options) fill() {
 		o.DialTimeout = 5 * time.Second
 	}
 	if o.Limits.MaxPayload == 0 {
-		o.Limits = wire.DefaultLimits
+		o.Limits = wire.DefaultLimits()
 	}
 }
 
@@ -180,7 +181,7 @@ func (c *Conn) Do(ctx context.Context, req *Request) (Response, error) {
 	if req.HaveCRC {
 		h.PayloadCRC = req.PayloadCRC
 	} else {
-		h.PayloadCRC = wire.Checksum(req.Payload...)
+		h.PayloadCRC = crc32c.Checksum(req.Payload...)
 	}
 	var hb [wire.HeaderSize]byte
 	bufs := make(net.Buffers, 0, 2+len(req.Payload))

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gd2fs/gd2fs/errs"
 	"github.com/gd2fs/gd2fs/internal/bufpool"
+	"github.com/gd2fs/gd2fs/internal/limits"
 	"github.com/gd2fs/gd2fs/internal/store"
 	"github.com/gd2fs/gd2fs/internal/wire"
 )
@@ -144,10 +145,10 @@ func (s *Server) read(dc *dataConn, h wire.Header, id uint64, start time.Time) e
 }
 
 func (s *Server) readWithFlags(dc *dataConn, h wire.Header, id uint64, start time.Time, flags uint16) error {
-	if h.Count > uint64(wire.DefaultLimits.MaxPayload) {
-		return errs.New(errs.ErrTooLarge, "read of %d bytes beyond the %d-byte frame limit: split it", h.Count, wire.DefaultLimits.MaxPayload)
+	if h.Count > uint64(limits.MaxPayload) {
+		return errs.New(errs.ErrTooLarge, "read of %d bytes beyond the %d-byte frame limit: split it", h.Count, limits.MaxPayload)
 	}
-	if h.Offset > store.MaxChunk {
+	if h.Offset > limits.MaxChunk {
 		return errs.New(errs.ErrOutOfRange, "read offset %d beyond any chunk", h.Offset)
 	}
 	sent := false

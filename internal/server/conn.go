@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gd2fs/gd2fs/internal/crc32c"
 	"github.com/gd2fs/gd2fs/internal/wire"
 )
 
@@ -95,7 +96,7 @@ func (dc *dataConn) reply(h wire.Header, err error) {
 
 // send writes one response frame, gathering bufs with writev.
 func (dc *dataConn) send(req wire.Header, st wire.Status, bufs [][]byte, flags uint16) error {
-	return dc.sendCRC(req, st, bufs, flags, wire.Checksum(bufs...))
+	return dc.sendCRC(req, st, bufs, flags, crc32c.Checksum(bufs...))
 }
 
 // sendCRC is send for a payload whose CRC32C is already known.

@@ -10,7 +10,8 @@ import (
 	"testing"
 
 	"github.com/gd2fs/gd2fs/errs"
-	"github.com/gd2fs/gd2fs/internal/wire"
+	"github.com/gd2fs/gd2fs/internal/crc32c"
+	"github.com/gd2fs/gd2fs/internal/limits"
 )
 
 // crashModel is what a chunk may look like after a power loss.
@@ -35,7 +36,7 @@ func newCrashModel() *crashModel {
 // record notes the contents of blocks [from, to) as one they may be found in.
 func (m *crashModel) record(from, to int) {
 	for b := from; b < to; b++ {
-		bs, be := int64(b)*BlockSize, min(int64(b+1)*BlockSize, int64(len(m.cur)))
+		bs, be := int64(b)*limits.BlockSize, min(int64(b+1)*limits.BlockSize, int64(len(m.cur)))
 		if bs >= be {
 			break
 		}
@@ -138,7 +139,7 @@ func runPowerLoss(t *testing.T, seed uint64, mem int64, noSync bool, steps int) 
 			}
 			n := 1 + r.IntN(150<<10)
 			if r.IntN(4) == 0 {
-				n = BlockSize * (1 + r.IntN(2))
+				n = limits.BlockSize * (1 + r.IntN(2))
 			}
 			if off+int64(n) > 400<<10 {
 				continue
@@ -155,7 +156,7 @@ func runPowerLoss(t *testing.T, seed uint64, mem int64, noSync bool, steps int) 
 				return fmt.Errorf("step %d: write chunk %d: %v", step, id, err)
 			}
 			models[id] = m
-			first := int(min(off, old) / BlockSize)
+			first := int(min(off, old) / limits.BlockSize)
 			m.cur = modelWrite(m.cur, int(off), p)
 			m.record(first, blocks(int64(len(m.cur))))
 			if m.dirtyFrom < 0 || first < m.dirtyFrom {
@@ -280,7 +281,7 @@ func writeVia(s *Store, r *rand.Rand, id uint64, off int64, p []byte) error {
 			for _, d := range dst {
 				q = q[copy(d, q):]
 			}
-			return pw.Commit(wire.Checksum(p))
+			return pw.Commit(crc32c.Checksum(p))
 		}
 	}
 	return s.Write(id, off, p)
@@ -335,7 +336,7 @@ func checkAfterCrash(s *Store, models, ghosts map[uint64]*crashModel) error {
 			return fmt.Errorf("synced chunk %d came back shorter: %d of %d bytes", id, info.Length, len(m.durable))
 		}
 		for b := 0; b < blocks(info.Length); b++ {
-			bs, be := int64(b)*BlockSize, min(int64(b+1)*BlockSize, info.Length)
+			bs, be := int64(b)*limits.BlockSize, min(int64(b+1)*limits.BlockSize, info.Length)
 			got, err := readChunk(s, id, bs, be-bs)
 			strict := m.durable != nil && models[id] == m && b < m.dirtyFrom
 			switch {

@@ -6,7 +6,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/gd2fs/gd2fs/internal/wire"
+	"github.com/gd2fs/gd2fs/internal/crc32c"
+	"github.com/gd2fs/gd2fs/internal/limits"
 )
 
 // Pending is a write being received straight into the DRAM tier (zero copy:
@@ -29,7 +30,7 @@ type Pending struct {
 // that fails its CRC overwrote nothing stored. Declined writes go through a
 // buffer and Write/WriteChecked.
 func (s *Store) BeginWrite(id uint64, off int64, n int) (dst [][]byte, p *Pending, ok bool) {
-	if s.arena == nil || off < 0 || off+int64(n) > MaxChunk {
+	if s.arena == nil || off < 0 || off+int64(n) > limits.MaxChunk {
 		return nil, nil, false
 	}
 	s.mu.Lock()
@@ -128,11 +129,11 @@ func (p *Pending) commit(want uint32) error {
 	segs := make([]uint32, len(p.dst))
 	var got uint32
 	for i, v := range p.dst {
-		segs[i] = wire.Checksum(v)
+		segs[i] = crc32c.Checksum(v)
 		got = combine(got, segs[i], int64(len(v)), i == 0)
 	}
 	if got != want {
-		return wire.ErrPayloadCRC
+		return errPayloadCRC
 	}
 	var f file
 	if s.cfg.Dir != "" {

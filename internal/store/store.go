@@ -34,14 +34,13 @@ import (
 	"github.com/gd2fs/gd2fs/errs"
 	"github.com/gd2fs/gd2fs/internal/arena"
 	"github.com/gd2fs/gd2fs/internal/bufpool"
-	"github.com/gd2fs/gd2fs/internal/wire"
+	"github.com/gd2fs/gd2fs/internal/crc32c"
+	"github.com/gd2fs/gd2fs/internal/limits"
 )
 
-// BlockSize is the checksum block of the disk tier and the page of the DRAM tier.
-const BlockSize = 64 << 10
-
-// MaxChunk is the largest chunk the disk format can describe.
-const MaxChunk = 256 << 20
+// The checksum block of the disk tier and the page of the DRAM tier is
+// limits.BlockSize; limits.MaxChunk is the largest chunk the disk format
+// describes. Both are protocol facts, kept in internal/limits.
 
 // Config sizes the tiers.
 type Config struct {
@@ -133,7 +132,7 @@ func Open(cfg Config) (*Store, error) {
 		return nil, errs.New(errs.ErrBadRequest, "store: no tier configured: give a DRAM size (--mem) or a disk directory (--disk)")
 	}
 	if cfg.MemBytes > 0 {
-		a, err := arena.New(cfg.MemBytes, BlockSize)
+		a, err := arena.New(cfg.MemBytes, limits.BlockSize)
 		if err != nil {
 			return nil, err
 		}
@@ -162,8 +161,8 @@ func (s *Store) Usage() Usage {
 	defer s.mu.Unlock()
 	u := Usage{DiskCap: s.cfg.DiskBytes, DiskUsed: s.diskUsed, Chunks: len(s.chunks)}
 	if s.arena != nil {
-		u.MemCap = int64(s.arena.Pages()) * BlockSize
-		u.MemUsed = int64(s.arena.Pages()-s.arena.FreePages()) * BlockSize
+		u.MemCap = int64(s.arena.Pages()) * limits.BlockSize
+		u.MemUsed = int64(s.arena.Pages()-s.arena.FreePages()) * limits.BlockSize
 	}
 	if s.cfg.Dir == "" {
 		u.DiskCap = 0
@@ -238,15 +237,15 @@ func (s *Store) get(id uint64) (*chunk, error) {
 	return c, nil
 }
 
-var blockShift = wire.NewShift(BlockSize)
+var blockShift = crc32c.NewShift(limits.BlockSize)
 
 // segCRCs returns the CRC32C of each block-aligned segment of p written at
 // chunk offset off: one per block the write touches. One pass over p.
 func segCRCs(off int64, p []byte) []uint32 {
 	var out []uint32
 	for len(p) > 0 {
-		n := min(int64(len(p)), BlockSize-off%BlockSize)
-		out = append(out, crc32.Checksum(p[:n], wire.Castagnoli))
+		n := min(int64(len(p)), limits.BlockSize-off%limits.BlockSize)
+		out = append(out, crc32.Checksum(p[:n], crc32c.Table))
 		p = p[n:]
 		off += n
 	}
@@ -258,10 +257,10 @@ func combine(acc, crc uint32, n int64, first bool) uint32 {
 	switch {
 	case first:
 		return crc
-	case n == BlockSize:
+	case n == limits.BlockSize:
 		return blockShift.Combine(acc, crc)
 	default:
-		return wire.Combine(acc, crc, n)
+		return crc32c.Combine(acc, crc, n)
 	}
 }
 
@@ -279,20 +278,24 @@ func (s *Store) WriteChecked(id uint64, off int64, p []byte, want uint32) error 
 	var got uint32
 	o := off
 	for i, c := range segs {
-		n := min(int64(len(p))-(o-off), BlockSize-o%BlockSize)
+		n := min(int64(len(p))-(o-off), limits.BlockSize-o%limits.BlockSize)
 		got = combine(got, c, n, i == 0)
 		o += n
 	}
 	if got != want {
-		return wire.ErrPayloadCRC
+		return errPayloadCRC
 	}
 	return s.write(id, off, p, segs)
 }
 
+// errPayloadCRC: the bytes a write brought do not match the CRC the client
+// computed (damaged on the way); nothing was stored.
+var errPayloadCRC = errs.New(errs.ErrChecksum, "store: payload checksum mismatch: the bytes were damaged on the way; nothing was written")
+
 func (s *Store) write(id uint64, off int64, p []byte, segs []uint32) error {
 	end := off + int64(len(p))
-	if off < 0 || end > MaxChunk {
-		return errs.New(errs.ErrOutOfRange, "store: write [%d, %d) of chunk %d beyond the %d-byte chunk limit", off, end, id, MaxChunk)
+	if off < 0 || end > limits.MaxChunk {
+		return errs.New(errs.ErrOutOfRange, "store: write [%d, %d) of chunk %d beyond the %d-byte chunk limit", off, end, id, limits.MaxChunk)
 	}
 	var c *chunk
 	for {
@@ -355,15 +358,15 @@ func (s *Store) write(id uint64, off int64, p []byte, segs []uint32) error {
 // that changed. Blocks the write covers take their CRC from segs; blocks it
 // covers in part (and hole blocks) are checksummed from the merged bytes.
 func (s *Store) updateCRCs(c *chunk, f file, off, end, newLen int64, segs []uint32) int {
-	first := int(min(off, c.length) / BlockSize)
+	first := int(min(off, c.length) / limits.BlockSize)
 	last := blocks(newLen)
 	if last > len(c.crcs) {
 		c.crcs = append(c.crcs, make([]uint32, last-len(c.crcs))...)
 	}
 	for b := first; b < last; b++ {
-		bs, be := int64(b)*BlockSize, min(int64(b+1)*BlockSize, newLen)
+		bs, be := int64(b)*limits.BlockSize, min(int64(b+1)*limits.BlockSize, newLen)
 		if off <= bs && end >= be {
-			c.crcs[b] = segs[b-int(off/BlockSize)]
+			c.crcs[b] = segs[b-int(off/limits.BlockSize)]
 			continue
 		}
 		c.crcs[b] = s.mergedCRC(c, f, bs, be)
@@ -376,7 +379,7 @@ func (s *Store) updateCRCs(c *chunk, f file, off, end, newLen int64, segs []uint
 func (s *Store) mergedCRC(c *chunk, f file, bs, be int64) uint32 {
 	s.mu.Lock()
 	if c.pages != nil {
-		crc := wire.Checksum(s.arena.Views(c.pages, bs, be-bs)...)
+		crc := crc32c.Checksum(s.arena.Views(c.pages, bs, be-bs)...)
 		s.mu.Unlock()
 		return crc
 	}
@@ -388,7 +391,7 @@ func (s *Store) mergedCRC(c *chunk, f file, bs, be int64) uint32 {
 			return 0 // a later read fails this block's check: never wrong data
 		}
 	}
-	return crc32.Checksum(*bp, wire.Castagnoli)
+	return crc32.Checksum(*bp, crc32c.Table)
 }
 
 // reserve accounts for growth to newLen: disk space, and DRAM pages when the
@@ -528,13 +531,13 @@ func (s *Store) Read(id uint64, off, n int64, fn func(bufs [][]byte, crc uint32)
 		c.pins++
 		s.touch(c)
 		v := s.arena.Views(c.pages, off, n)
-		crcs := c.crcs[off/BlockSize : blocks(off+n)]
+		crcs := c.crcs[off/limits.BlockSize : blocks(off+n)]
 		crcs = append([]uint32(nil), crcs...) // a write may change them after we unlock
 		length, pages := c.length, c.pages
 		s.mu.Unlock()
 		c.mu.Unlock()
 		s.memReads.Add(1)
-		crc := rangeCRC(crcs, off/BlockSize, length, off, n, func(from, to int64) [][]byte {
+		crc := rangeCRC(crcs, off/limits.BlockSize, length, off, n, func(from, to int64) [][]byte {
 			return s.arena.Views(pages, from, to-from)
 		})
 		err := fn(v, crc)
@@ -563,16 +566,16 @@ func (s *Store) Read(id uint64, off, n int64, fn func(bufs [][]byte, crc uint32)
 // stored CRC, partly covered ones are checksummed from bytesAt.
 func rangeCRC(crcs []uint32, firstBlock, length, off, n int64, bytesAt func(from, to int64) [][]byte) uint32 {
 	var acc uint32
-	for b := off / BlockSize; b*BlockSize < off+n; b++ {
-		bs, be := b*BlockSize, min((b+1)*BlockSize, length)
+	for b := off / limits.BlockSize; b*limits.BlockSize < off+n; b++ {
+		bs, be := b*limits.BlockSize, min((b+1)*limits.BlockSize, length)
 		ro, re := max(off, bs), min(off+n, be)
 		var c uint32
 		if ro == bs && re == be {
 			c = crcs[b-firstBlock]
 		} else {
-			c = wire.Checksum(bytesAt(ro, re)...)
+			c = crc32c.Checksum(bytesAt(ro, re)...)
 		}
-		acc = combine(acc, c, re-ro, b == off/BlockSize)
+		acc = combine(acc, c, re-ro, b == off/limits.BlockSize)
 	}
 	return acc
 }
@@ -676,7 +679,7 @@ func (s *Store) Delete(id uint64) error {
 	})
 }
 
-func blocks(n int64) int { return int((n + BlockSize - 1) / BlockSize) }
+func blocks(n int64) int { return int((n + limits.BlockSize - 1) / limits.BlockSize) }
 
 // ---- disk tier ----
 //
@@ -685,7 +688,7 @@ func blocks(n int64) int { return int((n + BlockSize - 1) / BlockSize) }
 //	0  u32 magic "GDCK"   4 u16 version   6 u16 flags (1 = sealed)
 //	8  u64 length         16 u32 block size
 //	20 u32 CRC32C of bytes 0..19
-//	4096.. u32 CRC32C per 64 KiB block (up to MaxChunk/BlockSize entries)
+//	4096.. u32 CRC32C per 64 KiB block (up to limits.MaxChunk/limits.BlockSize entries)
 //
 // Writes go data first, then block CRCs, then the header, so a process killed
 // in between leaves either the old length (the new bytes are ignored) or a
@@ -698,7 +701,7 @@ const (
 	chunkMagic   = 0x4b434447 // "GDCK"
 	chunkVersion = 1
 	crcTableOff  = 4096
-	dataOff      = crcTableOff + (MaxChunk/BlockSize)*4
+	dataOff      = crcTableOff + (limits.MaxChunk/limits.BlockSize)*4
 	flagSealed   = 1
 )
 
@@ -751,8 +754,8 @@ func writeHeaderTo(f io.WriterAt, length int64, sealed bool) error {
 		binary.LittleEndian.PutUint16(h[6:], flagSealed)
 	}
 	binary.LittleEndian.PutUint64(h[8:], uint64(length))
-	binary.LittleEndian.PutUint32(h[16:], BlockSize)
-	binary.LittleEndian.PutUint32(h[20:], crc32.Checksum(h[:20], wire.Castagnoli))
+	binary.LittleEndian.PutUint32(h[16:], limits.BlockSize)
+	binary.LittleEndian.PutUint32(h[20:], crc32.Checksum(h[:20], crc32c.Table))
 	if _, err := f.WriteAt(h[:], 0); err != nil {
 		return fmt.Errorf("store: write chunk header: %w", err)
 	}
@@ -771,8 +774,8 @@ func (s *Store) readDisk(c *chunk, off, n int64) (bp *[]byte, bufs [][]byte, crc
 		return nil, nil, 0, fmt.Errorf("store: open chunk %d: %w", c.id, err)
 	}
 	defer f.Close()
-	bs := off / BlockSize * BlockSize
-	be := min((off+n+BlockSize-1)/BlockSize*BlockSize, c.length)
+	bs := off / limits.BlockSize * limits.BlockSize
+	be := min((off+n+limits.BlockSize-1)/limits.BlockSize*limits.BlockSize, c.length)
 	bp = bufpool.Get(int(be - bs))
 	buf := *bp
 	fail := func(err error) (*[]byte, [][]byte, uint32, error) {
@@ -788,14 +791,14 @@ func (s *Store) readDisk(c *chunk, off, n int64) (bp *[]byte, bufs [][]byte, crc
 		}
 		return fail(fmt.Errorf("store: read chunk %d: %w", c.id, err))
 	}
-	for b := bs; b < be; b += BlockSize {
-		e := min(b+BlockSize, be)
-		if crc32.Checksum(buf[b-bs:e-bs], wire.Castagnoli) != c.crcs[b/BlockSize] {
+	for b := bs; b < be; b += limits.BlockSize {
+		e := min(b+limits.BlockSize, be)
+		if crc32.Checksum(buf[b-bs:e-bs], crc32c.Table) != c.crcs[b/limits.BlockSize] {
 			s.corrupt.Add(1)
 			return fail(errs.New(errs.ErrChecksum, "store: chunk %d block at %d fails its checksum: the disk copy is damaged; read another replica", c.id, b))
 		}
 	}
-	crc = rangeCRC(c.crcs[bs/BlockSize:], bs/BlockSize, c.length, off, n, func(from, to int64) [][]byte {
+	crc = rangeCRC(c.crcs[bs/limits.BlockSize:], bs/limits.BlockSize, c.length, off, n, func(from, to int64) [][]byte {
 		return [][]byte{buf[from-bs : to-bs]}
 	})
 	return bp, [][]byte{buf[off-bs : off-bs+n]}, crc, nil
@@ -856,11 +859,11 @@ func (s *Store) loadChunk(p string, id uint64) (*chunk, error) {
 	}
 	le := binary.LittleEndian
 	if le.Uint32(h[0:]) != chunkMagic || le.Uint16(h[4:]) != chunkVersion ||
-		le.Uint32(h[20:]) != crc32.Checksum(h[:20], wire.Castagnoli) || le.Uint32(h[16:]) != BlockSize {
+		le.Uint32(h[20:]) != crc32.Checksum(h[:20], crc32c.Table) || le.Uint32(h[16:]) != limits.BlockSize {
 		return nil, fmt.Errorf("bad chunk header")
 	}
 	length := int64(le.Uint64(h[8:]))
-	if length < 0 || length > MaxChunk {
+	if length < 0 || length > limits.MaxChunk {
 		return nil, fmt.Errorf("bad chunk length %d", length)
 	}
 	tab := make([]byte, 4*blocks(length))

@@ -13,8 +13,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gd2fs/gd2fs/errs"
+	"github.com/gd2fs/gd2fs/internal/crc32c"
+	"github.com/gd2fs/gd2fs/internal/limits"
 	"github.com/gd2fs/gd2fs/internal/testutil"
-	"github.com/gd2fs/gd2fs/internal/wire"
 )
 
 func open(t *testing.T, cfg Config) *Store {
@@ -35,7 +36,7 @@ func readAll(t *testing.T, s *Store, id uint64, off, n int64) []byte {
 		for _, b := range bufs {
 			out = append(out, b...)
 		}
-		if got := wire.Checksum(bufs...); got != crc {
+		if got := crc32c.Checksum(bufs...); got != crc {
 			return fmt.Errorf("chunk %d [%d,+%d): combined CRC %08x, bytes have %08x", id, off, n, crc, got)
 		}
 		return nil
@@ -124,7 +125,7 @@ func TestErrors(t *testing.T) {
 	if _, err := s.Stat(3); !errors.Is(err, errs.ErrNotFound) {
 		t.Fatalf("failed first write left chunk 3 behind: %v", err)
 	}
-	if err := s.Write(4, MaxChunk-1, []byte{1, 2}); !errors.Is(err, errs.ErrOutOfRange) {
+	if err := s.Write(4, limits.MaxChunk-1, []byte{1, 2}); !errors.Is(err, errs.ErrOutOfRange) {
 		t.Fatalf("beyond chunk limit: %v", err)
 	}
 	if err := s.Seal(1); err != nil {
@@ -153,7 +154,7 @@ func TestErrors(t *testing.T) {
 func TestCorruptBlockIsAnErrorNotData(t *testing.T) {
 	dir := t.TempDir()
 	s := open(t, Config{Dir: dir, DiskBytes: 64 << 20})
-	data := rnd(3*BlockSize+100, 3)
+	data := rnd(3*limits.BlockSize+100, 3)
 	if err := s.Write(9, 0, data); err != nil {
 		t.Fatal(err)
 	}
@@ -162,15 +163,15 @@ func TestCorruptBlockIsAnErrorNotData(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.WriteAt([]byte{^data[BlockSize+5]}, dataOff+BlockSize+5); err != nil {
+	if _, err := f.WriteAt([]byte{^data[limits.BlockSize+5]}, dataOff+limits.BlockSize+5); err != nil {
 		t.Fatal(err)
 	}
 	f.Close()
 	s2 := open(t, Config{Dir: dir, DiskBytes: 64 << 20})
-	if got := readAll(t, s2, 9, 0, BlockSize); !bytes.Equal(got, data[:BlockSize]) {
+	if got := readAll(t, s2, 9, 0, limits.BlockSize); !bytes.Equal(got, data[:limits.BlockSize]) {
 		t.Fatal("undamaged block differs")
 	}
-	err = s2.Read(9, BlockSize, 10, func([][]byte, uint32) error { t.Fatal("damaged bytes handed out"); return nil })
+	err = s2.Read(9, limits.BlockSize, 10, func([][]byte, uint32) error { t.Fatal("damaged bytes handed out"); return nil })
 	if !errors.Is(err, errs.ErrChecksum) {
 		t.Fatalf("damaged block: %v", err)
 	}
@@ -226,13 +227,13 @@ func TestConcurrentWritersAndReaders(t *testing.T) {
 func TestWriteChecked(t *testing.T) {
 	s := open(t, Config{MemBytes: 4 << 20, Dir: t.TempDir(), DiskBytes: 64 << 20})
 	p := rnd(200_000, 5)
-	if err := s.WriteChecked(1, 1000, p, wire.Checksum(p)^1); !errors.Is(err, errs.ErrChecksum) {
+	if err := s.WriteChecked(1, 1000, p, crc32c.Checksum(p)^1); !errors.Is(err, errs.ErrChecksum) {
 		t.Fatalf("bad CRC: %v", err)
 	}
 	if _, err := s.Stat(1); !errors.Is(err, errs.ErrNotFound) {
 		t.Fatal("a write with a bad CRC left a chunk behind")
 	}
-	if err := s.WriteChecked(1, 1000, p, wire.Checksum(p)); err != nil {
+	if err := s.WriteChecked(1, 1000, p, crc32c.Checksum(p)); err != nil {
 		t.Fatal(err)
 	}
 	want := append(make([]byte, 1000), p...)
@@ -257,17 +258,17 @@ func TestDirectWrite(t *testing.T) {
 		return true, pw.Commit(crc)
 	}
 	a, b := rnd(300_000, 1), rnd(100_000, 2)
-	if ok, err := put(1, 0, a, wire.Checksum(a)); !ok || err != nil {
+	if ok, err := put(1, 0, a, crc32c.Checksum(a)); !ok || err != nil {
 		t.Fatalf("direct write of a new chunk: %v %v", ok, err)
 	}
 	// Appending with a hole, and a bad CRC that must change nothing.
-	if ok, err := put(1, 400_000, b, wire.Checksum(b)^1); !ok || !errors.Is(err, errs.ErrChecksum) {
+	if ok, err := put(1, 400_000, b, crc32c.Checksum(b)^1); !ok || !errors.Is(err, errs.ErrChecksum) {
 		t.Fatalf("bad CRC: %v %v", ok, err)
 	}
 	if info, _ := s.Stat(1); info.Length != 300_000 {
 		t.Fatalf("a rejected write changed the length to %d", info.Length)
 	}
-	if ok, err := put(1, 400_000, b, wire.Checksum(b)); !ok || err != nil {
+	if ok, err := put(1, 400_000, b, crc32c.Checksum(b)); !ok || err != nil {
 		t.Fatal(err)
 	}
 	// Overwriting stored bytes is declined (it goes through a buffer).

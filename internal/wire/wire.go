@@ -13,11 +13,12 @@ import (
 	"bufio"
 	"encoding/binary"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"strings"
 
 	"github.com/gd2fs/gd2fs/errs"
+	"github.com/gd2fs/gd2fs/internal/crc32c"
+	"github.com/gd2fs/gd2fs/internal/limits"
 )
 
 // Magic opens every frame: "GD2F" read as a little-endian uint32.
@@ -28,9 +29,6 @@ const Version uint8 = 1
 
 // HeaderSize is the fixed size of a frame header in bytes.
 const HeaderSize = 48
-
-// Castagnoli is the CRC32C table (hardware accelerated on amd64 and arm64).
-var Castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // Op is a frame's opcode.
 type Op uint8
@@ -214,8 +212,12 @@ type Limits struct {
 	MaxPayload int // bytes
 }
 
-// DefaultLimits fit 64 MiB writes and 1 KiB keys with room for forward lists.
-var DefaultLimits = Limits{MaxKey: 4096, MaxPayload: 64 << 20}
+// DefaultLimits are the protocol's own (limits.MaxFrameKey,
+// limits.MaxPayload): 64 MiB writes and 1 KiB keys with room for forward
+// lists. A function, not a variable, so no one can change them for all.
+func DefaultLimits() Limits {
+	return Limits{MaxKey: limits.MaxFrameKey, MaxPayload: limits.MaxPayload}
+}
 
 // Decode errors. All wrap errs.ErrBadRequest except ErrVersion and ErrTooLarge.
 var (
@@ -247,7 +249,7 @@ func Encode(b []byte, h *Header, key []byte) []byte {
 	le.PutUint64(b[24:], h.Offset)
 	le.PutUint64(b[32:], h.Count)
 	le.PutUint32(b[40:], h.PayloadCRC)
-	c := crc32.Update(crc32.Checksum(b[:44], Castagnoli), Castagnoli, key)
+	c := crc32c.Update(crc32c.Checksum(b[:44]), key)
 	le.PutUint32(b[44:], c)
 	return b
 }
@@ -291,7 +293,7 @@ func DecodeHeader(b []byte, lim Limits) (Header, error) {
 // VerifyHeader checks the header CRC of raw header bytes b over b and key.
 func VerifyHeader(b []byte, key []byte) error {
 	want := binary.LittleEndian.Uint32(b[44:])
-	got := crc32.Update(crc32.Checksum(b[:44], Castagnoli), Castagnoli, key)
+	got := crc32c.Update(crc32c.Checksum(b[:44]), key)
 	if got != want {
 		return ErrHeaderCRC
 	}
@@ -365,7 +367,7 @@ func (r *Reader) ReadPayload(dst []byte, want uint32) (int, error) {
 	if _, err := io.ReadFull(r.r, dst[:n]); err != nil {
 		return 0, truncated(err, "payload")
 	}
-	if crc32.Checksum(dst[:n], Castagnoli) != want {
+	if crc32c.Checksum(dst[:n]) != want {
 		return n, ErrPayloadCRC
 	}
 	return n, nil
@@ -430,15 +432,6 @@ func truncated(err error, what string) error {
 		return errs.New(errs.ErrBadRequest, "wire: truncated %s", what)
 	}
 	return err
-}
-
-// Checksum is CRC32C over the concatenation of bufs.
-func Checksum(bufs ...[]byte) uint32 {
-	var c uint32
-	for _, b := range bufs {
-		c = crc32.Update(c, Castagnoli, b)
-	}
-	return c
 }
 
 // ChunkRef is the key of a chunk operation: an 8-byte little-endian chunk id,

@@ -6,11 +6,12 @@ import (
 	"testing"
 
 	"github.com/gd2fs/gd2fs/errs"
+	"github.com/gd2fs/gd2fs/internal/crc32c"
 )
 
 func frame(h Header, key, payload []byte) []byte {
 	h.PayloadLen = uint32(len(payload))
-	h.PayloadCRC = Checksum(payload)
+	h.PayloadCRC = crc32c.Checksum(payload)
 	var hb [HeaderSize]byte
 	out := append([]byte{}, Encode(hb[:], &h, key)...)
 	out = append(out, key...)
@@ -23,7 +24,7 @@ func TestRoundTrip(t *testing.T) {
 	var stream []byte
 	stream = append(stream, frame(Header{Op: OpWrite, ReqID: 7, Offset: 99, Count: 5}, key, payload)...)
 	stream = append(stream, frame(Header{Op: OpRead, ReqID: 8}, key[:8], nil)...)
-	r := NewReader(bytes.NewReader(stream), DefaultLimits)
+	r := NewReader(bytes.NewReader(stream), DefaultLimits())
 	h, k, err := r.Next()
 	if err != nil {
 		t.Fatal(err)
@@ -65,7 +66,7 @@ func TestDecodeErrors(t *testing.T) {
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
 			b := c.mut(append([]byte{}, good...))
-			r := NewReader(bytes.NewReader(b), DefaultLimits)
+			r := NewReader(bytes.NewReader(b), DefaultLimits())
 			_, _, err := r.Next()
 			if !errors.Is(err, c.kind) {
 				t.Fatalf("got %v, want %v", err, c.kind)
@@ -75,7 +76,7 @@ func TestDecodeErrors(t *testing.T) {
 	t.Run("payloadcrc", func(t *testing.T) {
 		b := append([]byte{}, good...)
 		b[len(b)-1] ^= 1
-		r := NewReader(bytes.NewReader(b), DefaultLimits)
+		r := NewReader(bytes.NewReader(b), DefaultLimits())
 		h, _, err := r.Next()
 		if err != nil {
 			t.Fatal(err)
