@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/gd2fs/gd2fs/internal/api"
+	"github.com/gd2fs/gd2fs/internal/version"
 	"github.com/gd2fs/gd2fs/internal/wire"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -43,7 +44,7 @@ func newMetrics(s *Server) *metrics {
 			Help: "Bytes fetched from the cold tier (S3) to fill chunks of linked files."}),
 	}
 	m.reg.MustRegister(m.ops, m.errors, m.latency, m.bytesIn, m.bytesOut, m.conns, m.coldBytes,
-		&storeCollector{s: s}, &kvCollector{s: s}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		&storeCollector{s: s}, &kvCollector{s: s}, version.Collector(), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 
