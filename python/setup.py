@@ -38,7 +38,7 @@ class BuildWithGo(build_py):
         os.makedirs(os.path.dirname(out), exist_ok=True)
         env = dict(os.environ, CGO_ENABLED="1")
         ldflags = "-X github.com/gd2fs/gd2fs/internal/version.commit=" + commit()
-        subprocess.run(["go", "build", "-trimpath", "-buildmode=c-shared", "-ldflags", ldflags, "-o", out, "./python/capi"],
+        subprocess.run(["go", "build", "-buildmode=c-shared", "-ldflags", ldflags, "-o", out, "./python/capi"],
                        cwd=REPO, env=env, check=True)
         header = out[: -len(".1")] + ".h"  # go names it after the output, less its last extension
         if os.path.exists(header):
