@@ -665,6 +665,22 @@ func TestMutualTLS(t *testing.T) {
 	}
 }
 
+// TestTwoStepUpgrade: servers.imageTag keeps the servers on the old
+// version while the masters move to the new one (masters before servers).
+func TestTwoStepUpgrade(t *testing.T) {
+	o, err := render(t, load(t), `{image: {tag: 0.2.0}, servers: {imageTag: 0.1.0}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkAll(t, o, nil)
+	if m, s := o.deployment(t).Spec.Template.Spec.Containers[0].Image, o.statefulSet(t).Spec.Template.Spec.Containers[0].Image; m != "localhost/gd2fs:0.2.0" || s != "localhost/gd2fs:0.1.0" {
+		t.Fatalf("masters %s, servers %s", m, s)
+	}
+	if _, err := render(t, load(t), `{servers: {imageTag: latest}}`); err == nil || !strings.Contains(err.Error(), "latest is refused") {
+		t.Fatalf("servers.imageTag latest: %v", err)
+	}
+}
+
 // TestSecretRefsChecked: the checks find a Secret the operator did not
 // create (the harness itself must be able to fail).
 func TestSecretRefsChecked(t *testing.T) {

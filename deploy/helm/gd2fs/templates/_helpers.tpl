@@ -34,6 +34,15 @@ app.kubernetes.io/component: {{ .component }}
 {{- printf "%s:%s" .Values.image.repository (include "gd2fs.tag" .) -}}
 {{- end -}}
 
+{{/* The servers' image: servers.imageTag during a two-step upgrade (masters first), else the masters'. */}}
+{{- define "gd2fs.serverImage" -}}
+{{- $tag := .Values.servers.imageTag | default (include "gd2fs.tag" .) | toString -}}
+{{- if or (eq $tag "latest") (hasSuffix ":latest" $tag) -}}
+{{- fail "servers.imageTag latest is refused: pin the version" -}}
+{{- end -}}
+{{- printf "%s:%s" .Values.image.repository $tag -}}
+{{- end -}}
+
 {{- define "gd2fs.scheme" -}}
 {{- if .Values.tls.enabled }}https{{ else }}http{{ end -}}
 {{- end -}}
