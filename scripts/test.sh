@@ -80,3 +80,16 @@ echo "== python: pygd2fs"
 make -s -C python lib
 go build -o bin/gd2fs ./cmd/gd2fs
 GD2FS_BIN="$PWD/bin/gd2fs" "${PYTHON:-/usr/bin/python3}" -m pytest -q python/tests
+# Deployment (docs/deploy.md): the Helm chart rendered with Helm's Go library
+# in a module of its own (kept out of the product's go.mod), the operations
+# files (systemd-analyze, promtool, a real Prometheus on loopback), the
+# container image (built offline; run as a cluster where podman can), and
+# the pygd2fs wheel installed offline into a fresh venv.
+echo "== deploy: Helm chart (deploy/helm/charttest)"
+(cd deploy/helm/charttest && go vet ./... && go test -count=1 ./...)
+echo "== deploy: systemd units and Prometheus rules (scripts/ops-test.sh)"
+bash scripts/ops-test.sh
+echo "== deploy: container image (scripts/image-test.sh)"
+bash scripts/image-test.sh
+echo "== deploy: pygd2fs wheel (scripts/wheel-test.sh)"
+bash scripts/wheel-test.sh

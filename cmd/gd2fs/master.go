@@ -58,7 +58,7 @@ func newMaster(g *globals) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&listen, "listen", ":7070", "HTTP address")
-	f.StringVar(&metaDSN, "meta", "sqlite://./gd2fs-meta.db", "metadata store: sqlite:///path/meta.db or postgres://...")
+	f.StringVar(&metaDSN, "meta", envOr("GD2FS_META", "sqlite://./gd2fs-meta.db"), "metadata store: sqlite:///path/meta.db or postgres://... (env GD2FS_META: keeps a PostgreSQL password out of ps)")
 	f.StringVar(&clusterN, "cluster", "local", "cluster name used in gd2fs://<cluster>/ URIs")
 	f.StringVar(&advertise, "advertise", "", "URL others reach this master at (default: from --listen)")
 	f.StringSliceVar(&publicMasters, "public-masters", nil, "host:port of every master, named in the kv_uris of vllm-format plans (default: from --advertise)")

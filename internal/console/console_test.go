@@ -15,6 +15,7 @@ import (
 	"github.com/gd2fs/gd2fs/internal/cluster"
 	"github.com/gd2fs/gd2fs/internal/master"
 	"github.com/gd2fs/gd2fs/internal/meta"
+	"github.com/gd2fs/gd2fs/internal/version"
 )
 
 func body(t *testing.T, r *http.Response) string {
@@ -231,6 +232,9 @@ func TestConsoleServerDown(t *testing.T) {
 	page := body(t, get(t, c.Master.URL()+"/ui/cluster", nil))
 	if !strings.Contains(page, `class="banner error" role="alert">1 server(s) down: server-2`) {
 		t.Error("cluster page has no down banner")
+	}
+	if !strings.Contains(page, `<footer class="version">gd2fs `+version.Get().String()+`</footer>`) {
+		t.Error("cluster page has no version footer")
 	}
 }
 

@@ -21,6 +21,8 @@ type View struct {
 	Banners  []Banner   `json:"banners"`
 	Sections []Section  `json:"sections"`
 	Search   *Search    `json:"search,omitempty"`
+	// Version is the build shown in the footer (gd2fs --version).
+	Version string `json:"version"`
 }
 
 // MenuItem is a link to a page.

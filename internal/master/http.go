@@ -6,7 +6,6 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -186,7 +185,7 @@ func (m *Master) Handler() http.Handler {
 	mux.Handle("/ui/", m.console.Handler())
 	mux.Handle("GET /{$}", http.RedirectHandler("/ui/", http.StatusFound))
 	mux.Handle("GET /metrics", m.metrics.handler())
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
+	m.healthRoutes(mux) // /healthz, /readyz: health.go
 	return mux
 }
 
@@ -195,6 +194,10 @@ func (m *Master) auth(next http.HandlerFunc) http.HandlerFunc {
 		if !m.leader.Load() {
 			leader, _ := m.meta.Leader(r.Context())
 			w.Header().Set(api.LeaderHeader, leader)
+			// Behind a load-balanced address (a Kubernetes Service over every
+			// master) the client's retry must be free to land on another
+			// master: a kept-alive connection would bring it back here.
+			w.Header().Set("Connection", "close")
 			writeErr(w, errs.New(errs.ErrUnavailable, "this master (%s) is a standby; the leader is %s: list every master in --master / GD2FS_MASTER (%w)", m.url, leader, api.ErrRetryLater))
 			return
 		}

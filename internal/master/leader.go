@@ -68,9 +68,11 @@ func (m *Master) tryLead(ctx context.Context) error {
 		}
 		m.mu.Unlock()
 		m.leader.Store(true)
+		m.leadershipChanged()
 		m.log.Info("leading", "url", m.url, "epoch", epoch)
 	case !ok && was:
 		m.leader.Store(false)
+		m.leadershipChanged()
 		m.log.Warn("lost leadership: now a standby", "url", m.url)
 	case !ok && !was:
 		m.log.Debug("standby", "url", m.url)

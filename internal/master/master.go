@@ -109,7 +109,8 @@ type Master struct {
 
 	console *console.Console // web console at /ui/ (console.go)
 	plans   planStats
-	refills refiller // linked chunks re-placed after failure (refill.go)
+	refills refiller     // linked chunks re-placed after failure (refill.go)
+	health  masterHealth // /readyz and the health metrics (health.go)
 }
 
 // New opens the master: it ensures the default pools exist and loads known
@@ -149,6 +150,7 @@ func New(ctx context.Context, cfg Config) (*Master, error) {
 		}
 	}
 	m.metrics = newMetrics(m)
+	m.registerHealthMetrics() // health.go
 	m.console = m.newConsole()
 	tcp, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {

@@ -56,6 +56,7 @@ func (s *Server) heartbeat(ctx context.Context) error {
 		return err
 	}
 	s.ms.Store(&reply.Membership)
+	s.health.beat(time.Now())
 	if reply.Reconciled {
 		s.mu.Lock()
 		s.held = nil

@@ -6,6 +6,7 @@ import (
 
 	"github.com/gd2fs/gd2fs/internal/api"
 	"github.com/gd2fs/gd2fs/internal/bufpool"
+	"github.com/gd2fs/gd2fs/internal/version"
 	"github.com/gd2fs/gd2fs/internal/wire"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -44,7 +45,7 @@ func newMetrics(s *Server) *metrics {
 			Help: "Bytes fetched from the cold tier (S3) to fill chunks of linked files."}),
 	}
 	m.reg.MustRegister(m.ops, m.errors, m.latency, m.bytesIn, m.bytesOut, m.conns, m.coldBytes,
-		&storeCollector{s: s}, &kvCollector{s: s},
+		&storeCollector{s: s}, &kvCollector{s: s}, version.Collector(),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gd2fs_bufpool_held_bytes",
 			Help: "Bytes of free payload buffers the process keeps for reuse (internal/bufpool; up to about 3.2 GiB)."},
 			func() float64 { return float64(bufpool.Held()) }),

@@ -82,6 +82,7 @@ type Server struct {
 	httpSrv                *http.Server
 	metrics                *metrics
 	master                 *api.Client
+	health                 health // what /readyz answers from (health.go)
 
 	ms        atomic.Pointer[api.Membership]
 	refreshMu sync.Mutex
@@ -173,7 +174,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", s.metrics.handler())
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
+	s.healthRoutes(mux) // /healthz, /readyz: health.go
 	if cfg.Debug {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)

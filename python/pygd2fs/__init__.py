@@ -49,7 +49,26 @@ from .errors import (
     status_name,
 )
 
-__version__ = "0.1.0"
+def _version() -> str:
+    """gd2fs's version: written into _version.py by a build (wheel, pip
+    install), else read from the checkout this package is used in place from."""
+    try:
+        from ._version import version
+
+        return version
+    except ImportError:
+        pass
+    import os
+
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "internal", "version", "VERSION")
+    try:
+        with open(here) as f:
+            return f.read().strip()
+    except OSError:
+        return "0+unknown"
+
+
+__version__ = _version()
 
 __all__ = [
     "Client", "IOMEM", "SGE", "Request", "Status", "InspectStatus", "PENDING",
