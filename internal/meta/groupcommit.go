@@ -3,7 +3,7 @@ package meta
 import (
 	"context"
 	"database/sql"
-	"fmt"
+	"strconv"
 	"sync"
 )
 
@@ -114,29 +114,31 @@ func (s *sqlStore) runBatch(ops []*groupOp) error {
 		return err
 	}
 	ran := 0
+	// The release of one operation's savepoint goes in one statement with
+	// the next one's SAVEPOINT (a round trip each to PostgreSQL); COMMIT
+	// releases the last.
+	release := ""
 	for i, op := range ops {
 		if err := op.ctx.Err(); err != nil {
 			op.err = err // gone before its turn: not run
 			continue
 		}
-		sp := fmt.Sprintf("op%d", i)
-		if _, err := tx.ExecContext(ctx, "SAVEPOINT "+sp); err != nil {
+		sp := "op" + strconv.Itoa(i)
+		if _, err := tx.ExecContext(ctx, release+"SAVEPOINT "+sp); err != nil {
 			return wrapDB(err)
 		}
+		release = "RELEASE SAVEPOINT " + sp + "; "
 		// Once started, an operation runs to its end whatever its caller
 		// does: a statement cancelled half way would break the connection
 		// under the whole batch.
-		op.err = op.fn(tx)
-		if op.err != nil {
-			if _, err := tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT "+sp); err != nil {
+		if op.err = op.fn(tx); op.err != nil {
+			if _, err := tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT "+sp+"; RELEASE SAVEPOINT "+sp); err != nil {
 				return wrapDB(err)
 			}
-		} else {
-			ran++
+			release = ""
+			continue
 		}
-		if _, err := tx.ExecContext(ctx, "RELEASE SAVEPOINT "+sp); err != nil {
-			return wrapDB(err)
-		}
+		ran++
 	}
 	if err := tx.Commit(); err != nil {
 		return wrapDB(err)

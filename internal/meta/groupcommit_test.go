@@ -2,6 +2,7 @@ package meta
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"runtime"
@@ -12,11 +13,12 @@ import (
 	"github.com/gd2fs/gd2fs/errs"
 )
 
-// TestGroupCommit holds the first group transaction until 24 more plans
-// and commits have queued behind it, so they run as one transaction: every
-// good operation takes effect and answers, each bad one (a commit of a plan
-// that does not exist, one of bytes never allocated) answers its own error
-// and leaves nothing behind, and the invariants hold after.
+// TestGroupCommit holds the first group transaction until 27 more
+// operations have queued behind it, so they run as one transaction: every
+// good plan and commit takes effect and answers, each bad one (a commit of
+// a plan that does not exist; an operation that writes a row and then
+// fails) answers its own error and leaves nothing behind, and the
+// invariants hold after.
 func TestGroupCommit(t *testing.T) {
 	for name, open := range engines(t) {
 		t.Run(name, func(t *testing.T) {
@@ -72,11 +74,30 @@ func TestGroupCommit(t *testing.T) {
 					}
 				}(i)
 			}
+			// Operations that write and then fail: their savepoint takes
+			// the write back, and only theirs.
+			ghostErr := errs.New(errs.ErrBadRequest, "ghost")
+			for i := 0; i < 3; i++ {
+				wg.Add(1)
+				go func(i int) {
+					defer wg.Done()
+					err := s.groupTx(ctx, func(tx *sql.Tx) error {
+						if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO kv_sessions (id, model, tokens, last_used, created, file_seq) VALUES (?, 'm', 0, 0, 0, 0)`),
+							fmt.Sprintf("ghost-%d", i)); err != nil {
+							return err
+						}
+						return ghostErr
+					})
+					if !errors.Is(err, ghostErr) {
+						t.Errorf("ghost %d answered %v", i, err)
+					}
+				}(i)
+			}
 			for { // every operation queued behind the held transaction
 				s.group.mu.Lock()
 				n := len(s.group.queue)
 				s.group.mu.Unlock()
-				if n == 24 {
+				if n == 27 {
 					break
 				}
 				runtime.Gosched()
@@ -86,8 +107,8 @@ func TestGroupCommit(t *testing.T) {
 			if err := <-blocker; err != nil {
 				t.Fatal(err)
 			}
-			if len(sizes) < 2 || sizes[1] != 24 {
-				t.Fatalf("batches %v: the 24 queued operations did not run as one transaction", sizes)
+			if len(sizes) < 2 || sizes[1] != 27 {
+				t.Fatalf("batches %v: the 27 queued operations did not run as one transaction", sizes)
 			}
 			for i, err := range errsOf {
 				if i%3 == 1 {
@@ -107,6 +128,11 @@ func TestGroupCommit(t *testing.T) {
 			for i := 2; i < 24; i += 3 {
 				if _, err := s.Session(ctx, fmt.Sprintf("n%d", i)); err != nil {
 					t.Fatalf("n%d planned in the batch: %v", i, err)
+				}
+			}
+			for i := 0; i < 3; i++ {
+				if _, err := s.Session(ctx, fmt.Sprintf("ghost-%d", i)); !errors.Is(err, errs.ErrNotFound) {
+					t.Fatalf("ghost-%d, written by an operation that failed, is there: %v", i, err)
 				}
 			}
 			tx, err := s.db.BeginTx(ctx, nil)
