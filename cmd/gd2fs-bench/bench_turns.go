@@ -34,6 +34,7 @@ func newBenchTurns() *cobra.Command {
 	var turnTokens int64
 	var duration time.Duration
 	var oldPath bool
+	var serverMem string
 	cmd := &cobra.Command{
 		Use:   "turns",
 		Short: "Explicit-mode chat turns per second (plan, write, commit) with master and servers as separate processes",
@@ -45,12 +46,16 @@ func newBenchTurns() *cobra.Command {
 			if sessions < 1 || conc < 1 || turnTokens < 1 || servers < 1 || duration <= 0 {
 				return fmt.Errorf("--sessions, --concurrency, --turn-tokens, --servers and --duration must be positive")
 			}
-			return benchTurns(context.Background(), metaDSN, sessions, conc, servers, turnTokens, duration, oldPath)
+			if _, err := parseSize(serverMem); err != nil {
+				return fmt.Errorf("--server-mem: %w", err)
+			}
+			return benchTurns(context.Background(), metaDSN, serverMem, sessions, conc, servers, turnTokens, duration, oldPath)
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&metaDSN, "meta", "", "metadata store of the master (default: a temp SQLite file, as gd2fs up uses)")
-	f.IntVar(&sessions, "sessions", 100000, "sessions created (one turn each) before the measurement")
+	f.IntVar(&sessions, "sessions", 100000, "sessions created (one turn each) before the measurement; each holds at least one 64 KiB block on a server (size --server-mem to fit)")
+	f.StringVar(&serverMem, "server-mem", "3GiB", "DRAM tier of each server")
 	f.IntVar(&conc, "concurrency", 64, "turns in flight at once")
 	f.IntVar(&servers, "servers", 3, "data servers, each its own process")
 	f.Int64Var(&turnTokens, "turn-tokens", 200, "new tokens per turn")
@@ -63,7 +68,7 @@ func newBenchTurns() *cobra.Command {
 // benchmark measures the turn's shape, not the bytes moved.
 var turnsLayout = client.Layout{Model: "bench-small", Layers: 2, KVHeads: 1, HeadDim: 32, DType: "fp16", PageTokens: 16, Order: "layer_first"}
 
-func benchTurns(ctx context.Context, metaDSN string, sessions, conc, servers int, turnTokens int64, duration time.Duration, oldPath bool) error {
+func benchTurns(ctx context.Context, metaDSN, serverMem string, sessions, conc, servers int, turnTokens int64, duration time.Duration, oldPath bool) error {
 	dir, err := os.MkdirTemp("", "gd2fs-benchturns-")
 	if err != nil {
 		return err
@@ -72,7 +77,7 @@ func benchTurns(ctx context.Context, metaDSN string, sessions, conc, servers int
 	if metaDSN == "" {
 		metaDSN = "sqlite://" + filepath.Join(dir, "meta.db")
 	}
-	procs, url, err := startProcs(ctx, dir, metaDSN, servers)
+	procs, url, err := startProcs(ctx, dir, metaDSN, serverMem, servers)
 	if err != nil {
 		return err
 	}
@@ -242,7 +247,7 @@ func benchTurns(ctx context.Context, metaDSN string, sessions, conc, servers int
 
 // startProcs starts a master on metaDSN and servers data servers, each its
 // own gd2fs process, and returns them (master first) once every server is up.
-func startProcs(ctx context.Context, dir, metaDSN string, servers int) ([]*exec.Cmd, string, error) {
+func startProcs(ctx context.Context, dir, metaDSN, serverMem string, servers int) ([]*exec.Cmd, string, error) {
 	bin, err := gd2fsPath()
 	if err != nil {
 		return nil, "", err
@@ -278,7 +283,7 @@ func startProcs(ctx context.Context, dir, metaDSN string, servers int) ([]*exec.
 		if err != nil {
 			return fail(err)
 		}
-		if err := start("server", "--master", url, "--listen", a, "--id", fmt.Sprintf("s%d", i), "--mem", "2GiB", "--kv-mem", "64MiB"); err != nil {
+		if err := start("server", "--master", url, "--listen", a, "--id", fmt.Sprintf("s%d", i), "--mem", serverMem, "--kv-mem", "64MiB"); err != nil {
 			return fail(err)
 		}
 	}

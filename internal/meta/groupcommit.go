@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"strconv"
 	"sync"
+
+	"github.com/gd2fs/gd2fs/errs"
 )
 
 // Group commit of session transactions (docs/kv-cache.md, "What a turn
@@ -131,7 +133,7 @@ func (s *sqlStore) runBatch(ops []*groupOp) error {
 		// Once started, an operation runs to its end whatever its caller
 		// does: a statement cancelled half way would break the connection
 		// under the whole batch.
-		if op.err = op.fn(tx); op.err != nil {
+		if op.err = runOp(op.fn, tx); op.err != nil {
 			if _, err := tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT "+sp+"; RELEASE SAVEPOINT "+sp); err != nil {
 				return wrapDB(err)
 			}
@@ -147,4 +149,16 @@ func (s *sqlStore) runBatch(ops []*groupOp) error {
 		return s.checkInvariants(ctx)
 	}
 	return nil
+}
+
+// runOp runs fn, turning a panic into an error of this operation alone: the
+// batch may run on a goroutine of its own, where a panic would end the
+// process rather than one request (net/http recovers those).
+func runOp(fn func(tx *sql.Tx) error, tx *sql.Tx) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = errs.New(errs.ErrInternal, "session operation panicked: %v", p)
+		}
+	}()
+	return fn(tx)
 }

@@ -86,8 +86,14 @@ func TestGroupCommit(t *testing.T) {
 							fmt.Sprintf("ghost-%d", i)); err != nil {
 							return err
 						}
+						if i == 2 {
+							panic("ghost") // answered as an error of this operation alone
+						}
 						return ghostErr
 					})
+					if i == 2 && errors.Is(err, errs.ErrInternal) {
+						return
+					}
 					if !errors.Is(err, ghostErr) {
 						t.Errorf("ghost %d answered %v", i, err)
 					}

@@ -104,6 +104,9 @@ func (s *sqlStore) recordWrittenTx(ctx context.Context, tx *sql.Tx, r Range, now
 	if f.Sealed {
 		return errs.New(errs.ErrSealed, "%s is sealed", f.Path)
 	}
+	if f.ChunkSize <= 0 || r.KVLength < 1 {
+		return errs.New(errs.ErrInternal, "%s (chunk size %d): range of %d bytes", f.Path, f.ChunkSize, r.KVLength)
+	}
 	end := r.KVStart + r.KVLength
 	first, last := r.KVStart/f.ChunkSize, (end-1)/f.ChunkSize
 	var n int64
