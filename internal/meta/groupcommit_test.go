@@ -13,12 +13,12 @@ import (
 	"github.com/gd2fs/gd2fs/errs"
 )
 
-// TestGroupCommit holds the first group transaction until 27 more
+// TestGroupCommit holds the first group transaction until 28 more
 // operations have queued behind it, so they run as one transaction: every
 // good plan and commit takes effect and answers, each bad one (a commit of
 // a plan that does not exist; an operation that writes a row and then
-// fails) answers its own error and leaves nothing behind, and the
-// invariants hold after.
+// fails or panics; one whose caller gave up while it waited) answers its
+// own error and leaves nothing behind, and the invariants hold after.
 func TestGroupCommit(t *testing.T) {
 	for name, open := range engines(t) {
 		t.Run(name, func(t *testing.T) {
@@ -99,22 +99,36 @@ func TestGroupCommit(t *testing.T) {
 					}
 				}(i)
 			}
+			// An operation whose caller gives up while it waits is not run.
+			cctx, cancel := context.WithCancel(ctx)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				err := s.groupTx(cctx, func(tx *sql.Tx) error {
+					_, err := tx.ExecContext(ctx, s.q(`INSERT INTO kv_sessions (id, model, tokens, last_used, created, file_seq) VALUES ('ghost-c', 'm', 0, 0, 0, 0)`))
+					return err
+				})
+				if !errors.Is(err, context.Canceled) {
+					t.Errorf("an operation cancelled while queued answered %v", err)
+				}
+			}()
 			for { // every operation queued behind the held transaction
 				s.group.mu.Lock()
 				n := len(s.group.queue)
 				s.group.mu.Unlock()
-				if n == 27 {
+				if n == 28 {
 					break
 				}
 				runtime.Gosched()
 			}
+			cancel()
 			close(release)
 			wg.Wait()
 			if err := <-blocker; err != nil {
 				t.Fatal(err)
 			}
-			if len(sizes) < 2 || sizes[1] != 27 {
-				t.Fatalf("batches %v: the 27 queued operations did not run as one transaction", sizes)
+			if len(sizes) < 2 || sizes[1] != 28 {
+				t.Fatalf("batches %v: the 28 queued operations did not run as one transaction", sizes)
 			}
 			for i, err := range errsOf {
 				if i%3 == 1 {
@@ -136,9 +150,9 @@ func TestGroupCommit(t *testing.T) {
 					t.Fatalf("n%d planned in the batch: %v", i, err)
 				}
 			}
-			for i := 0; i < 3; i++ {
-				if _, err := s.Session(ctx, fmt.Sprintf("ghost-%d", i)); !errors.Is(err, errs.ErrNotFound) {
-					t.Fatalf("ghost-%d, written by an operation that failed, is there: %v", i, err)
+			for _, g := range []string{"ghost-0", "ghost-1", "ghost-2", "ghost-c"} {
+				if _, err := s.Session(ctx, g); !errors.Is(err, errs.ErrNotFound) {
+					t.Fatalf("%s, written by an operation that failed or was cancelled, is there: %v", g, err)
 				}
 			}
 			tx, err := s.db.BeginTx(ctx, nil)
