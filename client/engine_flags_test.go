@@ -30,21 +30,22 @@ func TestEngineFlagsAndAnswers(t *testing.T) {
 		t.Fatal(err)
 	}
 	flags := map[string]any{"prefill-only": true}
-	p, err := ss.PlanEngine(ctx, "s1", client.PlanRequest{Model: "m", PromptTokens: 40, DecodeTokens: 64, Flags: flags})
+	p, err := ss.PlanEngine(ctx, "s1", client.PlanRequest{Model: "m", TokenIDs: seq(0, 40), DecodeTokens: 64, Flags: flags})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if v, ok := p.KVCacheParams.Flags["prefill-only"].(bool); !ok || !v {
 		t.Fatalf("flags not passed through: %+v", p.KVCacheParams)
 	}
+	// 40 + 64 rounded up to 16, cut where the prompt's whole blocks end.
 	fr := p.KVCacheParams.Fresh[0]
-	if fr.TokenLength != 112 { // 40 + 64 rounded up to 16
-		t.Fatalf("fresh %+v", fr)
+	if len(p.KVCacheParams.Fresh) != 2 || fr.TokenLength != 32 || p.KVCacheParams.Fresh[1].TokenLength != 80 {
+		t.Fatalf("fresh %+v", p.KVCacheParams.Fresh)
 	}
 	// Flags are checked, and only go to engines.
 	for name, bad := range map[string]client.PlanRequest{
-		"nested value": {Model: "m", PromptTokens: 40, Format: "vllm", Flags: map[string]any{"x": map[string]any{"y": 1}}},
-		"no format":    {Model: "m", PromptTokens: 40, Flags: flags},
+		"nested value": {Model: "m", TokenIDs: seq(0, 40), Format: "vllm", Flags: map[string]any{"x": map[string]any{"y": 1}}},
+		"no format":    {Model: "m", TokenIDs: seq(0, 40), Flags: flags},
 	} {
 		var err error
 		if bad.Format == "vllm" {

@@ -25,12 +25,15 @@ func TestEnginePlan(t *testing.T) {
 	if err := ss.SetLayout(ctx, l); err != nil {
 		t.Fatal(err)
 	}
-	p, err := ss.PlanEngine(ctx, "chat-1", client.PlanRequest{Model: "tp2", PromptTokens: 40, DecodeTokens: 10, LoadThreshold: 16})
+	p, err := ss.PlanEngine(ctx, "chat-1", client.PlanRequest{Model: "tp2", TokenIDs: seq(0, 40), DecodeTokens: 10, LoadThreshold: 16})
 	if err != nil {
 		t.Fatal(err)
 	}
 	kp := p.KVCacheParams
-	if kp.ID != "chat-1" || kp.LoadThreshold != 16 || len(kp.Stored) != 0 || len(kp.Fresh) != 1 || kp.Fresh[0].TokenLength != 64 {
+	// The fresh blocks are cut where the prompt's whole blocks end (32): the
+	// first part's content is known, the rest is room for decoded tokens.
+	if kp.ID != "chat-1" || kp.LoadThreshold != 16 || len(kp.Stored) != 0 || len(kp.Fresh) != 2 || kp.Fresh[0].TokenLength != 32 ||
+		kp.Fresh[1].TokenStart != 32 || kp.Fresh[1].TokenLength != 32 || kp.Fresh[1].KVStart != kp.Fresh[0].KVStart+kp.Fresh[0].KVLength {
 		t.Fatalf("first plan %+v", p)
 	}
 	fr := kp.Fresh[0]
@@ -64,7 +67,7 @@ func TestEnginePlan(t *testing.T) {
 	for name, bad := range map[string][]client.KVRange{
 		"unaligned": {{TokenStart: 0, TokenLength: 20, KVURI: fr.KVURI, KVStart: fr.KVStart, KVLength: l.RangeBytes(20)}},
 		"bad uri":   {{TokenStart: 0, TokenLength: saved, KVURI: "gd2fs://h:x/p", KVStart: fr.KVStart, KVLength: 2 * rank}},
-		"beyond":    {{TokenStart: 0, TokenLength: saved, KVURI: fr.KVURI, KVStart: fr.KVStart + fr.KVLength, KVLength: 2 * rank}},
+		"beyond":    {{TokenStart: 0, TokenLength: saved, KVURI: fr.KVURI, KVStart: kp.Fresh[1].KVStart + kp.Fresh[1].KVLength, KVLength: 2 * rank}},
 	} {
 		if _, err := ss.CommitSaved(ctx, "chat-1", p.PlanID, bad); !errors.Is(err, errs.ErrBadRequest) {
 			t.Fatalf("%s: %v", name, err)
@@ -75,11 +78,11 @@ func TestEnginePlan(t *testing.T) {
 		t.Fatalf("commit: %+v %v", sess, err)
 	}
 	// Next turn: the 32 saved tokens are stored, the rest is fresh.
-	q, err := ss.PlanEngine(ctx, "chat-1", client.PlanRequest{Model: "tp2", PromptTokens: 50})
+	q, err := ss.PlanEngine(ctx, "chat-1", client.PlanRequest{Model: "tp2", TokenIDs: seq(0, 50)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if q.CachedTokens != saved || len(q.KVCacheParams.Stored) != 1 || q.KVCacheParams.Fresh[0].TokenStart != saved || q.KVCacheParams.Fresh[0].TokenLength != 32 {
+	if q.CachedTokens != saved || len(q.KVCacheParams.Stored) != 1 || len(q.KVCacheParams.Fresh) != 2 || q.KVCacheParams.Fresh[0].TokenStart != saved || q.KVCacheParams.Fresh[0].TokenLength != 16 {
 		t.Fatalf("second plan %+v", q)
 	}
 	st := q.KVCacheParams.Stored[0]
@@ -96,7 +99,7 @@ func TestEnginePlan(t *testing.T) {
 	if _, err := ss.CommitSaved(ctx, "other", q.PlanID, nil); !errors.Is(err, errs.ErrExists) {
 		t.Fatalf("commit of a session that does not exist: %v", err)
 	}
-	if _, err := ss.PlanEngine(ctx, "a?b", client.PlanRequest{Model: "tp2", PromptTokens: 5}); !errors.Is(err, errs.ErrBadRequest) {
+	if _, err := ss.PlanEngine(ctx, "a?b", client.PlanRequest{Model: "tp2", TokenIDs: seq(0, 5)}); !errors.Is(err, errs.ErrBadRequest) {
 		t.Fatalf("session id with '?': %v", err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/gd2fs/gd2fs/errs"
 	"github.com/gd2fs/gd2fs/internal/api"
+	"github.com/gd2fs/gd2fs/kvlayout"
 )
 
 // Explicit-mode KV cache: a scheduler asks, before a request runs, which
@@ -32,7 +33,18 @@ type (
 	KVCacheParams = api.KVCacheParams
 	// URI is a parsed gd2fs:// URI (either form).
 	URI = api.URI
+	// BlockHash is the chained hash of a block of token ids: what a plan
+	// compares with what a session stored (docs/kv-cache.md "The content
+	// check").
+	BlockHash = kvlayout.BlockHash
 )
+
+// BlockHashes is the chain of block hashes of a prompt's token ids in
+// blocks of pageTokens (the model layout's page_tokens): PlanRequest's
+// BlockHashes, for a caller that would rather not send the ids.
+func BlockHashes(ids []uint32, pageTokens int) []BlockHash {
+	return kvlayout.BlockHashes(ids, pageTokens)
+}
 
 // ParseURI parses gd2fs://<cluster>/<path> and
 // gd2fs://<host:port>[,<host:port>...]/<path>?cluster=<name>.
@@ -60,13 +72,27 @@ func (s *Sessions) Layout(ctx context.Context, model string) (Layout, error) {
 
 // RegisterPrefix declares that file path holds the KV of the first tokens
 // tokens of a shared prefix (a system prompt, say) of model. Sessions
-// created with it start with those tokens stored.
+// created with it start with those tokens stored, but not vouched for:
+// plans that check content (all but UnsafeCountOnly ones) do not use them.
+// RegisterPrefixIDs is the form to use.
 func (s *Sessions) RegisterPrefix(ctx context.Context, path, model string, tokens int64) error {
 	return s.c.api.Do(ctx, "POST", "/v1/prefixes", map[string]any{"path": path, "model": model, "tokens": tokens}, nil)
 }
 
+// RegisterPrefixIDs declares that file path holds the KV of the token ids
+// ids of a shared prefix of model: sessions created with it start with
+// those tokens stored and their content known, so a plan whose prompt
+// begins with the same ids loads them.
+func (s *Sessions) RegisterPrefixIDs(ctx context.Context, path, model string, ids []uint32) error {
+	return s.c.api.Do(ctx, "POST", "/v1/prefixes", map[string]any{"path": path, "model": model, "tokens": len(ids), "token_ids": ids}, nil)
+}
+
 // Plan asks what session id has stored for a prompt and reserves where the
-// new KV goes. The session is created on its first plan.
+// new KV goes. The session is created on its first plan. req carries the
+// prompt's TokenIDs (or BlockHashes): the stored part is the longest
+// prefix whose content matches what the session stored, the rest is
+// computed again. A request with neither is refused unless it sets
+// UnsafeCountOnly (counts alone: wrong KV after an edited message).
 func (s *Sessions) Plan(ctx context.Context, id string, req PlanRequest) (Plan, error) {
 	var p Plan
 	err := s.c.api.Do(ctx, "POST", "/v1/sessions/"+esc(id)+"/plan", req, &p)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/gd2fs/gd2fs/client"
@@ -26,6 +27,15 @@ func kvBytes(seq string, start, tokens int64) []byte {
 	return b
 }
 
+// seq is n token ids from first on.
+func seq(first uint32, n int64) []uint32 {
+	out := make([]uint32, n)
+	for i := range out {
+		out[i] = first + uint32(i)
+	}
+	return out
+}
+
 // TestSessionTrace runs a multi-turn trace with shared prefixes, forks,
 // rewinds, deletions and quota evictions, and checks after every plan that
 // every stored range reads back exactly the bytes committed for it.
@@ -44,9 +54,12 @@ func TestSessionTrace(t *testing.T) {
 	pf, _ := cl.Create(ctx, "/prefixes/sys", client.CreateOptions{Pool: "ha", ChunkSize: 1 << 20})
 	pf.Write(sys)
 	pf.Close()
-	if err := ss.RegisterPrefix(ctx, "/prefixes/sys", "tiny", 32); err != nil {
+	sysIDs := seq(1, 32)
+	if err := ss.RegisterPrefixIDs(ctx, "/prefixes/sys", "tiny", sysIDs); err != nil {
 		t.Fatal(err)
 	}
+	convs := map[string][]uint32{} // each session's conversation: the ids of its tokens
+	next := uint32(1000)
 	// committed[uri@start] = bytes committed there.
 	committed := map[string][]byte{fmt.Sprint("gd2fs://local/prefixes/sys@0"): sys}
 	tokens := map[string]int64{}
@@ -61,7 +74,7 @@ func TestSessionTrace(t *testing.T) {
 			if _, err := ss.Fork(ctx, id, nid); err != nil {
 				t.Fatal(err)
 			}
-			tokens[nid] = tokens[id]
+			tokens[nid], convs[nid] = tokens[id], convs[id]
 			names = append(names, nid)
 			forks++
 			continue
@@ -70,6 +83,7 @@ func TestSessionTrace(t *testing.T) {
 				t.Fatal(err)
 			}
 			delete(tokens, id)
+			delete(convs, id)
 			continue
 		}
 		prompt := tokens[id] + int64(1+r.IntN(60))
@@ -80,12 +94,25 @@ func TestSessionTrace(t *testing.T) {
 		if _, ok := tokens[id]; !ok {
 			prompt = 32 + int64(1+r.IntN(40))
 		}
-		p, err := ss.Plan(ctx, id, client.PlanRequest{Model: "tiny", Prefixes: []string{"/prefixes/sys"}, PromptTokens: prompt, NewFile: r.IntN(4) == 0})
+		conv, ok := convs[id]
+		if !ok {
+			conv = sysIDs
+		}
+		ids := append([]uint32(nil), conv[:min(prompt, int64(len(conv)))]...)
+		for int64(len(ids)) < prompt {
+			ids = append(ids, next)
+			next++
+		}
+		p, err := ss.Plan(ctx, id, client.PlanRequest{Model: "tiny", Prefixes: []string{"/prefixes/sys"}, TokenIDs: ids, NewFile: r.IntN(4) == 0})
 		if err != nil {
 			t.Fatalf("step %d plan %s: %v", step, id, err)
 		}
+		if _, ok := convs[id]; !ok && p.CachedTokens != 32 {
+			t.Fatalf("step %d: a new session's plan uses %d tokens of the 32-token prefix", step, p.CachedTokens)
+		}
 		for _, e := range p.Evicted {
 			delete(tokens, e)
+			delete(convs, e)
 			evictions++
 		}
 		// Every stored range reads back exactly what was committed there.
@@ -128,7 +155,7 @@ func TestSessionTrace(t *testing.T) {
 		if err != nil {
 			t.Fatalf("step %d commit %s: %v", step, id, err)
 		}
-		tokens[id] = s.Tokens
+		tokens[id], convs[id] = s.Tokens, ids
 	}
 	if evictions == 0 || forks == 0 || rewinds == 0 || checked < 100 {
 		t.Fatalf("trace too tame: %d evictions, %d forks, %d rewinds, %d ranges checked", evictions, forks, rewinds, checked)
@@ -142,7 +169,7 @@ func TestSessionErrors(t *testing.T) {
 	defer cl.Close()
 	ctx := context.Background()
 	ss := cl.Sessions()
-	_, err := ss.Plan(ctx, "s", client.PlanRequest{Model: "nope", PromptTokens: 10})
+	_, err := ss.Plan(ctx, "s", client.PlanRequest{Model: "nope", TokenIDs: seq(0, 10)})
 	if !errors.Is(err, errs.ErrNotFound) {
 		t.Fatalf("unknown model: %v", err)
 	}
@@ -152,13 +179,19 @@ func TestSessionErrors(t *testing.T) {
 		t.Fatalf("bad layout: %v", err)
 	}
 	ss.SetLayout(ctx, tiny)
-	if _, err := ss.Plan(ctx, "s", client.PlanRequest{Model: "tiny", PromptTokens: -1}); !errors.Is(err, errs.ErrBadRequest) {
+	if _, err := ss.Plan(ctx, "s", client.PlanRequest{Model: "tiny", PromptTokens: -1, UnsafeCountOnly: true}); !errors.Is(err, errs.ErrBadRequest) {
 		t.Fatalf("negative tokens: %v", err)
+	}
+	// A plan that says nothing of the prompt's content is refused, and says
+	// what to send.
+	if _, err := ss.Plan(ctx, "s", client.PlanRequest{Model: "tiny", PromptTokens: 40}); !errors.Is(err, errs.ErrBadRequest) ||
+		!strings.Contains(err.Error(), "token_ids") || !strings.Contains(err.Error(), "unsafe_count_only") {
+		t.Fatalf("plan without content: %v", err)
 	}
 	if _, err := ss.Commit(ctx, "s", 12345); !errors.Is(err, errs.ErrExists) {
 		t.Fatalf("commit for a session that is gone: %v", err)
 	}
-	p, _ := ss.Plan(ctx, "s", client.PlanRequest{Model: "tiny", PromptTokens: 40})
+	p, _ := ss.Plan(ctx, "s", client.PlanRequest{Model: "tiny", TokenIDs: seq(0, 40)})
 	if _, err := ss.Commit(ctx, "s", 12345); !errors.Is(err, errs.ErrNotFound) {
 		t.Fatalf("unknown plan: %v", err)
 	}
@@ -194,8 +227,12 @@ func TestSessionRewindThenGrow(t *testing.T) {
 		if err := ss.SetLayout(ctx, l); err != nil {
 			t.Fatal(err)
 		}
+		// The rewind keeps the first 155 tokens of the conversation; the
+		// next prompt continues from them with new tokens.
+		conv := append(seq(0, 155), seq(5000, 422-155)...)
+		grown := append(seq(0, 155), seq(9000, 347-155)...)
 		turn := func(prompt int64, fill byte) client.Plan {
-			p, err := ss.Plan(ctx, "s-"+order, client.PlanRequest{Model: l.Model, PromptTokens: prompt})
+			p, err := ss.Plan(ctx, "s-"+order, client.PlanRequest{Model: l.Model, TokenIDs: conv[:prompt]})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -213,7 +250,7 @@ func TestSessionRewindThenGrow(t *testing.T) {
 		}
 		turn(422, 1)
 		rw := turn(155, 2)
-		p, err := ss.Plan(ctx, "s-"+order, client.PlanRequest{Model: l.Model, PromptTokens: 347})
+		p, err := ss.Plan(ctx, "s-"+order, client.PlanRequest{Model: l.Model, TokenIDs: grown})
 		if err != nil {
 			t.Fatal(err)
 		}

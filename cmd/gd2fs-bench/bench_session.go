@@ -48,8 +48,12 @@ func newBenchPlan() *cobra.Command {
 				return err
 			}
 			run := fmt.Sprintf("b%d-", time.Now().UnixNano())
+			// Every session's conversation is the same run of token ids: a
+			// plan sends the ids of its prompt (the master hashes them, as it
+			// does for a router's plans).
+			conv := tokenIDs(0, 1500)
 			in := func(id string, prompt int64) meta.PlanInput {
-				return meta.PlanInput{Session: id, Model: l.Model, PromptTokens: prompt, Dir: "/kv-bench", Pool: "perf",
+				return meta.PlanInput{Session: id, Model: l.Model, TokenIDs: conv[:prompt], Dir: "/kv-bench", Pool: "perf",
 					ChunkSize: 16 << 20, PlanTTL: time.Hour, Now: time.Now()}
 			}
 			// Set-up: every session gets one committed turn of 1000 tokens.
@@ -169,9 +173,10 @@ func newBenchSessionLoad() *cobra.Command {
 				return err
 			}
 			var committed int64
+			conv := tokenIDs(0, tokens+1)
 			for committed < tokens {
 				n := min(turn, tokens-committed)
-				p, err := ss.Plan(ctx, "long", client.PlanRequest{Model: l.Model, PromptTokens: committed + n})
+				p, err := ss.Plan(ctx, "long", client.PlanRequest{Model: l.Model, TokenIDs: conv[:committed+n]})
 				if err != nil {
 					return err
 				}
@@ -202,7 +207,7 @@ func newBenchSessionLoad() *cobra.Command {
 			var p client.Plan
 			for r := 0; r < runs; r++ {
 				t0 := time.Now()
-				p, err = ss.Plan(ctx, "long", client.PlanRequest{Model: l.Model, PromptTokens: tokens + 1})
+				p, err = ss.Plan(ctx, "long", client.PlanRequest{Model: l.Model, TokenIDs: conv})
 				if err != nil {
 					return err
 				}
@@ -245,4 +250,13 @@ func engineName(dsn string) string {
 		return "SQLite"
 	}
 	return "PostgreSQL"
+}
+
+// tokenIDs is n token ids from first on: a benchmark's conversation.
+func tokenIDs(first uint32, n int64) []uint32 {
+	out := make([]uint32, n)
+	for i := range out {
+		out[i] = first + uint32(i)
+	}
+	return out
 }

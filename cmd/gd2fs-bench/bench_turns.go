@@ -103,7 +103,7 @@ func benchTurns(ctx context.Context, metaDSN, serverMem string, sessions, conc, 
 		locks[i].Lock()
 		defer locks[i].Unlock()
 		t0 := time.Now()
-		p, err := ss.Plan(ctx, id(i), client.PlanRequest{Model: turnsLayout.Model, PromptTokens: tokens[i].Load() + turnTokens})
+		p, err := ss.Plan(ctx, id(i), client.PlanRequest{Model: turnsLayout.Model, TokenIDs: tokenIDs(0, tokens[i].Load()+turnTokens)})
 		if err != nil {
 			return 0, 0, err
 		}
@@ -233,7 +233,7 @@ func benchTurns(ctx context.Context, metaDSN, serverMem string, sessions, conc, 
 	}
 	procs[0] = m
 	for {
-		if _, err := ss.Plan(ctx, id(0), client.PlanRequest{Model: turnsLayout.Model, PromptTokens: tokens[0].Load() + turnTokens}); err == nil {
+		if _, err := ss.Plan(ctx, id(0), client.PlanRequest{Model: turnsLayout.Model, TokenIDs: tokenIDs(0, tokens[0].Load()+turnTokens)}); err == nil {
 			break
 		}
 		if time.Since(t1) > 5*time.Minute {

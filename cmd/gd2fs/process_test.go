@@ -269,6 +269,10 @@ func TestCLI(t *testing.T) {
 	if err := os.WriteFile(savedFile, []byte(`{"kvcache_params": {"id": "chat-3", "fresh_kvcache": []}}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	idsFile := filepath.Join(t.TempDir(), "ids.json") // an engine's /tokenize answer
+	if err := os.WriteFile(idsFile, []byte(`{"count": 40, "max_model_len": 4096, "tokens": [`+strings.TrimSuffix(strings.Repeat("7, ", 40), ", ")+`]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, s := range []struct {
 		args []string
 		want string
@@ -276,16 +280,18 @@ func TestCLI(t *testing.T) {
 	}{
 		{[]string{"model", "layout", "set", "llama-3-8b", "--layers", "32", "--kv-heads", "8", "--head-dim", "128", "--dtype", "bf16", "--page-tokens", "16", "--layout", "layer_first"}, `"token_bytes": 131072`, false},
 		{[]string{"model", "layout", "get", "llama-3-8b"}, `"page_tokens": 16`, false},
-		{[]string{"session", "plan", "chat-1", "--model", "llama-3-8b", "--prompt-tokens", "8192"}, `"kv_length": 1073741824`, false},
+		{[]string{"session", "plan", "chat-1", "--model", "llama-3-8b", "--prompt-tokens", "8192", "--unsafe-count-only"}, `"kv_length": 1073741824`, false},
+		{[]string{"session", "plan", "chat-1", "--model", "llama-3-8b", "--prompt-tokens", "8192"}, "--tokens FILE", true},
+		{[]string{"session", "hashes", "--page-tokens", "16", "--tokens", idsFile}, "\n", false},
 		{[]string{"session", "commit", "chat-1", "--plan", "999999"}, "no outstanding plan", true},
-		{[]string{"session", "plan", "chat-1", "--model", "nope", "--prompt-tokens", "10"}, "no KV layout for model", true},
+		{[]string{"session", "plan", "chat-1", "--model", "nope", "--tokens", idsFile}, "no KV layout for model", true},
 		{[]string{"session", "ls"}, "chat-1", false},
 		{[]string{"session", "show", "chat-1"}, `"id": "chat-1"`, false},
 		{[]string{"session", "fork", "chat-1", "chat-2"}, "shared with chat-1", false},
 		{[]string{"session", "rm", "chat-1", "chat-2"}, "", false},
 		{[]string{"session", "show", "chat-1"}, "no session", true},
 		{[]string{"model", "layout", "set", "tp2", "--layers", "2", "--kv-heads", "4", "--head-dim", "8", "--dtype", "bf16", "--page-tokens", "16", "--layout", "kv_first", "--tp-size", "2"}, `"rank_token_bytes": 128`, false},
-		{[]string{"session", "plan", "chat-3", "--model", "tp2", "--prompt-tokens", "40", "--decode-tokens", "10", "--format", "vllm"}, `?cluster=local"`, false},
+		{[]string{"session", "plan", "chat-3", "--model", "tp2", "--tokens", idsFile, "--decode-tokens", "10", "--format", "vllm"}, `?cluster=local"`, false},
 		{[]string{"session", "commit", "chat-3", "--saved", savedFile}, "nothing to commit", true},
 		{[]string{"session", "commit", "chat-3", "--saved", src}, "not JSON", true},
 	} {
@@ -297,7 +303,7 @@ func TestCLI(t *testing.T) {
 	if out, err := run("kv", "get", "llama/0/a"); err == nil || !strings.Contains(out, "no block") {
 		t.Fatalf("kv get of a deleted key: %v %s", err, out)
 	}
-	for _, sub := range []string{"up", "master", "server", "cp", "ls", "stat", "cat", "rm", "mkdir", "status", "kv", "kv put", "kv get", "model", "model layout set", "session", "session plan", "session commit", "router", "resp",
+	for _, sub := range []string{"up", "master", "server", "cp", "ls", "stat", "cat", "rm", "mkdir", "status", "kv", "kv put", "kv get", "model", "model layout set", "session", "session plan", "session commit", "session hashes", "router", "resp",
 		"model pull", "model link", "model inspect", "warmup", "cache", "cache gc"} {
 		out, err := run(append(strings.Fields(sub), "--help")...)
 		if err != nil || !strings.Contains(out, "Example") {

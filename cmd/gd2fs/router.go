@@ -22,6 +22,7 @@ func newRouter(g *globals) *cobra.Command {
 	var decode int64
 	var engineFlags []string
 	var engineName string
+	var unsafeCount bool
 	var timeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "router --upstream URL --model MODEL",
@@ -29,7 +30,8 @@ func newRouter(g *globals) *cobra.Command {
 		Long: `Runs an OpenAI-compatible HTTP proxy in front of an engine (vLLM with its explicit-offloading KV
 connector, or anything that honours kv_transfer_params the same way). For /v1/chat/completions
 and /v1/completions with a session id (the X-Session-ID header, or the request's "user" field)
-it counts the prompt's tokens with the engine's /tokenize, plans in the vllm format, adds the
+it tokenizes the prompt with the engine's /tokenize, plans in the vllm format with the token
+ids (so stored KV is used only for the very tokens it was computed from), adds the
 plan as kv_transfer_params, forwards the request (streaming included) and commits what the
 engine reports it saved. Requests without a session pass through untouched. When the store
 fails, the request goes on without kv_transfer_params: a chat never fails because of gd2fs.
@@ -72,7 +74,7 @@ Prometheus metrics at /metrics (gd2fs_router_*).`,
 				return fmt.Errorf("router: listen on %s: %w", listen, err)
 			}
 			r := router.New(router.Config{Upstream: up, Model: model, Planner: c.Sessions(), SessionHeader: header,
-				DecodeTokens: decode, Timeout: timeout, Flags: flags, Format: engineName, Log: g.logger()})
+				DecodeTokens: decode, Timeout: timeout, Flags: flags, Format: engineName, Log: g.logger(), UnsafeCountOnly: unsafeCount})
 			srv := &http.Server{Handler: r, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 			fmt.Fprintf(os.Stderr, "gd2fs router on http://%s -> %s (model %s, store %s)\n", ln.Addr(), up, model, g.master)
 			go func() {
@@ -95,6 +97,7 @@ Prometheus metrics at /metrics (gd2fs_router_*).`,
 	f.StringArrayVar(&engineFlags, "engine-flag", nil, "NAME (true) or NAME=VALUE put in every plan's kvcache_params.flags, e.g. prefill-only (repeatable)")
 	f.StringVar(&header, "session-header", "X-Session-ID", "header naming the session (else the request's \"user\" field)")
 	f.Int64Var(&decode, "decode-tokens", 256, "generation room to plan when a request sets no max_tokens")
+	f.BoolVar(&unsafeCount, "unsafe-count-only", false, "plan on /tokenize's count alone, for an engine that answers no token ids (unsafe: wrong KV after an edited message)")
 	f.DurationVar(&timeout, "store-timeout", 2*time.Second, "longest wait for the store per request before forwarding without cache")
 	return cmd
 }

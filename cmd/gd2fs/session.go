@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
+	"unicode"
 
 	"github.com/gd2fs/gd2fs/client"
 	"github.com/spf13/cobra"
@@ -16,7 +18,7 @@ func newSession(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "session",
 		Short: "Explicit-mode KV sessions: plan before a request runs, commit after",
-		Example: `  gd2fs session plan chat-42 --model llama-3-8b --prompt-tokens 8192 --prefix gd2fs://local/prefixes/sys
+		Example: `  gd2fs session plan chat-42 --model llama-3-8b --tokens prompt-ids.json --prefix gd2fs://local/prefixes/sys
   gd2fs session commit chat-42 --plan 1234
   gd2fs session ls
   gd2fs session show chat-42
@@ -35,13 +37,25 @@ func newSession(g *globals) *cobra.Command {
 	}
 	var req client.PlanRequest
 	var engineFlags []string
+	var tokensFile, hashesFile string
 	plan := &cobra.Command{
-		Use:   "plan SESSION",
+		Use:   "plan SESSION (--tokens FILE | --block-hashes FILE | --unsafe-count-only --prompt-tokens N)",
 		Short: "Ask which tokens are stored and where new KV goes (prints the plan as JSON)",
-		Example: `  gd2fs session plan chat-42 --model llama-3-8b --prompt-tokens 8192
-  gd2fs session plan chat-42 --model llama-3-8b --prompt-tokens 8192 --decode-tokens 512 --format vllm   # kvcache_params for vLLM
-  gd2fs session plan chat-42 --model llama-3-8b --prompt-tokens 8192 --format vllm --engine-flag prefill-only
-  gd2fs session plan chat-42 --model qwen --prompt-tokens 29 --format sglang   # SGLang's kvcache_params (register page_tokens 1)`,
+		Long: `Ask which tokens are stored and where new KV goes (prints the plan as JSON).
+
+The plan checks content: give the prompt's token ids (--tokens, a file or - for
+stdin: a JSON list, the engine's /tokenize answer, or ids separated by spaces or
+commas) or its block hashes (--block-hashes, as 'gd2fs session hashes' prints
+them, with --prompt-tokens). The stored part is the longest prefix whose content
+matches what the session stored. --unsafe-count-only plans on counts alone, as
+before: a user's edit of an earlier message then gets KV of other text.`,
+		Example: `  gd2fs session plan chat-42 --model llama-3-8b --tokens prompt-ids.json
+  curl -s localhost:8000/tokenize -d '{"prompt":"Hello"}' | gd2fs session plan chat-42 --model llama-3-8b --tokens -
+  gd2fs session plan chat-42 --model llama-3-8b --tokens ids.txt --decode-tokens 512 --format vllm   # kvcache_params for vLLM
+  gd2fs session plan chat-42 --model llama-3-8b --prompt-tokens 8192 --block-hashes hashes.txt
+  gd2fs session plan chat-42 --model llama-3-8b --prompt-tokens 8192 --unsafe-count-only         # no content check
+  gd2fs session plan chat-42 --model llama-3-8b --tokens ids.txt --format vllm --engine-flag prefill-only
+  gd2fs session plan chat-42 --model qwen --tokens ids.txt --format sglang   # SGLang's kvcache_params (register page_tokens 1)`,
 		Args: cobra.ExactArgs(1),
 		RunE: with(func(s *client.Sessions, cmd *cobra.Command, args []string) error {
 			for _, f := range engineFlags {
@@ -54,6 +68,21 @@ func newSession(g *globals) *cobra.Command {
 				} else {
 					req.Flags[name] = value
 				}
+			}
+			var err error
+			switch {
+			case tokensFile != "" && hashesFile != "":
+				return fmt.Errorf("give --tokens or --block-hashes, not both")
+			case tokensFile != "":
+				if req.TokenIDs, err = readTokenIDs(tokensFile); err != nil {
+					return err
+				}
+			case hashesFile != "":
+				if req.BlockHashes, err = readBlockHashes(hashesFile); err != nil {
+					return err
+				}
+			case !req.UnsafeCountOnly:
+				return fmt.Errorf("a plan checks the prompt's content: give --tokens FILE (its token ids) or --block-hashes FILE; --unsafe-count-only plans on --prompt-tokens alone (wrong KV after an edited message)")
 			}
 			if req.Format == "vllm" || req.Format == "sglang" {
 				p, err := s.PlanEngine(cmd.Context(), args[0], req)
@@ -71,7 +100,10 @@ func newSession(g *globals) *cobra.Command {
 	}
 	pf := plan.Flags()
 	pf.StringVar(&req.Model, "model", "", "model whose KV layout applies")
-	pf.Int64Var(&req.PromptTokens, "prompt-tokens", 0, "tokens in the prompt")
+	pf.Int64Var(&req.PromptTokens, "prompt-tokens", 0, "tokens in the prompt (may be left out with --tokens)")
+	pf.StringVar(&tokensFile, "tokens", "", "file (- for stdin) of the prompt's token ids: JSON list, /tokenize answer, or ids separated by spaces or commas")
+	pf.StringVar(&hashesFile, "block-hashes", "", "file (- for stdin) of the prompt's block hashes ('gd2fs session hashes'), with --prompt-tokens")
+	pf.BoolVar(&req.UnsafeCountOnly, "unsafe-count-only", false, "plan on --prompt-tokens alone, without checking content (unsafe: wrong KV after an edited message)")
 	pf.Int64Var(&req.DecodeTokens, "decode-tokens", 0, "room for generated tokens in the fresh range")
 	pf.StringSliceVar(&req.Prefixes, "prefix", nil, "shared prefix file(s), applied when the session is created")
 	pf.BoolVar(&req.NewFile, "new-file", false, "put this turn's KV in a new file")
@@ -172,25 +204,135 @@ func newSession(g *globals) *cobra.Command {
 			return nil
 		}),
 	}
-	var model string
+	var model, prefixIDs string
 	var tokens int64
 	prefix := &cobra.Command{
-		Use:     "prefix URI --model M --tokens N",
-		Short:   "Register a file holding a shared prefix's KV (e.g. a system prompt)",
-		Example: "  gd2fs cp ./sys.kv gd2fs://local/prefixes/sys && gd2fs session prefix gd2fs://local/prefixes/sys --model llama-3-8b --tokens 512",
-		Args:    cobra.ExactArgs(1),
+		Use:   "prefix URI --model M (--token-ids FILE | --tokens N)",
+		Short: "Register a file holding a shared prefix's KV (e.g. a system prompt)",
+		Long: `Register a file holding a shared prefix's KV (e.g. a system prompt).
+
+With --token-ids (the ids the KV was computed from) sessions created with the
+prefix load it when their prompt starts with those ids. With --tokens N alone
+the prefix is stored but its content unknown: only --unsafe-count-only plans
+use it.`,
+		Example: `  gd2fs cp ./sys.kv gd2fs://local/prefixes/sys && gd2fs session prefix gd2fs://local/prefixes/sys --model llama-3-8b --token-ids sys-ids.json
+  gd2fs session prefix gd2fs://local/prefixes/sys --model llama-3-8b --tokens 512   # content unknown`,
+		Args: cobra.ExactArgs(1),
 		RunE: with(func(s *client.Sessions, cmd *cobra.Command, args []string) error {
 			p, err := remotePath(args[0])
 			if err != nil {
 				return err
 			}
-			return s.RegisterPrefix(cmd.Context(), p, model, tokens)
+			if prefixIDs == "" {
+				return s.RegisterPrefix(cmd.Context(), p, model, tokens)
+			}
+			ids, err := readTokenIDs(prefixIDs)
+			if err != nil {
+				return err
+			}
+			if tokens != 0 && tokens != int64(len(ids)) {
+				return fmt.Errorf("--tokens %d but %s holds %d ids: leave --tokens out", tokens, prefixIDs, len(ids))
+			}
+			return s.RegisterPrefixIDs(cmd.Context(), p, model, ids)
 		}),
 	}
 	prefix.Flags().StringVar(&model, "model", "", "model whose KV the file holds")
 	prefix.Flags().Int64Var(&tokens, "tokens", 0, "tokens the file covers")
-	cmd.AddCommand(plan, commit, ls, show, fork, rm, prefix)
+	prefix.Flags().StringVar(&prefixIDs, "token-ids", "", "file (- for stdin) of the token ids the prefix's KV was computed from")
+	var pageTokens int
+	hashes := &cobra.Command{
+		Use:   "hashes --page-tokens N --tokens FILE",
+		Short: "Print the block hashes of token ids, one a line (what a plan's --block-hashes takes)",
+		Long: `Print the block hashes of token ids, one a line: per block of N tokens,
+SHA-256(previous block's hash || the block's ids as little-endian uint32)[:16]
+in hex, the first block's previous hash being 16 zero bytes and the last block
+perhaps partial (docs/kv-cache.md "The content check"). Needs no cluster.`,
+		Example: `  echo '[1, 2, 3, 4, 5]' | gd2fs session hashes --page-tokens 4 --tokens -`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if pageTokens < 1 {
+				return fmt.Errorf("--page-tokens must be at least 1 (the model layout's page_tokens)")
+			}
+			if tokensFile == "" {
+				return fmt.Errorf("give --tokens FILE (- for stdin) of token ids")
+			}
+			ids, err := readTokenIDs(tokensFile)
+			if err != nil {
+				return err
+			}
+			for _, h := range client.BlockHashes(ids, pageTokens) {
+				fmt.Println(h)
+			}
+			return nil
+		},
+	}
+	hashes.Flags().IntVar(&pageTokens, "page-tokens", 0, "tokens per block: the model layout's page_tokens")
+	hashes.Flags().StringVar(&tokensFile, "tokens", "", "file (- for stdin) of token ids: JSON list, /tokenize answer, or ids separated by spaces or commas")
+	cmd.AddCommand(plan, commit, ls, show, fork, rm, prefix, hashes)
 	return cmd
+}
+
+// readInput reads a file, or stdin for "-".
+func readInput(name string) ([]byte, error) {
+	if name == "-" {
+		return io.ReadAll(os.Stdin)
+	}
+	return os.ReadFile(name)
+}
+
+// readTokenIDs reads token ids: a JSON list, a JSON object with a "tokens"
+// list (an engine's /tokenize answer), or numbers separated by spaces,
+// commas or newlines.
+func readTokenIDs(name string) ([]uint32, error) {
+	b, err := readInput(name)
+	if err != nil {
+		return nil, err
+	}
+	var ids []uint32
+	if t := strings.TrimSpace(string(b)); strings.HasPrefix(t, "[") || strings.HasPrefix(t, "{") {
+		var doc struct {
+			Tokens *[]uint32 `json:"tokens"`
+		}
+		if err := json.Unmarshal(b, &ids); err == nil {
+			return ids, nil
+		}
+		if err := json.Unmarshal(b, &doc); err != nil || doc.Tokens == nil {
+			return nil, fmt.Errorf("%s: not a JSON list of token ids (0 to 4294967295) nor an object with \"tokens\" (%v)", name, err)
+		}
+		return *doc.Tokens, nil
+	}
+	for _, f := range strings.FieldsFunc(string(b), func(r rune) bool { return r == ',' || unicode.IsSpace(r) }) {
+		id, err := strconv.ParseUint(f, 10, 32)
+		if err != nil {
+			return nil, fmt.Errorf("%s: token id %q: want a number from 0 to 4294967295", name, f)
+		}
+		ids = append(ids, uint32(id))
+	}
+	return ids, nil
+}
+
+// readBlockHashes reads block hashes: a JSON list of strings or hashes
+// separated by spaces, commas or newlines.
+func readBlockHashes(name string) ([]client.BlockHash, error) {
+	b, err := readInput(name)
+	if err != nil {
+		return nil, err
+	}
+	var out []client.BlockHash
+	if strings.HasPrefix(strings.TrimSpace(string(b)), "[") {
+		if err := json.Unmarshal(b, &out); err != nil {
+			return nil, fmt.Errorf("%s: not a JSON list of block hashes: %w", name, err)
+		}
+		return out, nil
+	}
+	for _, f := range strings.FieldsFunc(string(b), func(r rune) bool { return r == ',' || unicode.IsSpace(r) }) {
+		var h client.BlockHash
+		if err := h.UnmarshalText([]byte(f)); err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		out = append(out, h)
+	}
+	return out, nil
 }
 
 // readSaved reads the segments an engine saved from a JSON file: its

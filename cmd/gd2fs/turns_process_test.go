@@ -112,7 +112,7 @@ func TestTurnsLeaderKill(t *testing.T) {
 						}
 						at := end(c)
 						n := int64(5 + k%7)
-						p, err := ss.Plan(ctx, c.id, client.PlanRequest{Model: l.Model, PromptTokens: at + n})
+						p, err := ss.Plan(ctx, c.id, client.PlanRequest{Model: l.Model, TokenIDs: promptIDs(at + n)})
 						if err != nil {
 							continue // nothing reserved that matters: plan again
 						}
@@ -184,7 +184,7 @@ func TestTurnsLeaderKill(t *testing.T) {
 				if s.Tokens != end(c) || len(s.Ranges) != len(c.turns) {
 					t.Fatalf("%s holds %d tokens in %d ranges; its chat had %d tokens in %d turns acknowledged", c.id, s.Tokens, len(s.Ranges), end(c), len(c.turns))
 				}
-				p, err := ss.Plan(ctx, c.id, client.PlanRequest{Model: l.Model, PromptTokens: end(c) + 1})
+				p, err := ss.Plan(ctx, c.id, client.PlanRequest{Model: l.Model, TokenIDs: promptIDs(end(c) + 1)})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -206,4 +206,14 @@ func TestTurnsLeaderKill(t *testing.T) {
 			t.Logf("%d turns acknowledged, %d answers lost and resolved, %d plans with fresh_files", acked.Load(), unknown.Load(), fastPath.Load())
 		})
 	}
+}
+
+// promptIDs is the token ids of a chat's first n tokens: every chat of
+// these tests is the same conversation, growing turn by turn.
+func promptIDs(n int64) []uint32 {
+	ids := make([]uint32, n)
+	for i := range ids {
+		ids[i] = uint32(i)
+	}
+	return ids
 }

@@ -508,9 +508,18 @@ type KVRange struct {
 type PlanRequest struct {
 	Model        string   `json:"model"`
 	Prefixes     []string `json:"prefixes,omitempty"` // shared prefix files, used when the session is created
-	PromptTokens int64    `json:"prompt_tokens"`
-	DecodeTokens int64    `json:"decode_tokens,omitempty"` // room for generated tokens in the fresh range
-	NewFile      bool     `json:"new_file,omitempty"`      // put this turn's KV in a new file
+	PromptTokens int64    `json:"prompt_tokens"`      // may be left out with token_ids
+	// The prompt's content, so that stored KV is used only for the very
+	// tokens it was computed from (docs/kv-cache.md "The content check"):
+	// its token ids, or its block hashes (kvlayout.BlockHashes in the
+	// model's page_tokens). A plan needs one of the two, unless
+	// UnsafeCountOnly plans on token counts alone — which serves KV of other
+	// text after a user edits an earlier message.
+	TokenIDs        []uint32             `json:"token_ids,omitempty"`
+	BlockHashes     []kvlayout.BlockHash `json:"block_hashes,omitempty"`
+	UnsafeCountOnly bool                 `json:"unsafe_count_only,omitempty"`
+	DecodeTokens    int64                `json:"decode_tokens,omitempty"` // room for generated tokens in the fresh range
+	NewFile         bool                 `json:"new_file,omitempty"`      // put this turn's KV in a new file
 	// Format "vllm" answers an EnginePlan: whole blocks, kvcache_params as
 	// vLLM's explicit-offloading connector takes it (docs/kv-cache.md).
 	Format        string `json:"format,omitempty"`
@@ -584,24 +593,28 @@ type EnginePlan struct {
 	KVCacheParams KVCacheParams `json:"kvcache_params"`
 	PlanID        int64         `json:"plan_id"`
 	CachedTokens  int64         `json:"cached_tokens"`
-	PrefillTokens int64         `json:"prefill_tokens"`
-	DecodeTokens  int64         `json:"decode_tokens"`
-	LoadBytes     int64         `json:"load_bytes"`
-	HitRate       float64       `json:"hit_rate"`
-	Evicted       []string      `json:"evicted_sessions,omitempty"`
+	// VerifiedTokens: the prompt's leading tokens whose content matched
+	// what the session stored (the whole prompt on counts alone).
+	VerifiedTokens int64    `json:"verified_tokens"`
+	PrefillTokens  int64    `json:"prefill_tokens"`
+	DecodeTokens   int64    `json:"decode_tokens"`
+	LoadBytes      int64    `json:"load_bytes"`
+	HitRate        float64  `json:"hit_rate"`
+	Evicted        []string `json:"evicted_sessions,omitempty"`
 }
 
 // Plan is the answer: exactly which ranges are stored and where new KV goes.
 type Plan struct {
-	PlanID        int64     `json:"plan_id"`
-	Stored        []KVRange `json:"stored_kv_cache"`
-	Fresh         []KVRange `json:"fresh_kv_cache"`
-	CachedTokens  int64     `json:"cached_tokens"`
-	PrefillTokens int64     `json:"prefill_tokens"`
-	DecodeTokens  int64     `json:"decode_tokens"`
-	LoadBytes     int64     `json:"load_bytes"`
-	HitRate       float64   `json:"hit_rate"`
-	Evicted       []string  `json:"evicted_sessions,omitempty"`
+	PlanID         int64     `json:"plan_id"`
+	Stored         []KVRange `json:"stored_kv_cache"`
+	Fresh          []KVRange `json:"fresh_kv_cache"`
+	CachedTokens   int64     `json:"cached_tokens"`
+	VerifiedTokens int64     `json:"verified_tokens"` // as in EnginePlan
+	PrefillTokens  int64     `json:"prefill_tokens"`
+	DecodeTokens   int64     `json:"decode_tokens"`
+	LoadBytes      int64     `json:"load_bytes"`
+	HitRate        float64   `json:"hit_rate"`
+	Evicted        []string  `json:"evicted_sessions,omitempty"`
 	// FreshFiles: the files of the fresh ranges with the chunks that hold
 	// their bytes, already allocated, so a client writes them with no
 	// master call and commits with Written (docs/kv-cache.md, "What a turn
@@ -636,6 +649,9 @@ type Session struct {
 	LastUsed time.Time `json:"last_used"`
 	Created  time.Time `json:"created"`
 	Ranges   []KVRange `json:"ranges,omitempty"`
+	// HashedTokens: the leading tokens whose content the session's block
+	// hashes record; plans that check content use nothing stored past them.
+	HashedTokens int64 `json:"hashed_tokens"`
 }
 
 // SessionList is a page of sessions ordered by id.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -311,7 +312,7 @@ func (l *load) sessions(ctx context.Context, id int) {
 		tokens += 32 + r.Int64N(224)
 		start := time.Now()
 		octx, cancel := l.opCtx(ctx)
-		plan, err := ss.Plan(octx, sid, client.PlanRequest{Model: layoutName, PromptTokens: tokens})
+		plan, err := ss.Plan(octx, sid, client.PlanRequest{Model: layoutName, TokenIDs: convIDs(sid, tokens)})
 		o, detail := classify(err, true), ""
 		if o == OK {
 			dst := make([]byte, plan.LoadBytes)
@@ -356,6 +357,19 @@ func (l *load) sessions(ctx context.Context, id int) {
 		}
 		turns++
 	}
+}
+
+// convIDs is the token ids of a chaos session's conversation: a function of
+// the session and the position, so every turn's prompt extends the last.
+func convIDs(sid string, n int64) []uint32 {
+	h := fnv.New32a()
+	h.Write([]byte(sid))
+	base := h.Sum32()
+	out := make([]uint32, n)
+	for i := range out {
+		out[i] = base ^ uint32(i)*2654435761
+	}
+	return out
 }
 
 func (l *load) checkRanges(rs []client.KVRange, dst []byte) (Outcome, string) {

@@ -139,7 +139,11 @@ func setup(t *testing.T) *env {
 	}
 	turn := func(id string, prompt int64) {
 		t.Helper()
-		p, err := ss.Plan(ctx, id, client.PlanRequest{Model: "tiny", PromptTokens: prompt})
+		ids := make([]uint32, prompt) // one conversation of token ids 0, 1, 2, ... per session
+		for i := range ids {
+			ids[i] = uint32(i)
+		}
+		p, err := ss.Plan(ctx, id, client.PlanRequest{Model: "tiny", TokenIDs: ids})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -78,7 +78,14 @@ func TestHostileRequests(t *testing.T) {
 	// 4: layouts and plans whose figures overflow.
 	want(t, m, 400, "PUT", "/v1/models/m/layout", `{"layers":4611686018427387904,"kv_heads":8,"head_dim":128,"dtype":"bf16","page_tokens":16,"layout":"layer_first"}`)
 	want(t, m, 200, "PUT", "/v1/models/m/layout", `{"layers":32,"kv_heads":8,"head_dim":128,"dtype":"bf16","page_tokens":16,"layout":"layer_first"}`)
-	want(t, m, 400, "POST", "/v1/sessions/s/plan", `{"model":"m","prompt_tokens":16,"decode_tokens":9223372036854775807}`)
+	want(t, m, 400, "POST", "/v1/sessions/s/plan", `{"model":"m","prompt_tokens":16,"decode_tokens":9223372036854775807,"unsafe_count_only":true}`)
+	// The content check: a plan names its prompt's content, in the right form.
+	want(t, m, 400, "POST", "/v1/sessions/s/plan", `{"model":"m","prompt_tokens":16}`)
+	want(t, m, 400, "POST", "/v1/sessions/s/plan", `{"model":"m","token_ids":[1,-2]}`)
+	want(t, m, 400, "POST", "/v1/sessions/s/plan", `{"model":"m","prompt_tokens":17,"block_hashes":["00112233445566778899aabbccddeeff"]}`)
+	want(t, m, 400, "POST", "/v1/sessions/s/plan", `{"model":"m","prompt_tokens":16,"block_hashes":["0011"]}`)
+	want(t, m, 200, "POST", "/v1/sessions/s/plan", `{"model":"m","prompt_tokens":16,"block_hashes":["00112233445566778899aabbccddeeff"]}`)
+	want(t, m, 200, "POST", "/v1/sessions/s2/plan", `{"model":"m","token_ids":[5,6,7]}`)
 	// 6: strict JSON, query figures, names.
 	want(t, m, 400, "PUT", "/v1/files/n", `null`)
 	want(t, m, 400, "PUT", "/v1/files/n", `{"pool":"perf"}{"pool":"ha"}`)

@@ -104,7 +104,7 @@ func (m *Master) rangesAs(rs []meta.Range, uri func(string) string) []api.KVRang
 
 func (m *Master) sessionOut(s meta.Session) api.Session {
 	return api.Session{ID: s.ID, Model: s.Model, Tokens: s.Tokens, Bytes: s.Bytes, LastUsed: s.LastUsed, Created: s.Created,
-		Ranges: m.rangesOut(s.Ranges)}
+		Ranges: m.rangesOut(s.Ranges), HashedTokens: s.HashedTokens}
 }
 
 func (m *Master) plan(r *http.Request) (any, error) {
@@ -150,6 +150,7 @@ func (m *Master) plan(r *http.Request) (any, error) {
 	}
 	p, err := m.sessions.PlanSession(r.Context(), meta.PlanInput{
 		Session: r.PathValue("id"), Model: req.Model, Prefixes: prefixes, PromptTokens: req.PromptTokens,
+		TokenIDs: req.TokenIDs, BlockHashes: req.BlockHashes, UnsafeCountOnly: req.UnsafeCountOnly,
 		DecodeTokens: req.DecodeTokens, NewFile: req.NewFile, Dir: "/kv-sessions", Pool: m.cfg.SessionPool,
 		ChunkSize: DefaultChunkSize, Quota: m.cfg.SessionQuota, PlanTTL: 10 * time.Minute, Now: time.Now(), Aligned: engine,
 		Place: m.sessionPlacer(r, engine),
@@ -157,31 +158,32 @@ func (m *Master) plan(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	m.plans.record(req.PromptTokens, p.Cached, p.Evicted)
+	prompt := p.Prefill + p.Cached // prompt_tokens may be left out with token_ids
+	m.plans.record(prompt, p.Cached, p.Evicted)
 	if len(p.Evicted) > 0 {
 		m.metrics.evictions.Add(float64(len(p.Evicted)))
 	}
 	m.metrics.plans.Inc()
 	m.metrics.cachedTokens.Add(float64(p.Cached))
 	if engine {
-		out := api.EnginePlan{PlanID: p.ID, CachedTokens: p.Cached, PrefillTokens: p.Prefill, DecodeTokens: p.Decode,
+		out := api.EnginePlan{PlanID: p.ID, CachedTokens: p.Cached, VerifiedTokens: p.Verified, PrefillTokens: p.Prefill, DecodeTokens: p.Decode,
 			LoadBytes: p.Load, Evicted: p.Evicted, KVCacheParams: api.KVCacheParams{ID: r.PathValue("id"),
 				Stored: m.rangesAs(p.Stored, m.engineURI), Fresh: m.rangesAs(p.Fresh, m.engineURI), LoadThreshold: req.LoadThreshold,
 				Flags: req.Flags}}
-		if req.PromptTokens > 0 {
-			out.HitRate = float64(p.Cached) / float64(req.PromptTokens)
+		if prompt > 0 {
+			out.HitRate = float64(p.Cached) / float64(prompt)
 		}
 		return out, nil
 	}
-	out := api.Plan{PlanID: p.ID, Stored: m.rangesOut(p.Stored), Fresh: m.rangesOut(p.Fresh), CachedTokens: p.Cached,
+	out := api.Plan{PlanID: p.ID, Stored: m.rangesOut(p.Stored), Fresh: m.rangesOut(p.Fresh), CachedTokens: p.Cached, VerifiedTokens: p.Verified,
 		PrefillTokens: p.Prefill, DecodeTokens: p.Decode, LoadBytes: p.Load, Evicted: p.Evicted}
 	if len(p.FreshChunks) > 0 {
 		f := fileOut(p.FreshFile)
 		f.Chunks = m.chunksOut(p.FreshChunks)
 		out.FreshFiles = []api.File{f}
 	}
-	if req.PromptTokens > 0 {
-		out.HitRate = float64(p.Cached) / float64(req.PromptTokens)
+	if prompt > 0 {
+		out.HitRate = float64(p.Cached) / float64(prompt)
 	}
 	return out, nil
 }

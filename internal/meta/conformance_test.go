@@ -106,6 +106,7 @@ func TestConformance(t *testing.T) {
 				{"sessions", testSessions},
 				{"session-quota", testSessionQuota},
 				{"session-engine", testSessionEngine},
+				{"session-content", testSessionContent},
 				{"lead", testLead},
 			} {
 				t.Run(tc.name, func(t *testing.T) { tc.fn(t, open(t)) })
@@ -371,9 +372,11 @@ func testRandomModel(t *testing.T, s Store) {
 
 var llama = Layout{Model: "llama", Layers: 2, KVHeads: 2, HeadDim: 4, DType: "bf16", PageTokens: 16, Order: "layer_first"}
 
+// planIn is a plan on counts alone (the rules of ranges, apart from the
+// content check, which testSessionContent covers).
 func planIn(id string, prompt int64) PlanInput {
 	return PlanInput{Session: id, Model: "llama", PromptTokens: prompt, Dir: "/kv-sessions", Pool: "perf",
-		ChunkSize: 1 << 20, PlanTTL: time.Hour, Now: now}
+		ChunkSize: 1 << 20, PlanTTL: time.Hour, Now: now, UnsafeCountOnly: true}
 }
 
 // written pretends the engine wrote a plan's fresh range.

@@ -37,24 +37,31 @@ func (s *sqlStore) checkInvariants(ctx context.Context) error {
 //     where they end;
 //   - every range lies inside its file's committed bytes and, for a session
 //     file, inside the bytes reserved in it;
+//   - a session's block hashes cover at most the tokens it holds, one per
+//     block of them (checkHashes);
 //   - session files and plans belong to sessions that exist, and a plan was
 //     made from a version the session has had.
 func (s *sqlStore) invariantsTx(ctx context.Context, tx *sql.Tx) error {
 	type sess struct {
-		model           string
-		tokens, version int64
+		model                   string
+		tokens, version, hashed int64
+		hashes                  []BlockHash
 	}
 	sessions := map[string]sess{}
-	rows, err := tx.QueryContext(ctx, `SELECT id, model, tokens, version FROM kv_sessions`)
+	rows, err := tx.QueryContext(ctx, `SELECT id, model, tokens, version, hashed_tokens, hashes FROM kv_sessions`)
 	if err != nil {
 		return err
 	}
 	for rows.Next() {
-		var id string
+		var id, hs string
 		var x sess
-		if err := rows.Scan(&id, &x.model, &x.tokens, &x.version); err != nil {
+		if err := rows.Scan(&id, &x.model, &x.tokens, &x.version, &x.hashed, &hs); err != nil {
 			rows.Close()
 			return err
+		}
+		if x.hashes, err = decodeHashes(hs); err != nil {
+			rows.Close()
+			return fmt.Errorf("session %s: %w", id, err)
 		}
 		sessions[id] = x
 	}
@@ -128,6 +135,9 @@ func (s *sqlStore) invariantsTx(ctx context.Context, tx *sql.Tx) error {
 		}
 		if end != x.tokens {
 			return fmt.Errorf("session %s holds %d tokens, its ranges end at %d", id, x.tokens, end)
+		}
+		if err := checkHashes(int64(l.PageTokens), x.hashes, x.hashed, x.tokens); err != nil {
+			return fmt.Errorf("session %s: %w", id, err)
 		}
 	}
 	var orphans int64

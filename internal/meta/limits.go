@@ -32,6 +32,28 @@ func checkPlanInput(in PlanInput) error {
 	if in.PromptTokens < 1 || in.PromptTokens+in.DecodeTokens > limits.MaxTokens {
 		return errs.New(errs.ErrBadRequest, "prompt_tokens must be at least 1 and prompt+decode at most %d (got %d + %d)", limits.MaxTokens, in.PromptTokens, in.DecodeTokens)
 	}
+	return checkPlanContent(in)
+}
+
+// checkPlanContent: a plan says what its prompt is, by token ids or by block
+// hashes, or asks explicitly to be planned on counts alone (content.go).
+func checkPlanContent(in PlanInput) error {
+	ids, hashes := len(in.TokenIDs) > 0, len(in.BlockHashes) > 0
+	switch {
+	case in.UnsafeCountOnly && (ids || hashes):
+		return errs.New(errs.ErrBadRequest, "plan of session %s: unsafe_count_only with token_ids or block_hashes; drop unsafe_count_only so the content is checked", in.Session)
+	case in.UnsafeCountOnly:
+		return nil
+	case ids && hashes:
+		return errs.New(errs.ErrBadRequest, "plan of session %s: give token_ids or block_hashes, not both", in.Session)
+	case ids && int64(len(in.TokenIDs)) != in.PromptTokens:
+		return errs.New(errs.ErrBadRequest, "plan of session %s: %d token_ids for prompt_tokens %d; send the ids of the whole prompt (prompt_tokens may be left out)",
+			in.Session, len(in.TokenIDs), in.PromptTokens)
+	case !ids && !hashes:
+		return errs.New(errs.ErrBadRequest, "plan of session %s names no prompt content: send the prompt's token_ids (or its block_hashes, "+
+			"kvlayout.BlockHashes in the layout's page_tokens) so stored KV is used only for the tokens it was computed from; "+
+			"unsafe_count_only: true plans on counts alone, which serves wrong KV after a user edits an earlier message", in.Session)
+	}
 	return nil
 }
 

@@ -60,9 +60,10 @@ func clip(l Layout, r Range, tokens int64) (Range, bool) {
 // prompt's last token to compute (engines need at least one token to
 // prefill to produce logits). A range of the session that is not whole
 // pages ends the stored run there (cut to whole pages where clip allows).
-func storedAligned(l Layout, ranges []Range, n int64) (stored []Range, cached int64) {
+// Nothing past valid is used (the tokens the content check vouched for).
+func storedAligned(l Layout, ranges []Range, n, valid int64) (stored []Range, cached int64) {
 	pt := int64(l.PageTokens)
-	limit := (n - 1) / pt * pt
+	limit := min((n-1)/pt*pt, valid/pt*pt)
 	for _, r := range ranges {
 		end := r.TokenStart + r.TokenLength
 		if r.TokenStart%pt != 0 || r.TokenStart >= limit {

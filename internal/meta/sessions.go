@@ -32,6 +32,11 @@ type Prefix struct {
 	Path   string `json:"path"`
 	Model  string `json:"model"`
 	Tokens int64  `json:"tokens"`
+	// TokenIDs are the ids the prefix's KV was computed from (Tokens of
+	// them): a session created with the prefix then holds their block
+	// hashes, so checked plans use the prefix. Without them the prefix's
+	// tokens are stored but never vouched for (docs/kv-cache.md).
+	TokenIDs []uint32 `json:"token_ids,omitempty"`
 }
 
 // Range is a run of tokens and the bytes that hold their KV.
@@ -52,6 +57,9 @@ type Session struct {
 	LastUsed time.Time `json:"last_used"`
 	Created  time.Time `json:"created"`
 	Ranges   []Range   `json:"ranges,omitempty"`
+	// HashedTokens: how many leading tokens the session's block hashes
+	// vouch for (content.go); checked plans use no stored token past it.
+	HashedTokens int64 `json:"hashed_tokens"`
 }
 
 // PlanInput asks for a plan.
@@ -60,8 +68,16 @@ type PlanInput struct {
 	Model        string
 	Prefixes     []string // applied when the session is created
 	PromptTokens int64
-	DecodeTokens int64
-	NewFile      bool // put the fresh range in a new file of the session
+	// The prompt's content, so that stored KV is used only for the tokens
+	// it was computed from (content.go): its token ids, or its block hashes
+	// (kvlayout.BlockHashes in the layout's page_tokens). One of the two,
+	// unless UnsafeCountOnly plans on token counts alone, as before the
+	// content check: wrong KV after a user edits an earlier message.
+	TokenIDs        []uint32
+	BlockHashes     []BlockHash
+	UnsafeCountOnly bool
+	DecodeTokens    int64
+	NewFile         bool // put the fresh range in a new file of the session
 	// Aligned: plan in whole pages for an engine that loads and saves whole
 	// blocks (storedAligned; the fresh range is rounded up to whole pages).
 	Aligned   bool
@@ -82,14 +98,17 @@ type PlanInput struct {
 // turns it into api.Plan or api.EnginePlan (kv_uris in the requested format,
 // the hit rate) in one place, internal/master/sessions.go.
 type Plan struct {
-	ID      int64
-	Stored  []Range
-	Fresh   []Range
-	Cached  int64
-	Prefill int64
-	Decode  int64
-	Load    int64
-	Evicted []string
+	ID int64
+	// Verified: how many leading prompt tokens the session's block hashes
+	// vouched for (the prompt on counts alone); Cached <= Verified.
+	Verified int64
+	Stored   []Range
+	Fresh    []Range
+	Cached   int64
+	Prefill  int64
+	Decode   int64
+	Load     int64
+	Evicted  []string
 	// FreshFile and FreshChunks: the fresh range's file and the chunks
 	// holding its bytes, when the plan was asked to allocate them (Place).
 	FreshFile   File
@@ -129,6 +148,22 @@ var sessionColumns = []struct{ table, column, ddl string }{
 	// repeated after a connection cut (the first one applied, its answer
 	// lost) is recognised and answered as done.
 	{"kv_sessions", "last_plan", "BIGINT NOT NULL DEFAULT 0"},
+	// The content check (content.go): a session's block hashes (hex, back
+	// to back) and the tokens they cover; a prefix's token ids (hex of
+	// little-endian uint32s, '' when registered without them); what a plan
+	// knew of its prompt: its hashes from block hash_from on and its
+	// prompt tokens (planned_tokens, -1 for a plan on counts alone).
+	// Sessions and plans made before have no hashes: nothing of them is
+	// vouched for, so checked plans recompute them once.
+	{"kv_sessions", "hashes", "TEXT NOT NULL DEFAULT ''"},
+	{"kv_sessions", "hashed_tokens", "BIGINT NOT NULL DEFAULT 0"},
+	{"kv_prefixes", "token_ids", "TEXT NOT NULL DEFAULT ''"},
+	{"kv_plans", "hash_from", "BIGINT NOT NULL DEFAULT 0"},
+	{"kv_plans", "hashes", "TEXT NOT NULL DEFAULT ''"},
+	{"kv_plans", "planned_tokens", "BIGINT NOT NULL DEFAULT -1"},
+	// split_at: where the plan cut its fresh range in two (freshSplit; 0:
+	// not cut); token_length and kv_length are those of both parts.
+	{"kv_plans", "split_at", "BIGINT NOT NULL DEFAULT 0"},
 }
 
 // lockSessions serialises the transactions that change sessions on
@@ -209,6 +244,12 @@ func (s *sqlStore) PutPrefix(ctx context.Context, p Prefix) error {
 		if err != nil {
 			return err
 		}
+		if len(p.TokenIDs) > 0 && p.Tokens == 0 {
+			p.Tokens = int64(len(p.TokenIDs))
+		}
+		if len(p.TokenIDs) > 0 && int64(len(p.TokenIDs)) != p.Tokens {
+			return errs.New(errs.ErrBadRequest, "prefix %s: %d token ids for %d tokens; give the ids of every token (or leave tokens out)", p.Path, len(p.TokenIDs), p.Tokens)
+		}
 		if p.Tokens < 1 || checkTokens("prefix tokens", p.Tokens) != nil {
 			return errs.New(errs.ErrBadRequest, "prefix %s: tokens must be between 1 and %d", p.Path, limits.MaxTokens)
 		}
@@ -220,8 +261,9 @@ func (s *sqlStore) PutPrefix(ctx context.Context, p Prefix) error {
 			return errs.New(errs.ErrBadRequest, "prefix %s holds %d bytes, but %d tokens of %s take %d: write the whole KV first",
 				p.Path, f.Size, p.Tokens, p.Model, want)
 		}
-		_, err = tx.ExecContext(ctx, s.q(`INSERT INTO kv_prefixes (path, model, tokens) VALUES (?, ?, ?)
-			ON CONFLICT (path) DO UPDATE SET model = excluded.model, tokens = excluded.tokens`), p.Path, p.Model, p.Tokens)
+		_, err = tx.ExecContext(ctx, s.q(`INSERT INTO kv_prefixes (path, model, tokens, token_ids) VALUES (?, ?, ?, ?)
+			ON CONFLICT (path) DO UPDATE SET model = excluded.model, tokens = excluded.tokens, token_ids = excluded.token_ids`),
+			p.Path, p.Model, p.Tokens, encodeIDs(p.TokenIDs))
 		return wrapDB(err)
 	})
 }
@@ -249,15 +291,40 @@ type sessionRow struct {
 	tokens  int64
 	fileSeq int64
 	version int64
+	hashes  []BlockHash // content.go
+	hashed  int64
 }
 
 func (s *sqlStore) sessionTx(ctx context.Context, x execer, id string) (sessionRow, bool, error) {
 	var r sessionRow
-	err := x.QueryRowContext(ctx, s.q(`SELECT model, tokens, file_seq, version FROM kv_sessions WHERE id = ?`), id).Scan(&r.model, &r.tokens, &r.fileSeq, &r.version)
+	var hs string
+	err := x.QueryRowContext(ctx, s.q(`SELECT model, tokens, file_seq, version, hashes, hashed_tokens FROM kv_sessions WHERE id = ?`), id).
+		Scan(&r.model, &r.tokens, &r.fileSeq, &r.version, &hs, &r.hashed)
 	if errors.Is(err, sql.ErrNoRows) {
 		return r, false, nil
 	}
-	return r, err == nil, wrapDB(err)
+	if err != nil {
+		return r, false, wrapDB(err)
+	}
+	r.hashes, err = decodeHashes(hs)
+	return r, err == nil, err
+}
+
+// promptOf checks what a plan says of its prompt's content against the
+// layout and returns it, hashed; ok is false for a plan on counts alone.
+func promptOf(in PlanInput, l Layout) (p prompt, ok bool, err error) {
+	pt := int64(l.PageTokens)
+	switch {
+	case in.UnsafeCountOnly:
+		return prompt{}, false, nil
+	case len(in.TokenIDs) > 0:
+		return prompt{n: in.PromptTokens, ids: in.TokenIDs, hashes: kvlayout.BlockHashes(in.TokenIDs, l.PageTokens)}, true, nil
+	}
+	if want := (in.PromptTokens + pt - 1) / pt; int64(len(in.BlockHashes)) != want {
+		return prompt{}, false, errs.New(errs.ErrBadRequest, "%d block_hashes for a prompt of %d tokens: model %s has blocks of %d tokens, so want %d (the last of a partial block)",
+			len(in.BlockHashes), in.PromptTokens, l.Model, pt, want)
+	}
+	return prompt{n: in.PromptTokens, hashes: in.BlockHashes}, true, nil
 }
 
 func checkSessionID(id string) error {
@@ -276,6 +343,9 @@ func checkSessionID(id string) error {
 func (s *sqlStore) PlanSession(ctx context.Context, in PlanInput) (Plan, error) {
 	if err := checkSessionID(in.Session); err != nil {
 		return Plan{}, err
+	}
+	if len(in.TokenIDs) > 0 && in.PromptTokens == 0 {
+		in.PromptTokens = int64(len(in.TokenIDs))
 	}
 	if err := checkPlanInput(in); err != nil {
 		return Plan{}, err
@@ -298,6 +368,10 @@ func (s *sqlStore) PlanSession(ctx context.Context, in PlanInput) (Plan, error) 
 		if err != nil {
 			return err
 		}
+		pr, checked, err := promptOf(in, l)
+		if err != nil {
+			return err
+		}
 		sess, ok, err := s.sessionTx(ctx, tx, in.Session)
 		if err != nil {
 			return err
@@ -316,12 +390,19 @@ func (s *sqlStore) PlanSession(ctx context.Context, in PlanInput) (Plan, error) 
 		}
 		n := in.PromptTokens
 		end := n + in.DecodeTokens
+		pt := int64(l.PageTokens)
+		// valid: the tokens whose stored KV may be used, those the
+		// session's hashes vouch for (all, on counts alone).
+		valid := n
+		if checked {
+			valid = verified(pt, sess.hashes, sess.hashed, pr)
+		}
+		p.Verified = valid
 		if in.Aligned {
-			p.Stored, p.Cached = storedAligned(l, ranges, n)
-			pt := int64(l.PageTokens)
+			p.Stored, p.Cached = storedAligned(l, ranges, n, valid)
 			end = (end + pt - 1) / pt * pt
 		} else {
-			p.Stored, p.Cached = storedFor(l, ranges, n)
+			p.Stored, p.Cached = storedFor(l, ranges, valid)
 		}
 		for _, r := range p.Stored {
 			p.Load += r.KVLength
@@ -331,12 +412,19 @@ func (s *sqlStore) PlanSession(ctx context.Context, in PlanInput) (Plan, error) 
 		// The plan row remembers where its commit cuts the session (the
 		// cached tokens) and the fresh range, if any.
 		fr := Range{TokenStart: p.Cached}
+		var split int64
 		if fresh := end - p.Cached; fresh > 0 {
-			fr.TokenLength, fr.KVLength = fresh, l.RangeBytes(fresh)
+			if checked {
+				split = freshSplit(pt, p.Cached, end, n, in.Aligned)
+			}
+			fr.TokenLength = fresh
+			for _, part := range splitFresh(l, fr, split) {
+				fr.KVLength += part.KVLength
+			}
 			if fr.Path, fr.KVStart, err = s.reserveTx(ctx, tx, in, &sess, fr.KVLength); err != nil {
 				return err
 			}
-			p.Fresh = []Range{fr}
+			p.Fresh = splitFresh(l, fr, split)
 			if in.Place != nil {
 				if p.FreshFile, p.FreshChunks, err = s.allocFreshTx(ctx, tx, in.Place, fr); err != nil {
 					return err
@@ -349,8 +437,16 @@ func (s *sqlStore) PlanSession(ctx context.Context, in PlanInput) (Plan, error) 
 		if p.ID, err = s.counter(ctx, tx, "next_id", 1); err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO kv_plans (id, session_id, token_start, token_length, path, kv_start, kv_length, base_tokens, base_version, created)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`), p.ID, in.Session, fr.TokenStart, fr.TokenLength, fr.Path, fr.KVStart, fr.KVLength, sess.tokens, sess.version, now); err != nil {
+		// What the commit records of the prompt: its hashes from the
+		// block the cached tokens end in (those before it are the
+		// session's own, verified equal).
+		hashFrom, planned, hashes := p.Cached/pt, int64(-1), ""
+		if checked {
+			planned, hashes = n, encodeHashes(pr.hashes[hashFrom:])
+		}
+		if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO kv_plans (id, session_id, token_start, token_length, path, kv_start, kv_length, base_tokens, base_version, created,
+			hash_from, hashes, planned_tokens, split_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`), p.ID, in.Session, fr.TokenStart, fr.TokenLength, fr.Path, fr.KVStart, fr.KVLength,
+			sess.tokens, sess.version, now, hashFrom, hashes, planned, split); err != nil {
 			return wrapDB(err)
 		}
 		_, err = tx.ExecContext(ctx, s.q(`UPDATE kv_sessions SET last_used = ? WHERE id = ?`), now, in.Session)
@@ -360,12 +456,16 @@ func (s *sqlStore) PlanSession(ctx context.Context, in PlanInput) (Plan, error) 
 }
 
 // createSessionTx creates a session whose first ranges are its prefixes.
+// The session's hashes cover its prefixes as far as each was registered
+// with its token ids: the first prefix without them ends what is vouched for.
 func (s *sqlStore) createSessionTx(ctx context.Context, tx *sql.Tx, in PlanInput, l Layout) (sessionRow, error) {
 	var tokens int64
+	var ids []uint32
+	known := true // every prefix so far came with its ids
 	for _, path := range in.Prefixes {
-		var model string
+		var model, hexIDs string
 		var n int64
-		err := tx.QueryRowContext(ctx, s.q(`SELECT model, tokens FROM kv_prefixes WHERE path = ?`), path).Scan(&model, &n)
+		err := tx.QueryRowContext(ctx, s.q(`SELECT model, tokens, token_ids FROM kv_prefixes WHERE path = ?`), path).Scan(&model, &n, &hexIDs)
 		if errors.Is(err, sql.ErrNoRows) {
 			return sessionRow{}, errs.New(errs.ErrNotFound, "no registered prefix %s: register it with POST /v1/prefixes", path)
 		}
@@ -375,6 +475,13 @@ func (s *sqlStore) createSessionTx(ctx context.Context, tx *sql.Tx, in PlanInput
 		if model != in.Model {
 			return sessionRow{}, errs.New(errs.ErrBadRequest, "prefix %s holds KV of model %s, not %s", path, model, in.Model)
 		}
+		if known = known && hexIDs != ""; known {
+			pids, err := decodeIDs(hexIDs)
+			if err != nil {
+				return sessionRow{}, err
+			}
+			ids = append(ids, pids...)
+		}
 		if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO kv_ranges (session_id, token_start, token_length, path, kv_start, kv_length)
 			VALUES (?, ?, ?, ?, 0, ?)`), in.Session, tokens, n, path, l.RangeBytes(n)); err != nil {
 			return sessionRow{}, wrapDB(err)
@@ -382,11 +489,12 @@ func (s *sqlStore) createSessionTx(ctx context.Context, tx *sql.Tx, in PlanInput
 		tokens += n
 	}
 	now := in.Now.UnixNano()
-	if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO kv_sessions (id, model, tokens, last_used, created, file_seq) VALUES (?, ?, ?, ?, ?, 0)`),
-		in.Session, in.Model, tokens, now, now); err != nil {
+	hashes := kvlayout.BlockHashes(ids, l.PageTokens)
+	if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO kv_sessions (id, model, tokens, last_used, created, file_seq, hashes, hashed_tokens) VALUES (?, ?, ?, ?, ?, 0, ?, ?)`),
+		in.Session, in.Model, tokens, now, now, encodeHashes(hashes), len(ids)); err != nil {
 		return sessionRow{}, wrapDB(err)
 	}
-	return sessionRow{model: in.Model, tokens: tokens}, nil
+	return sessionRow{model: in.Model, tokens: tokens, hashes: hashes, hashed: int64(len(ids))}, nil
 }
 
 // reserveTx picks the file for a fresh range and reserves n bytes at its end.
@@ -565,8 +673,12 @@ func (s *sqlStore) CommitSession(ctx context.Context, in CommitInput) (Session, 
 		var fr Range
 		var base int64
 		var sid string
-		err = tx.QueryRowContext(ctx, s.q(`SELECT session_id, token_start, token_length, path, kv_start, kv_length, base_version FROM kv_plans WHERE id = ?`), planID).
-			Scan(&sid, &fr.TokenStart, &fr.TokenLength, &fr.Path, &fr.KVStart, &fr.KVLength, &base)
+		var pc planContent
+		var planHashes string
+		var split int64
+		err = tx.QueryRowContext(ctx, s.q(`SELECT session_id, token_start, token_length, path, kv_start, kv_length, base_version, hash_from, hashes, planned_tokens, split_at
+			FROM kv_plans WHERE id = ?`), planID).
+			Scan(&sid, &fr.TokenStart, &fr.TokenLength, &fr.Path, &fr.KVStart, &fr.KVLength, &base, &pc.from, &planHashes, &pc.planned, &split)
 		if errors.Is(err, sql.ErrNoRows) {
 			var last int64
 			if err := tx.QueryRowContext(ctx, s.q(`SELECT last_plan FROM kv_sessions WHERE id = ?`), id).Scan(&last); err != nil {
@@ -593,7 +705,7 @@ func (s *sqlStore) CommitSession(ctx context.Context, in CommitInput) (Session, 
 		if !in.Partial {
 			fresh = nil
 			if fr.TokenLength > 0 {
-				fresh = []Range{fr}
+				fresh = splitFresh(l, fr, split)
 			}
 		} else if err := checkSaved(l, fr, fresh); err != nil {
 			return errs.New(errs.ErrBadRequest, "commit of plan %d: %v; nothing recorded", planID, err)
@@ -614,7 +726,10 @@ func (s *sqlStore) CommitSession(ctx context.Context, in CommitInput) (Session, 
 					planID, r.Path, f.Size, r.KVStart+r.KVLength)
 			}
 		}
-		if err := s.replaceRangesTx(ctx, tx, id, l, fr.TokenStart, fresh, in.Now); err != nil {
+		if pc.hashes, err = decodeHashes(planHashes); err != nil {
+			return err
+		}
+		if err := s.replaceRangesTx(ctx, tx, id, l, sess, fr.TokenStart, fresh, pc, in.Now); err != nil {
 			return err
 		}
 		if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM kv_plans WHERE id = ?`), planID); err != nil {
@@ -646,10 +761,17 @@ func (s *sqlStore) holdsTx(ctx context.Context, tx *sql.Tx, id string, want []Ra
 	return true, nil
 }
 
+// planContent is what a plan row knew of its prompt (content.go).
+type planContent struct {
+	from, planned int64
+	hashes        []BlockHash
+}
+
 // replaceRangesTx cuts session id at token keep and appends fresh
-// (afterCommit), writing only the rows that change, and counts the change
-// in the session's version.
-func (s *sqlStore) replaceRangesTx(ctx context.Context, tx *sql.Tx, id string, l Layout, keep int64, fresh []Range, now time.Time) error {
+// (afterCommit), writing only the rows that change, records the hashes of
+// what it now holds (hashesAfterCommit) and counts the change in the
+// session's version.
+func (s *sqlStore) replaceRangesTx(ctx context.Context, tx *sql.Tx, id string, l Layout, sess sessionRow, keep int64, fresh []Range, pc planContent, now time.Time) error {
 	ranges, err := s.rangesTx(ctx, tx, id)
 	if err != nil {
 		return err
@@ -676,7 +798,13 @@ func (s *sqlStore) replaceRangesTx(ctx context.Context, tx *sql.Tx, id string, l
 			return wrapDB(err)
 		}
 	}
-	_, err = tx.ExecContext(ctx, s.q(`UPDATE kv_sessions SET tokens = ?, version = version + 1, last_used = ? WHERE id = ?`), tokens, now.UnixNano(), id)
+	pt := int64(l.PageTokens)
+	hashes, hashed := hashesAfterCommit(pt, sess.hashes, sess.hashed, keep, tokens, pc.from, pc.hashes, pc.planned)
+	if err := checkHashes(pt, hashes, hashed, tokens); err != nil {
+		return err
+	}
+	_, err = tx.ExecContext(ctx, s.q(`UPDATE kv_sessions SET tokens = ?, version = version + 1, last_used = ?, hashes = ?, hashed_tokens = ? WHERE id = ?`),
+		tokens, now.UnixNano(), encodeHashes(hashes), hashed, id)
 	return wrapDB(err)
 }
 
@@ -701,8 +829,8 @@ func (s *sqlStore) ForkSession(ctx context.Context, src, dst string, now time.Ti
 		} else if exists {
 			return errs.New(errs.ErrExists, "session %s already exists", dst)
 		}
-		if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO kv_sessions (id, model, tokens, last_used, created, file_seq) VALUES (?, ?, ?, ?, ?, 0)`),
-			dst, sess.model, sess.tokens, now.UnixNano(), now.UnixNano()); err != nil {
+		if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO kv_sessions (id, model, tokens, last_used, created, file_seq, hashes, hashed_tokens) VALUES (?, ?, ?, ?, ?, 0, ?, ?)`),
+			dst, sess.model, sess.tokens, now.UnixNano(), now.UnixNano(), encodeHashes(sess.hashes), sess.hashed); err != nil {
 			return wrapDB(err)
 		}
 		_, err = tx.ExecContext(ctx, s.q(`INSERT INTO kv_ranges (session_id, token_start, token_length, path, kv_start, kv_length)
@@ -723,9 +851,9 @@ func (s *sqlStore) DeleteSession(ctx context.Context, id string) error {
 func (s *sqlStore) Session(ctx context.Context, id string) (Session, error) {
 	out := Session{ID: id}
 	var lu, cr int64
-	err := s.db.QueryRowContext(ctx, s.q(`SELECT model, tokens, last_used, created,
+	err := s.db.QueryRowContext(ctx, s.q(`SELECT model, tokens, last_used, created, hashed_tokens,
 		(SELECT COALESCE(SUM(reserved), 0) FROM kv_files WHERE session_id = kv_sessions.id) FROM kv_sessions WHERE id = ?`), id).
-		Scan(&out.Model, &out.Tokens, &lu, &cr, &out.Bytes)
+		Scan(&out.Model, &out.Tokens, &lu, &cr, &out.HashedTokens, &out.Bytes)
 	if errors.Is(err, sql.ErrNoRows) {
 		return out, errs.New(errs.ErrNotFound, "no session %s", id)
 	}
@@ -738,7 +866,7 @@ func (s *sqlStore) Session(ctx context.Context, id string) (Session, error) {
 }
 
 func (s *sqlStore) Sessions(ctx context.Context, after string, limit int) ([]Session, error) {
-	rows, err := s.db.QueryContext(ctx, s.q(`SELECT id, model, tokens, last_used, created,
+	rows, err := s.db.QueryContext(ctx, s.q(`SELECT id, model, tokens, last_used, created, hashed_tokens,
 		(SELECT COALESCE(SUM(reserved), 0) FROM kv_files WHERE session_id = kv_sessions.id)
 		FROM kv_sessions WHERE id > ? ORDER BY id LIMIT ?`), after, limit)
 	if err != nil {
@@ -749,7 +877,7 @@ func (s *sqlStore) Sessions(ctx context.Context, after string, limit int) ([]Ses
 	for rows.Next() {
 		var x Session
 		var lu, cr int64
-		if err := rows.Scan(&x.ID, &x.Model, &x.Tokens, &lu, &cr, &x.Bytes); err != nil {
+		if err := rows.Scan(&x.ID, &x.Model, &x.Tokens, &lu, &cr, &x.HashedTokens, &x.Bytes); err != nil {
 			return nil, wrapDB(err)
 		}
 		x.LastUsed, x.Created = time.Unix(0, lu).UTC(), time.Unix(0, cr).UTC()

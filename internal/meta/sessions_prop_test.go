@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -20,9 +21,11 @@ var long = flag.Bool("long", false, "run the long versions of the property tests
 
 // TestSessionProperty drives random multi-turn traffic through the session
 // store (both layouts, several workers planning at once, forks, rewinds to
-// arbitrary token counts, abandoned and competing plans, deletes, quota
-// evictions) against a model that remembers the conversation behind every
-// committed token. The "disk" is a map holding the bytes each plan's fresh
+// arbitrary token counts, edits of an earlier token that keep the prompt's
+// length or make it longer, plans by token ids, by block hashes and on
+// counts alone, abandoned and competing plans, deletes, quota evictions)
+// against a model that remembers the conversation behind every committed
+// token. The "disk" is a map holding the bytes each plan's fresh
 // range was written with, at the offsets the plan gave. After every plan:
 // each stored range reads back exactly the KV of the session's current
 // conversation for those tokens, ranges are contiguous from token 0, and
@@ -120,6 +123,60 @@ type modelSession struct {
 	c       conv
 	segs    []seg
 	created time.Time
+	hashed  int64 // leading tokens of c the store's hashes vouch for
+}
+
+// How a plan tells the store what its prompt is.
+const (
+	byIDs = iota
+	byHashes
+	countOnly
+)
+
+// verified is the content check in the model's terms: the tokens of prompt
+// p (n of them) that agree with the vouched-for conversation, in whole
+// blocks, and up to the end of the hashed tokens when the last block is
+// partial and the plan can show it (ids, or hashes of a prompt that ends
+// exactly there).
+func (m *modelSession) verified(p conv, n int64, mode int) int64 {
+	if mode == countOnly {
+		return n
+	}
+	pt, h := int64(m.layout.PageTokens), m.hashed
+	l := int64(0)
+	for l < n && l < h && p.ids[l] == m.c.ids[l] {
+		l++
+	}
+	if l >= h && n >= h && (mode == byIDs || n == h || h%pt == 0) {
+		return h
+	}
+	return min(l, n, h) / pt * pt
+}
+
+// afterCommit is the vouched-for length after a commit that kept keep
+// tokens and holds tokens in all, of a plan for a prompt of n tokens.
+func (m *modelSession) hashedAfter(keep, tokens, n int64, mode int) int64 {
+	pt := int64(m.layout.PageTokens)
+	if mode == countOnly {
+		h := min(m.hashed, keep)
+		if h < m.hashed && h%pt != 0 {
+			h = h / pt * pt
+		}
+		return h
+	}
+	h := min(n, tokens)
+	if h < n && h%pt != 0 {
+		h = h / pt * pt
+	}
+	return h
+}
+
+func u32(ids []uint64) []uint32 {
+	out := make([]uint32, len(ids))
+	for i, id := range ids {
+		out[i] = uint32(id)
+	}
+	return out
 }
 
 // cached is what a prompt of n tokens can use: whole runs, and of a
@@ -141,10 +198,10 @@ func (m *modelSession) cached(n int64) int64 {
 
 // cachedAligned is cached for an engine of whole blocks: runs that start
 // and end on a block, up to the last whole block before the prompt's last
-// token.
-func (m *modelSession) cachedAligned(n int64) int64 {
+// token and no further than the verified tokens.
+func (m *modelSession) cachedAligned(n, valid int64) int64 {
 	pt := int64(m.layout.PageTokens)
-	limit := (n - 1) / pt * pt
+	limit := min((n-1)/pt*pt, valid/pt*pt)
 	var got int64
 	for _, s := range m.segs {
 		end := s.start + s.n
@@ -163,8 +220,9 @@ func (m *modelSession) cachedAligned(n int64) int64 {
 	return got
 }
 
-// commit keeps the first keep tokens and appends a run of n.
-func (m *modelSession) commit(keep, n int64, c conv) {
+// commit keeps the first keep tokens and appends the runs of fresh
+// (start, length), which follow each other from keep.
+func (m *modelSession) commit(keep int64, fresh []seg, c conv) {
 	var out []seg
 	for _, s := range m.segs {
 		switch {
@@ -174,10 +232,12 @@ func (m *modelSession) commit(keep, n int64, c conv) {
 			out = append(out, seg{s.start, keep - s.start})
 		}
 	}
-	if n > 0 {
-		out = append(out, seg{keep, n})
+	end := keep
+	for _, f := range fresh {
+		out = append(out, f)
+		end = f.start + f.n
 	}
-	m.segs, m.c = out, c.prefix(keep+n)
+	m.segs, m.c = out, c.prefix(end)
 }
 
 // fakeDisk holds the bytes written to session and prefix files.
@@ -214,6 +274,7 @@ func runSessionProperty(t *testing.T, s Store, plans, workers int, seed uint64) 
 	clock.Store(now.UnixNano())
 	tick := func() time.Time { return time.Unix(0, clock.Add(1000)) }
 	prefixes := map[string]conv{}
+	prefixHashed := map[string]int64{}
 	for i, pl := range propLayouts {
 		if err := s.PutLayout(ctx, pl.l); err != nil {
 			t.Fatal(err)
@@ -232,7 +293,14 @@ func runSessionProperty(t *testing.T, s Store, plans, workers int, seed uint64) 
 		if _, err := s.Commit(ctx, f.ID, int64(len(b)), nil, true, tick()); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.PutPrefix(ctx, Prefix{Path: path, Model: pl.l.Model, Tokens: pl.prefix}); err != nil {
+		// Half the prefixes are registered with their token ids (a session
+		// made with one starts with them vouched for), half without.
+		pre := Prefix{Path: path, Model: pl.l.Model, Tokens: pl.prefix}
+		if i%2 == 0 {
+			pre.TokenIDs = u32(c.ids)
+			prefixHashed[pl.l.Model] = pl.prefix
+		}
+		if err := s.PutPrefix(ctx, pre); err != nil {
 			t.Fatal(err)
 		}
 		prefixes[pl.l.Model] = c
@@ -244,7 +312,8 @@ func runSessionProperty(t *testing.T, s Store, plans, workers int, seed uint64) 
 	}
 	var stats struct {
 		sync.Mutex
-		plans, checked, rewinds, forks, deletes, evicted, refused, abandoned, recreated int
+		plans, checked, rewinds, edits, forks, deletes, evicted, refused, abandoned, recreated int
+		modes                                                                                  [3]int
 	}
 	errc := make(chan error, workers)
 	var wg sync.WaitGroup
@@ -263,7 +332,7 @@ func runSessionProperty(t *testing.T, s Store, plans, workers int, seed uint64) 
 			fail := func(format string, args ...any) {
 				errc <- fmt.Errorf("worker %d: "+format, append([]any{w}, args...)...)
 			}
-			var nextID uint64 = uint64(w) << 40
+			var nextID uint64 = uint64(w) << 26 // token ids are uint32
 			token := func() uint64 { nextID++; return nextID }
 			done := 0
 			for step := 0; done < plans/workers && step < 20*plans; step++ {
@@ -328,10 +397,21 @@ func runSessionProperty(t *testing.T, s Store, plans, workers int, seed uint64) 
 					held = int64(len(m.c.ids))
 				}
 				var prompt int64
-				rewind := false
+				rewind, edit := false, false
+				keepConv := held // tokens of the conversation the prompt keeps
 				switch {
 				case m == nil:
 					prompt = pl.prefix + 1 + r.Int64N(50)
+					keepConv = pl.prefix
+				case held > 1 && r.IntN(6) == 0:
+					// The user edits an earlier token: the prompt keeps its
+					// length or grows, but differs from token keepConv on.
+					edit = true
+					keepConv = r.Int64N(held)
+					prompt = held
+					if r.IntN(2) == 0 {
+						prompt += 1 + r.Int64N(30)
+					}
 				case held > 1 && r.IntN(4) == 0:
 					rewind = true
 					switch r.IntN(5) {
@@ -355,6 +435,41 @@ func runSessionProperty(t *testing.T, s Store, plans, workers int, seed uint64) 
 				if r.IntN(5) == 0 {
 					decode = 0
 				}
+				// The engine's prompt: what it keeps of the conversation it
+				// knows (the prefix, for a new session), then new tokens.
+				base := prefixes[pl.l.Model]
+				if m != nil {
+					base = m.c
+				}
+				pc := base.prefix(min(prompt, keepConv, int64(len(base.ids))))
+				for int64(len(pc.ids)) < prompt {
+					pc = pc.push(token())
+				}
+				// Most plans send the ids, some the block hashes; a few count
+				// alone, but only where counts are enough: never after an
+				// edit, nor when the conversation left the prefix (an edit
+				// inside it earlier) and the session may be evicted and made
+				// again from the prefix by this very plan.
+				mode := byIDs
+				pre := prefixes[pl.l.Model]
+				onPrefix := slices.Equal(pc.ids[:min(prompt, pl.prefix)], pre.ids[:min(prompt, pl.prefix)])
+				switch x := r.IntN(10); {
+				case x < 3:
+					mode = byHashes
+				case x == 3 && !edit && onPrefix:
+					mode = countOnly
+				}
+				content := func(in *PlanInput, n int64) {
+					in.TokenIDs, in.BlockHashes, in.UnsafeCountOnly = nil, nil, false
+					switch mode {
+					case byIDs:
+						in.TokenIDs = u32(pc.ids[:n])
+					case byHashes:
+						in.BlockHashes = kvlayout.BlockHashes(u32(pc.ids[:n]), pl.l.PageTokens)
+					default:
+						in.UnsafeCountOnly = true
+					}
+				}
 				// Half the plans are for an engine of whole blocks (vllm format).
 				aligned := r.IntN(2) == 0
 				in := PlanInput{Session: id, Model: pl.l.Model, Prefixes: []string{"/prefixes/" + pl.l.Model}, PromptTokens: prompt,
@@ -366,6 +481,7 @@ func runSessionProperty(t *testing.T, s Store, plans, workers int, seed uint64) 
 				if fast {
 					in.Place = func(fileID, idx int64) ([]string, error) { return []string{"s1"}, nil }
 				}
+				content(&in, prompt)
 				p, err := s.PlanSession(ctx, in)
 				if errors.Is(err, errs.ErrNoSpace) {
 					continue // every other session has a plan outstanding
@@ -393,24 +509,26 @@ func runSessionProperty(t *testing.T, s Store, plans, workers int, seed uint64) 
 						stats.recreated++
 						stats.Unlock()
 					}
-					m = &modelSession{layout: pl.l, c: prefixes[pl.l.Model], segs: []seg{{0, pl.prefix}}, created: got.Created}
+					m = &modelSession{layout: pl.l, c: prefixes[pl.l.Model], segs: []seg{{0, pl.prefix}}, created: got.Created,
+						hashed: prefixHashed[pl.l.Model]}
 					sessions[id] = m
-					held = pl.prefix
 				}
 				total := prompt + decode
-				want := m.cached(prompt)
+				valid := m.verified(pc, prompt, mode)
+				want := m.cached(valid)
 				if aligned {
 					pt := int64(pl.l.PageTokens)
 					total = (total + pt - 1) / pt * pt
-					want = m.cachedAligned(prompt)
+					want = m.cachedAligned(prompt, valid)
 				}
-				c := m.c.prefix(min(prompt, held))
+				c := pc
 				for int64(len(c.ids)) < total {
 					c = c.push(token())
 				}
 				// Check the plan against the model.
-				if p.Cached != want || p.Prefill != prompt-want {
-					fail("session %s (%s, aligned %v, segs %v) prompt %d: plan caches %d tokens, model %d (stored %+v)", id, pl.l.Order, aligned, m.segs, prompt, p.Cached, want, p.Stored)
+				if p.Cached != want || p.Prefill != prompt-want || p.Verified != valid {
+					fail("session %s (%s, aligned %v, segs %v, hashed %d, mode %d, edit %v at %d) prompt %d: plan caches %d tokens (verified %d), model %d (verified %d) (stored %+v)",
+						id, pl.l.Order, aligned, m.segs, m.hashed, mode, edit, keepConv, prompt, p.Cached, p.Verified, want, valid, p.Stored)
 					return
 				}
 				if err := checkPlanShape(pl.l, p, total, aligned); err != nil {
@@ -432,6 +550,10 @@ func runSessionProperty(t *testing.T, s Store, plans, workers int, seed uint64) 
 				if rewind {
 					stats.rewinds++
 				}
+				if edit {
+					stats.edits++
+				}
+				stats.modes[mode]++
 				stats.Unlock()
 				if r.IntN(10) == 0 { // abandoned: never written or committed
 					stats.Lock()
@@ -449,16 +571,26 @@ func runSessionProperty(t *testing.T, s Store, plans, workers int, seed uint64) 
 					}
 				}
 				saved := p.Fresh
-				if aligned && len(p.Fresh) == 1 && r.IntN(2) == 0 {
-					fr := p.Fresh[0]
-					k := r.Int64N(fr.TokenLength/int64(pl.l.PageTokens) + 1)
+				if aligned && len(p.Fresh) > 0 && r.IntN(2) == 0 {
+					// The first k blocks of the fresh ranges (a checked plan
+					// cuts its fresh range where the prompt ends: two ranges).
+					pt := int64(pl.l.PageTokens)
+					var blocks int64
+					for _, fr := range p.Fresh {
+						blocks += fr.TokenLength / pt
+					}
+					k := r.Int64N(blocks + 1)
 					saved = nil
-					if k > 0 {
-						n := k * int64(pl.l.PageTokens)
-						saved = []Range{{TokenStart: fr.TokenStart, TokenLength: n, Path: fr.Path, KVStart: fr.KVStart, KVLength: pl.l.RangeBytes(n)}}
+					for _, fr := range p.Fresh {
+						n := min(k*pt, fr.TokenLength)
+						if n <= 0 {
+							break
+						}
+						saved = append(saved, Range{TokenStart: fr.TokenStart, TokenLength: n, Path: fr.Path, KVStart: fr.KVStart, KVLength: pl.l.RangeBytes(n)})
+						k -= n / pt
 					}
 					commit.Partial, commit.Saved = true, saved
-					if k > 0 && r.IntN(2) == 0 {
+					if len(saved) > 0 && r.IntN(2) == 0 {
 						commit.PlanID = 0 // found by the saved segment
 					}
 				}
@@ -492,6 +624,8 @@ func runSessionProperty(t *testing.T, s Store, plans, workers int, seed uint64) 
 				if r.IntN(6) == 0 {
 					in.Now = tick()
 					in.PromptTokens = min(prompt+5, int64(len(c.ids)))
+					pc = c
+					content(&in, in.PromptTokens)
 					if rival, err = s.PlanSession(ctx, in); err != nil && !errors.Is(err, errs.ErrNoSpace) {
 						fail("rival plan %s: %v", id, err)
 						return
@@ -510,10 +644,17 @@ func runSessionProperty(t *testing.T, s Store, plans, workers int, seed uint64) 
 					return
 				}
 				var freshN int64
+				var runs []seg
 				for _, fr := range saved {
 					freshN += fr.TokenLength
+					runs = append(runs, seg{fr.TokenStart, fr.TokenLength})
 				}
-				m.commit(p.Cached, freshN, c)
+				m.hashed = m.hashedAfter(p.Cached, p.Cached+freshN, prompt, mode)
+				m.commit(p.Cached, runs, c)
+				if got, err := s.Session(ctx, id); err == nil && got.HashedTokens != m.hashed {
+					fail("session %s: %d tokens vouched for after the commit, model %d", id, got.HashedTokens, m.hashed)
+					return
+				}
 				if rival.ID != 0 {
 					for _, fr := range rival.Fresh {
 						disk.write(fr.Path, fr.KVStart, make([]byte, fr.KVLength)) // wrong bytes: must never be served
@@ -542,9 +683,9 @@ func runSessionProperty(t *testing.T, s Store, plans, workers int, seed uint64) 
 	for err := range errc {
 		t.Fatal(err)
 	}
-	t.Logf("%d plans (%d rewinds), %d stored ranges checked byte for byte, %d forks, %d deletes, %d evictions (%d noticed by their owner), %d abandoned plans, %d commits refused",
-		stats.plans, stats.rewinds, stats.checked, stats.forks, stats.deletes, stats.evicted, stats.recreated, stats.abandoned, stats.refused)
-	if stats.plans < plans/2 || stats.rewinds == 0 || stats.forks == 0 || stats.evicted == 0 || stats.refused == 0 {
+	t.Logf("%d plans (%d rewinds, %d edits; %v by ids, hashes, counts), %d stored ranges checked byte for byte, %d forks, %d deletes, %d evictions (%d noticed by their owner), %d abandoned plans, %d commits refused",
+		stats.plans, stats.rewinds, stats.edits, stats.modes, stats.checked, stats.forks, stats.deletes, stats.evicted, stats.recreated, stats.abandoned, stats.refused)
+	if stats.plans < plans/2 || stats.rewinds == 0 || stats.edits == 0 || slices.Contains(stats.modes[:], 0) || stats.forks == 0 || stats.evicted == 0 || stats.refused == 0 {
 		t.Fatalf("the traffic did not exercise the store: %+v", &stats)
 	}
 }

@@ -59,7 +59,12 @@ type Config struct {
 	// Format is the engine's plan format: "vllm" (the default) or
 	// "sglang" (the same kvcache_params, never with flags).
 	Format string
-	Log    *slog.Logger
+	// UnsafeCountOnly plans on the token count alone, for an engine whose
+	// /tokenize answers no ids: a user's edit of an earlier message then
+	// gets KV computed for other text (docs/kv-cache.md "The content
+	// check"). Otherwise every plan carries the prompt's token ids.
+	UnsafeCountOnly bool
+	Log             *slog.Logger
 }
 
 // Router is the proxy. It is an http.Handler.
@@ -103,7 +108,7 @@ func New(cfg Config) *Router {
 		Help: "Requests proxied, by whether they named a session."}, []string{"session"})
 	r.m.plans = c("plans_total", "Plans made for requests with a session.")
 	r.m.misses = c("store_misses_total", "Requests with a session forwarded without kv_transfer_params because the store failed.")
-	r.m.commits = c("commits_total", "Commits of what the engine saved.")
+	r.m.commits = c("commits_total", "Commits made of what the engine saved.")
 	r.m.failures = c("commit_failures_total", "Commits the store refused or could not make.")
 	r.m.cachedTokens = c("cached_tokens_total", "Prompt tokens the plans found stored (prefill the engine saved).")
 	r.m.prefillTokens = c("prefill_tokens_total", "Prompt tokens left for the engine to prefill.")
@@ -168,13 +173,14 @@ func (r *Router) forward(w http.ResponseWriter, req *http.Request, body []byte) 
 	r.proxy.ServeHTTP(w, req)
 }
 
-// plan counts the prompt's tokens and plans; ok is false (and the miss
-// counted) when the store or the tokenizer failed.
+// plan tokenizes the prompt and plans with its token ids, so the store
+// checks the stored KV's content; ok is false (and the miss counted) when
+// the store or the tokenizer failed.
 func (r *Router) plan(ctx context.Context, path, session string, doc map[string]json.RawMessage) (client.EnginePlan, bool) {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
 	defer cancel()
-	n, err := r.countTokens(ctx, path, doc)
+	ids, n, err := r.tokenize(ctx, path, doc)
 	var p client.EnginePlan
 	if err == nil {
 		decode := r.cfg.DecodeTokens
@@ -185,8 +191,12 @@ func (r *Router) plan(ctx context.Context, path, session string, doc map[string]
 				break
 			}
 		}
-		p, err = r.cfg.Planner.PlanEngine(ctx, session, client.PlanRequest{Model: r.cfg.Model, PromptTokens: n, DecodeTokens: decode, Flags: r.cfg.Flags,
-			Format: r.cfg.Format})
+		req := client.PlanRequest{Model: r.cfg.Model, PromptTokens: n, DecodeTokens: decode, TokenIDs: ids, Flags: r.cfg.Flags,
+			Format: r.cfg.Format}
+		if r.cfg.UnsafeCountOnly {
+			req.TokenIDs, req.UnsafeCountOnly = nil, true
+		}
+		p, err = r.cfg.Planner.PlanEngine(ctx, session, req)
 	}
 	r.m.planSeconds.Observe(time.Since(start).Seconds())
 	if err != nil {
@@ -200,9 +210,11 @@ func (r *Router) plan(ctx context.Context, path, session string, doc map[string]
 	return p, true
 }
 
-// countTokens asks the engine's /tokenize how many tokens the prompt is,
-// with the request's own messages or prompt (and chat template).
-func (r *Router) countTokens(ctx context.Context, path string, doc map[string]json.RawMessage) (int64, error) {
+// tokenize asks the engine's /tokenize for the prompt's token ids, with the
+// request's own messages or prompt (and chat template): vLLM answers
+// {"count": n, "max_model_len": m, "tokens": [...]}. Without UnsafeCountOnly
+// an answer without the ids is an error (the plan could not check content).
+func (r *Router) tokenize(ctx context.Context, path string, doc map[string]json.RawMessage) ([]uint32, int64, error) {
 	q := map[string]json.RawMessage{}
 	for _, k := range []string{"model", "messages", "prompt", "add_generation_prompt", "chat_template", "add_special_tokens"} {
 		if v, ok := doc[k]; ok {
@@ -219,24 +231,32 @@ func (r *Router) countTokens(ctx context.Context, path string, doc map[string]js
 	u.Path = strings.TrimSuffix(u.Path, "/") + "/tokenize"
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), bytes.NewReader(b))
 	if err != nil {
-		return 0, err
+		return nil, 0, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := r.hc.Do(req)
 	if err != nil {
-		return 0, fmt.Errorf("tokenize: %w", err)
+		return nil, 0, fmt.Errorf("tokenize: %w", err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("tokenize: engine answered %s", resp.Status)
+		return nil, 0, fmt.Errorf("tokenize: engine answered %s", resp.Status)
 	}
 	var out struct {
-		Count *int64 `json:"count"`
+		Count  *int64   `json:"count"`
+		Tokens []uint32 `json:"tokens"`
 	}
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<20)).Decode(&out); err != nil || out.Count == nil || *out.Count < 1 {
-		return 0, fmt.Errorf("tokenize: no token count in the engine's answer (%v)", err)
+		return nil, 0, fmt.Errorf("tokenize: no token count in the engine's answer (%v)", err)
 	}
-	return *out.Count, nil
+	if r.cfg.UnsafeCountOnly {
+		return nil, *out.Count, nil
+	}
+	if int64(len(out.Tokens)) != *out.Count {
+		return nil, 0, fmt.Errorf("tokenize: the engine's answer has %d token ids for a count of %d; the plan needs the ids to check the stored KV's content (or run the router with --unsafe-count-only)",
+			len(out.Tokens), *out.Count)
+	}
+	return out.Tokens, *out.Count, nil
 }
 
 // forwardAndCommit proxies the request, copying the answer to the client as
@@ -371,9 +391,11 @@ func (r *Router) commit(session string, plan client.EnginePlan, saved *savedPara
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.Timeout)
 	defer cancel()
-	r.m.commits.Inc()
+	// Counted when done, so commits + failures is the commits finished.
 	if _, err := r.cfg.Planner.CommitSaved(ctx, session, plan.PlanID, saved.KVCacheParams.Fresh); err != nil {
 		r.m.failures.Inc()
 		r.cfg.Log.Warn("router: commit failed", "session", session, "plan", plan.PlanID, "err", err)
+		return
 	}
+	r.m.commits.Inc()
 }

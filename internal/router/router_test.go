@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -31,6 +32,20 @@ type engine struct {
 	// noSave: report nothing saved, without writing (the latency benchmark
 	// measures the router, not the engine's saves).
 	noSave bool
+	// countOnly: /tokenize answers the count without the ids.
+	countOnly bool
+}
+
+// wordIDs is the stand-in's tokenizer: one token per word, its id a hash
+// of the word.
+func wordIDs(prompt string) []uint32 {
+	ids := []uint32{}
+	for _, w := range strings.Fields(prompt) {
+		h := fnv.New32a()
+		h.Write([]byte(w))
+		ids = append(ids, h.Sum32())
+	}
+	return ids
 }
 
 func (e *engine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -41,7 +56,11 @@ func (e *engine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	e.mu.Unlock()
 	prompt, _ := doc["prompt"].(string)
 	if r.URL.Path == "/tokenize" {
-		json.NewEncoder(w).Encode(map[string]any{"count": len(strings.Fields(prompt))})
+		answer := map[string]any{"count": len(strings.Fields(prompt)), "max_model_len": 4096, "tokens": wordIDs(prompt)}
+		if e.countOnly {
+			delete(answer, "tokens")
+		}
+		json.NewEncoder(w).Encode(answer)
 		return
 	}
 	answer := map[string]any{"choices": []any{map[string]any{"text": "ok"}}}
@@ -163,9 +182,32 @@ func TestRouter(t *testing.T) {
 		t.Fatalf("turn 2 stored %v", st)
 	}
 	s, err := cl.Sessions().Get(ctx, "chat-1")
-	if err != nil || s.Tokens != 12 { // the streamed turn saved 3 blocks
+	if err != nil || s.Tokens != 12 || s.HashedTokens != 12 { // the streamed turn saved 3 blocks
 		t.Fatalf("after the streamed turn: %+v %v", s, err)
 	}
+	// The user edits the second word: a prompt of the same length, whose
+	// stored KV (computed for the old text) must not be loaded.
+	edited := strings.Replace(words(14), "w w", "w x", 1)
+	post(fmt.Sprintf(`{"model":"m","prompt":%q,"max_tokens":2}`, edited), "chat-1")
+	kp = e.last()["kv_transfer_params"].(map[string]any)["kvcache_params"].(map[string]any)
+	if st := kp["stored_kvcache"].([]any); len(st) != 0 {
+		t.Fatalf("an edited prompt of the same length was given the old KV: %v", st)
+	}
+	// An engine whose /tokenize gives no ids: no plan (the chat goes on
+	// without cache), unless the router is told to plan on counts alone.
+	e.countOnly = true
+	post(fmt.Sprintf(`{"model":"m","prompt":%q,"max_tokens":2}`, edited), "chat-1")
+	if e.last()["kv_transfer_params"] != nil {
+		t.Fatalf("planned without token ids: %v", e.last())
+	}
+	unsafe := httptest.NewServer(New(Config{Upstream: u, Model: "m", Planner: cl.Sessions(), UnsafeCountOnly: true}))
+	defer unsafe.Close()
+	ureq, _ := http.NewRequest("POST", unsafe.URL+"/v1/completions", strings.NewReader(fmt.Sprintf(`{"model":"m","prompt":%q,"max_tokens":2}`, words(9))))
+	ureq.Header.Set("X-Session-ID", "chat-u")
+	if resp, err := http.DefaultClient.Do(ureq); err != nil || resp.StatusCode != 200 || e.last()["kv_transfer_params"] == nil {
+		t.Fatalf("--unsafe-count-only did not plan: %v %v %v", resp, err, e.last())
+	}
+	e.countOnly = false
 	// A store that is down: the chat goes on, without kv_transfer_params.
 	down := httptest.NewServer(New(Config{Upstream: u, Model: "m", Planner: failing{}}))
 	defer down.Close()
@@ -184,7 +226,8 @@ func TestRouter(t *testing.T) {
 		resp.Body.Close()
 		return resp, string(b)
 	}()
-	for _, want := range []string{"gd2fs_router_plans_total 2", "gd2fs_router_cached_tokens_total 8", "gd2fs_router_commits_total 2", "gd2fs_router_commit_failures_total 0"} {
+	for _, want := range []string{"gd2fs_router_plans_total 3", "gd2fs_router_cached_tokens_total 8", "gd2fs_router_commits_total 3", "gd2fs_router_commit_failures_total 0",
+		"gd2fs_router_store_misses_total 1"} {
 		if !strings.Contains(m, want) {
 			t.Errorf("metrics lack %q:\n%s", want, m)
 		}

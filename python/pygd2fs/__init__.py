@@ -11,7 +11,8 @@ created):
 * A Pythonic layer: ``connect(masters, token=...)`` with files, hash-mode KV
   (``put``/``get``/``get_into``/``batch_put_from``/``batch_get_into``/
   ``batch_exists``/``remove_key``) and explicit sessions (``set_layout``/
-  ``plan``/``commit``/``fork``/``delete``).
+  ``plan``/``commit``/``fork``/``delete``; plans take the prompt's token ids
+  or its ``block_hashes``).
 
 Bytes move between the sockets and the caller's memory without a copy in
 Python; the GIL is released for the whole of every transfer.
@@ -23,6 +24,7 @@ after the library was loaded raises ``ForkError``.
 
 from ._conn import KV, Connection, File, connect
 from ._engine import IOMEM, PENDING, SGE, Client, InspectStatus, Request, Status
+from ._hashes import block_hashes
 from .errors import (
     STATUS_NAMES,
     BadRequest,
@@ -72,7 +74,7 @@ __version__ = _version()
 
 __all__ = [
     "Client", "IOMEM", "SGE", "Request", "Status", "InspectStatus", "PENDING",
-    "connect", "Connection", "File", "KV",
+    "connect", "Connection", "File", "KV", "block_hashes",
     "Gd2fsError", "NotFound", "Exists", "NotEmpty", "IsDir", "NotDir", "Sealed", "NoSpace",
     "Unavailable", "ChecksumError", "OutOfRange", "BadRequest", "TooLarge", "Unauthorized",
     "VersionMismatch", "UnknownOp", "Moved", "InternalError", "Cancelled", "Timeout", "ForkError",

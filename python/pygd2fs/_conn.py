@@ -9,7 +9,7 @@
     conn.put("llama/tp0/9f2c", kv_block)            # any buffer or CPU tensor
     n = conn.get_into("llama/tp0/9f2c", dst_tensor)
     hits, prefix = conn.batch_exists(chunk_keys)
-    plan = conn.plan("chat-42", prompt_tokens=8192, model="llama-3-8b")
+    plan = conn.plan("chat-42", token_ids=prompt_ids, model="llama-3-8b")
 
 Buffers: bytes, bytearray, memoryview, numpy arrays, CPU torch tensors
 (contiguous). Where a call takes ``ptr`` and ``size`` an int address is
@@ -28,6 +28,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 from . import _lib
 from ._buffers import Pinned
 from ._engine import Client, _int, resolve_path
+from ._hashes import _ids as _hash_ids
 from .errors import NotFound
 
 Buffer = Any  # bytes-like, numpy array or torch tensor
@@ -438,20 +439,41 @@ class Connection:
         return self._json("get_layout", model=model)
 
     def plan(
-        self, session: str, prompt_tokens: int, model: str = "", decode_tokens: int = 0,
+        self, session: str, prompt_tokens: int = 0, model: str = "", decode_tokens: int = 0,
         prefixes: Optional[Sequence[str]] = None, new_file: bool = False,
-        format: str = "", load_threshold: int = 0, flags: Optional[Dict[str, Any]] = None,
+        format: str = "", load_threshold: int = 0, flags: Optional[Dict[str, Any]] = None, *,
+        token_ids: Optional[Sequence[int]] = None, block_hashes: Optional[Sequence[str]] = None,
+        unsafe_count_only: bool = False,
     ) -> Dict[str, Any]:
-        """Ask what ``session`` has stored for a prompt of ``prompt_tokens``
-        and reserve where the new KV goes: a dict with ``plan_id``,
-        ``stored_kv_cache``, ``fresh_kv_cache``, ``cached_tokens``, ... The
+        """Ask what ``session`` has stored for a prompt and reserve where the
+        new KV goes: a dict with ``plan_id``, ``stored_kv_cache``,
+        ``fresh_kv_cache``, ``cached_tokens``, ``verified_tokens``, ... The
         session is created (for ``model``) on its first plan. With
         ``format="vllm"`` the answer holds ``kvcache_params`` as vLLM's
         explicit-offloading connector takes them (docs/kv-cache.md);
         ``flags`` (vllm format only) go into ``kvcache_params.flags``, e.g.
-        ``{"prefill-only": True}``: the engine saves only the prompt."""
-        req = {"model": model, "prompt_tokens": _int("prompt_tokens", prompt_tokens, 0),
-               "decode_tokens": _int("decode_tokens", decode_tokens, 0), "new_file": bool(new_file)}
+        ``{"prefill-only": True}``: the engine saves only the prompt.
+
+        The plan checks content: give the prompt's ``token_ids`` (then
+        ``prompt_tokens`` may be left out) or its ``block_hashes``
+        (``pygd2fs.block_hashes(ids, page_tokens)``, with ``prompt_tokens``).
+        Stored KV is used only as far as the content matches what the
+        session stored. ``unsafe_count_only=True`` plans on ``prompt_tokens``
+        alone: a user's edit of an earlier message then gets KV of other
+        text."""
+        req: Dict[str, Any] = {"model": model, "prompt_tokens": _int("prompt_tokens", prompt_tokens, 0),
+                               "decode_tokens": _int("decode_tokens", decode_tokens, 0), "new_file": bool(new_file)}
+        if token_ids is not None and block_hashes is not None:
+            raise ValueError("give token_ids or block_hashes, not both")
+        if token_ids is not None:
+            req["token_ids"] = _hash_ids(token_ids)
+        elif block_hashes is not None:
+            req["block_hashes"] = [str(h) for h in block_hashes]
+        elif not unsafe_count_only:
+            raise ValueError("a plan checks the prompt's content: give token_ids=[...] (or block_hashes=... with "
+                             "prompt_tokens); unsafe_count_only=True plans on counts alone (wrong KV after an edit)")
+        if unsafe_count_only:
+            req["unsafe_count_only"] = True
         if prefixes:
             req["prefixes"] = list(prefixes)
         if format:

@@ -201,8 +201,9 @@ def serve(engine: Engine) -> ThreadingHTTPServer:
 
         def do_POST(self):
             doc = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            if self.path == "/tokenize":
-                body = {"count": len(tokenize(doc["prompt"]))}
+            if self.path == "/tokenize":  # as vLLM answers: the ids, their count
+                ids = tokenize(doc["prompt"])
+                body = {"count": len(ids), "max_model_len": 4096, "tokens": ids}
             else:
                 body = engine.complete(doc)
             b = json.dumps(body).encode()
@@ -247,9 +248,29 @@ def chat(url, session, prompt, max_tokens=8):
         return json.load(r)
 
 
+def metric(url, name):
+    with urllib.request.urlopen(url + "/metrics") as r:
+        m = re.search(r"^%s (\S+)$" % name, r.read().decode(), re.M)
+    return float(m.group(1)) if m else 0.0
+
+
+def settled(url):
+    """Wait until the router has committed (or failed to commit) every plan
+    it made: it commits after the client has the whole answer, and a chat's
+    next turn must be planned after that commit, as a person typing would."""
+    deadline = time.monotonic() + 30
+    while True:
+        plans = metric(url, "gd2fs_router_plans_total")
+        if metric(url, "gd2fs_router_commits_total") + metric(url, "gd2fs_router_commit_failures_total") >= plans:
+            return
+        assert time.monotonic() < deadline, "the router did not commit its plans"
+        time.sleep(0.01)
+
+
 def turn(loop, session, prompt, want_cached=None):
     url, engine, _ = loop
     a = chat(url, session, prompt)
+    settled(url)
     t = a["gd2fs_test"]
     ids = tokenize(prompt)
     full = full_logits(engine.model, ids)
@@ -264,20 +285,45 @@ def turn(loop, session, prompt, want_cached=None):
 
 def test_engine_loop(loop):
     url, engine, conn = loop
-    system = "You are a small model. Answer in short words please. " * 2  # 112 tokens
+    system = "You are a small model. Answer in short words please. " * 2  # 106 tokens
     # A system turn, then two chats forked from it share its KV.
     conv, t = turn(loop, "sys", system, want_cached=0)
     assert t["prefilled"] == len(system)
     conn.fork("sys", "chat-a")
     conn.fork("sys", "chat-b")
-    saved = (len(conv) - 1) // BLOCK * BLOCK  # whole blocks of what the engine computed
+    # Whole blocks of the system prompt: the engine saved the answer's KV
+    # too, but the store knows the ids of prompt tokens only, so it vouches
+    # for (and loads) nothing past the prompt.
+    saved = len(system) // BLOCK * BLOCK
     a, t = turn(loop, "chat-a", conv + " hello there", want_cached=saved)
     b, t = turn(loop, "chat-b", conv + " another question", want_cached=saved)
     # More turns: each prefill is only the new tokens (and the last partial block).
     for i in range(3):
         before = len(a)
-        a, t = turn(loop, "chat-a", a + " next %d" % i)
+        prompt = a + " next %d" % i
+        a, t = turn(loop, "chat-a", prompt)
         assert t["cached"] >= (before - 1) // BLOCK * BLOCK - BLOCK and t["prefilled"] < 40, t["prefilled"]
+    # Edits, on a fork of chat-a (deleted after, so the quota below sees the
+    # same sessions as before). The last answer regenerated: the same prompt
+    # again. What was stored of it is used, never the KV of the answer being
+    # replaced.
+    conn.fork("chat-a", "chat-e")
+    _, t = turn(loop, "chat-e", prompt)
+    assert t["cached"] >= (len(prompt) - 1) // BLOCK * BLOCK - BLOCK, t
+    # The user edits an earlier message without changing the prompt's
+    # length: the stored KV of the tokens after the edit was computed for
+    # other text and must not be loaded (the logits check fails if it is;
+    # a plan on counts alone would load it).
+    k = len(conv) + 3
+    same = prompt[:k] + ("Z" if prompt[k] != "Z" else "Y") + prompt[k + 1:]
+    assert len(same) == len(prompt)
+    _, t = turn(loop, "chat-e", same)
+    assert t["cached"] <= k // BLOCK * BLOCK, t
+    # An edit that makes the prompt longer.
+    longer = prompt[:k] + " a longer edit" + prompt[k:]
+    _, t = turn(loop, "chat-e", longer)
+    assert t["cached"] <= k // BLOCK * BLOCK, t
+    conn.delete("chat-e")
     # A rewind: the user edits an earlier message; the stale turns must not
     # be served (the logits check would fail if they were).
     edit = a[:len(conv) + 5] + " edited"

@@ -115,11 +115,12 @@ def test_engine_answer_with_flags_commits(conn):
     model = f"r2-{uuid.uuid4().hex[:8]}"
     conn.set_layout(model, layers=2, kv_heads=2, head_dim=8, dtype="fp32", page_tokens=16, layout="kv_first")
     sid = f"s-{uuid.uuid4().hex[:8]}"
-    p = conn.plan(sid, prompt_tokens=40, model=model, decode_tokens=64, format="vllm", flags={"prefill-only": True})
+    p = conn.plan(sid, token_ids=list(range(40)), model=model, decode_tokens=64, format="vllm", flags={"prefill-only": True})
     kp = p["kvcache_params"]
     assert kp["flags"] == {"prefill-only": True}
+    # 40 + 64 rounded up to blocks of 16, cut where the prompt's whole blocks end
+    assert [f["token_length"] for f in kp["fresh_kvcache"]] == [32, 80]
     fr = kp["fresh_kvcache"][0]
-    assert fr["token_length"] == 112
     per_token = 2 * 2 * 2 * 8 * 4
     saved = torch.arange(32 * per_token // 4, dtype=torch.float32)
     conn.write(fr["kv_uri"], saved, offset=fr["kv_start"])
@@ -128,7 +129,7 @@ def test_engine_answer_with_flags_commits(conn):
                                  "flags": {"prefill-only": True}, "another_new_field": [1, 2]}}
     s = conn.commit(sid, p, saved=answer)
     assert s["tokens"] == 32
-    q = conn.plan(sid, prompt_tokens=50, model=model, format="vllm")
+    q = conn.plan(sid, token_ids=list(range(50)), model=model, format="vllm")
     assert q["cached_tokens"] == 32 and "flags" not in q["kvcache_params"]
     st = q["kvcache_params"]["stored_kvcache"][0]
     back = torch.zeros_like(saved)
@@ -137,4 +138,4 @@ def test_engine_answer_with_flags_commits(conn):
     with pytest.raises(ValueError, match="of session"):
         conn.commit(sid, q, saved={"kvcache_params": {"id": "other", "fresh_kvcache": []}})
     with pytest.raises(pygd2fs.BadRequest, match="flags"):
-        conn.plan(sid, prompt_tokens=50, model=model, flags={"prefill-only": True})  # not an engine plan
+        conn.plan(sid, token_ids=list(range(50)), model=model, flags={"prefill-only": True})  # not an engine plan

@@ -25,7 +25,8 @@ def _sid():
 def test_kv_layers_size_ranges(conn):
     m = _model(conn, layers=8, kv_layers=2, kv_heads=2, head_dim=8, dtype="fp32", page_tokens=16, layout="kv_first")
     assert conn.get_layout(m)["kv_layers"] == 2
-    p = conn.plan(_sid(), prompt_tokens=20, model=m, format="vllm")
+    # Sizes, not content: on counts alone (one fresh range, not cut at the prompt).
+    p = conn.plan(_sid(), prompt_tokens=20, model=m, format="vllm", unsafe_count_only=True)
     fr = p["kvcache_params"]["fresh_kvcache"][0]
     assert fr["token_length"] == 32 and fr["kv_length"] == 32 * 2 * 2 * 2 * 8 * 4  # 2 KV layers, not 8
     with pytest.raises(pygd2fs.BadRequest, match="kv_layers"):
@@ -43,12 +44,12 @@ def test_stored_never_longer_than_the_prompt(conn, fmt, layout):
     prefix of its bytes is a prefix of its tokens)."""
     m = _model(conn, layers=1, kv_heads=1, head_dim=4, dtype="fp32", page_tokens=4, layout=layout)
     sid = _sid()
-    p = conn.plan(sid, prompt_tokens=16, model=m, format=fmt)
+    p = conn.plan(sid, token_ids=list(range(16)), model=m, format=fmt)
     fr = p["kvcache_params"]["fresh_kvcache"][0]
     conn.write(fr["kv_uri"], torch.zeros(fr["kv_length"] // 4), offset=fr["kv_start"])
     conn.commit(sid, p, saved=p["kvcache_params"])
     for prompt in range(1, 22):
-        q = conn.plan(sid, prompt_tokens=prompt, model=m, format=fmt)
+        q = conn.plan(sid, token_ids=list(range(prompt)), model=m, format=fmt)
         kp = q["kvcache_params"]
         stored = sum(s["token_length"] for s in kp["stored_kvcache"])
         assert stored <= prompt - 1, (prompt, kp)
@@ -69,14 +70,14 @@ def test_sglang_turn_ending_inside_a_page(conn):
     layers, heads, dim = 2, 2, 4
     m = _model(conn, layers=layers, kv_heads=heads, head_dim=dim, dtype="fp32", page_tokens=1, layout="kv_first")
     sid = _sid()
-    p = conn.plan(sid, prompt_tokens=29, model=m, format="sglang")
+    p = conn.plan(sid, token_ids=list(range(29)), model=m, format="sglang")
     fr = p["kvcache_params"]["fresh_kvcache"][0]
     assert fr["token_length"] == 29
     kv = torch.randn(2, layers, 29, heads, dim)  # SGLang's bytes of the turn
     conn.write(fr["kv_uri"], kv, offset=fr["kv_start"])
     s = conn.commit(sid, p, saved={"kvcache_params": {"id": sid, "fresh_kvcache": [fr]}})
     assert s["tokens"] == 29
-    q = conn.plan(sid, prompt_tokens=40, model=m, format="sglang")
+    q = conn.plan(sid, token_ids=list(range(40)), model=m, format="sglang")
     st = q["kvcache_params"]["stored_kvcache"]
     assert q["cached_tokens"] == 29 and len(st) == 1 and st[0]["token_length"] == 29
     back = torch.zeros_like(kv)
@@ -86,7 +87,7 @@ def test_sglang_turn_ending_inside_a_page(conn):
     # would keep the wrong bytes): nothing is recorded.
     m16 = _model(conn, layers=layers, kv_heads=heads, head_dim=dim, dtype="fp32", page_tokens=16, layout="kv_first")
     sid16 = _sid()
-    p16 = conn.plan(sid16, prompt_tokens=29, model=m16, format="sglang")
+    p16 = conn.plan(sid16, token_ids=list(range(29)), model=m16, format="sglang")
     f16 = dict(p16["kvcache_params"]["fresh_kvcache"][0], token_length=29)
     with pytest.raises(pygd2fs.BadRequest, match="whole blocks"):
         conn.commit(sid16, p16, saved=[f16])
@@ -101,7 +102,8 @@ def test_tp_wider_than_kv_heads_without_mla(conn):
     m = _model(conn, layers=layers, kv_heads=heads, head_dim=dim, dtype="fp32", page_tokens=4, layout="kv_first",
                tp_size=tp)
     sid = _sid()
-    p = conn.plan(sid, prompt_tokens=9, model=m, format="vllm")
+    # Sizes, not content: on counts alone (one fresh range, not cut at the prompt).
+    p = conn.plan(sid, prompt_tokens=9, model=m, format="vllm", unsafe_count_only=True)
     fr = p["kvcache_params"]["fresh_kvcache"][0]
     tokens = 8  # the engine saves whole blocks
     region = tokens * 2 * layers * 1 * dim * 4
@@ -111,7 +113,7 @@ def test_tp_wider_than_kv_heads_without_mla(conn):
         conn.write(fr["kv_uri"], t, offset=fr["kv_start"] + r * region)
     seg = dict(fr, token_length=tokens, kv_length=region * tp)
     assert conn.commit(sid, p, saved=[seg])["tokens"] == tokens
-    q = conn.plan(sid, prompt_tokens=12, model=m, format="vllm")
+    q = conn.plan(sid, prompt_tokens=12, model=m, format="vllm", unsafe_count_only=True)
     st = q["kvcache_params"]["stored_kvcache"][0]
     assert st["kv_length"] == region * tp
     for r, t in enumerate(ranks):
@@ -125,10 +127,10 @@ def test_tp_wider_than_heads_only_rank0_wrote_is_refused(conn):
     wrote (an engine bug) gets a clear refusal, and nothing is recorded."""
     m = _model(conn, layers=2, kv_heads=2, head_dim=4, dtype="fp32", page_tokens=4, layout="kv_first", tp_size=4)
     sid = _sid()
-    p = conn.plan(sid, prompt_tokens=9, model=m, format="vllm")
+    p = conn.plan(sid, prompt_tokens=9, model=m, format="vllm", unsafe_count_only=True)
     fr = p["kvcache_params"]["fresh_kvcache"][0]
     region = 8 * 2 * 2 * 4 * 4
     conn.write(fr["kv_uri"], torch.randn(region // 4), offset=fr["kv_start"])
     with pytest.raises(pygd2fs.Gd2fsError, match="not written"):
         conn.commit(sid, p, saved=[dict(fr, token_length=8, kv_length=region * 4)])
-    assert conn.plan(sid, prompt_tokens=9, model=m, format="vllm")["cached_tokens"] == 0
+    assert conn.plan(sid, prompt_tokens=9, model=m, format="vllm", unsafe_count_only=True)["cached_tokens"] == 0

@@ -134,17 +134,28 @@ def test_kv_batches(conn):
 
 def test_sessions(conn):
     model = "m-" + uuid.uuid4().hex[:8]
-    conn.set_layout(model, layers=2, kv_heads=2, head_dim=8, dtype="fp16", page_tokens=4)
+    conn.set_layout(model, layers=2, kv_heads=2, head_dim=8, dtype="fp16", page_tokens=4, layout="page_first")
     assert conn.get_layout(model)["layers"] == 2
     s = "s-" + uuid.uuid4().hex[:8]
-    plan = conn.plan(s, prompt_tokens=16, model=model)
+    ids = list(range(100, 124))  # the conversation's token ids
+    with pytest.raises(ValueError, match="token_ids"):
+        conn.plan(s, prompt_tokens=16, model=model)  # says nothing of the content
+    plan = conn.plan(s, token_ids=ids[:16], model=model)
     assert plan["cached_tokens"] == 0 and plan["fresh_kv_cache"]
     # Write the fresh range where the plan says (its kv_uri names this cluster).
     for r in plan["fresh_kv_cache"]:
         conn.write(r["kv_uri"], bytes([7]) * r["kv_length"], offset=r["kv_start"])
     sess = conn.commit(s, plan)
     assert sess["tokens"] == 16
-    plan2 = conn.plan(s, prompt_tokens=24, model=model)
+    assert sess["hashed_tokens"] == 16
+    # An edit of token 9 (same length): only the blocks before it are stored.
+    edited = ids[:9] + [7] + ids[10:16]
+    assert conn.plan(s, token_ids=edited, model=model)["cached_tokens"] == 8
+    hashes = pygd2fs.block_hashes(edited, 4)
+    assert conn.plan(s, prompt_tokens=16, block_hashes=hashes, model=model)["cached_tokens"] == 8
+    # On counts alone (unsafe) it would be all 16.
+    assert conn.plan(s, prompt_tokens=16, unsafe_count_only=True, model=model)["cached_tokens"] == 16
+    plan2 = conn.plan(s, token_ids=ids, model=model)
     assert plan2["cached_tokens"] == 16
     stored = plan2["stored_kv_cache"][0]
     buf = bytearray(stored["kv_length"])
@@ -166,16 +177,18 @@ def test_engine_format_plan_and_uris(conn, client, cluster):
     model = "e-" + uuid.uuid4().hex[:8]
     conn.set_layout(model, layers=2, kv_heads=4, head_dim=8, dtype="bf16", page_tokens=16, layout="kv_first", tp_size=2)
     s = "s-" + uuid.uuid4().hex[:8]
-    plan = conn.plan(s, prompt_tokens=40, model=model, format="vllm")
+    plan = conn.plan(s, token_ids=list(range(40)), model=model, format="vllm")
+    # Cut where the prompt's whole blocks end (32): prompt tokens, then room.
     fresh = plan["kvcache_params"]["fresh_kvcache"]
-    assert len(fresh) == 1 and fresh[0]["kv_uri"].startswith("gd2fs://" + cluster.hostport + "/")
+    assert [f["token_length"] for f in fresh] == [32, 16] and fresh[0]["kv_uri"].startswith("gd2fs://" + cluster.hostport + "/")
+    fresh = fresh[:1]
     r = fresh[0]
     data = torch.randint(0, 255, (r["kv_length"],), dtype=torch.uint8)
     io = client.RegIOMEM(data.data_ptr(), r["kv_length"])
     req = client.Write(r["kv_uri"], r["kv_start"], [pygd2fs.SGE(data.data_ptr(), r["kv_length"], io)], 0, "")
     assert client.Wait(-1) == [req] and req.Status() == 0, req
     conn.commit(s, plan, saved=fresh)
-    plan2 = conn.plan(s, prompt_tokens=80, model=model, format="vllm")
+    plan2 = conn.plan(s, token_ids=list(range(80)), model=model, format="vllm")
     stored = plan2["kvcache_params"]["stored_kvcache"]
     assert plan2["cached_tokens"] == r["token_length"]
     back = torch.zeros_like(data)
