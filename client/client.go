@@ -28,8 +28,6 @@ import (
 	"github.com/gd2fs/gd2fs/errs"
 	"github.com/gd2fs/gd2fs/internal/api"
 	"github.com/gd2fs/gd2fs/internal/nspath"
-	"github.com/gd2fs/gd2fs/internal/rpc"
-	"github.com/gd2fs/gd2fs/internal/wire"
 )
 
 // Config configures a client.
@@ -54,25 +52,15 @@ type Config struct {
 	// master to re-place a chunk whose servers failed, and retrying it,
 	// before it gives up (default 30s; refill.go).
 	RefillWait time.Duration
-	// Transport overrides the TCP data path (the seam for RDMA / GPU-direct).
+	// Transport is the data plane (transport.go); nil: the TCP transport
+	// (NewTCPTransport with Token, Streams, LocalAddrs and TLS). The client
+	// closes it on Close.
 	Transport Transport
 	// TLS runs the master API and the data plane over TLS with this
 	// configuration (RootCAs: the cluster's CA; Certificates: a client
 	// certificate where servers require one). With TLS nil, an https://
 	// master turns TLS on with the system roots.
 	TLS *tls.Config
-}
-
-// Transport moves chunk bytes. The TCP implementation is the default; an
-// RDMA or GPU-direct one can replace it without touching the rest.
-type Transport interface {
-	WriteChunk(ctx context.Context, addr string, id uint64, off int64, data []byte, forward []string) error
-	ReadChunk(ctx context.Context, addr string, id uint64, off int64, dst []byte) error
-	// ReadChunkCold reads a chunk of a linked file; the server fills it from
-	// the cold tier first when it does not hold it (filled reports that).
-	ReadChunkCold(ctx context.Context, addr string, ref wire.ColdRef, off int64, dst []byte) (filled bool, err error)
-	SealChunk(ctx context.Context, addr string, id uint64) error
-	Close()
 }
 
 // Client talks to one gd2fs cluster. It is safe for concurrent use.
@@ -138,7 +126,7 @@ func New(cfg Config) (*Client, error) {
 	}
 	tr := cfg.Transport
 	if tr == nil {
-		tr = rpc.NewPool(rpc.Options{Token: cfg.Token, Name: "client", Streams: cfg.Streams, LocalAddrs: cfg.LocalAddrs, TLS: cfg.TLS})
+		tr = NewTCPTransport(TCPOptions{Token: cfg.Token, Name: "client", Streams: cfg.Streams, LocalAddrs: cfg.LocalAddrs, TLS: cfg.TLS})
 	}
 	hc := &http.Client{Timeout: 30 * time.Second}
 	if cfg.TLS != nil {

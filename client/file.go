@@ -11,7 +11,6 @@ import (
 
 	"github.com/gd2fs/gd2fs/errs"
 	"github.com/gd2fs/gd2fs/internal/api"
-	"github.com/gd2fs/gd2fs/internal/wire"
 )
 
 // File is an open gd2fs file. ReadAt and WriteAt may be called concurrently;
@@ -423,7 +422,7 @@ func (f *File) readReplicas(ctx context.Context, c api.Chunk, spread int, off in
 		var err error
 		if src := f.info.Attrs["source"]; src != "" {
 			var filled bool
-			ref := wire.ColdRef{ID: c.ID, Offset: c.Index * f.info.ChunkSize, Length: c.Length, URI: src, ETag: f.info.Attrs["etag"]}
+			ref := ColdRef{ID: c.ID, Offset: c.Index * f.info.ChunkSize, Length: c.Length, URI: src, ETag: f.info.Attrs["etag"]}
 			if filled, err = f.c.tr.ReadChunkCold(rctx, r.Addr, ref, off, dst); err == nil && filled {
 				f.c.coldFilled.Add(int64(len(dst)))
 			}

@@ -15,7 +15,7 @@ import (
 	"github.com/gd2fs/gd2fs/errs"
 	"github.com/gd2fs/gd2fs/internal/cluster"
 	"github.com/gd2fs/gd2fs/internal/limits"
-	"github.com/gd2fs/gd2fs/internal/rpc"
+	"github.com/gd2fs/gd2fs/internal/tcp"
 	"github.com/gd2fs/gd2fs/internal/tlsconf"
 	"github.com/gd2fs/gd2fs/internal/wire"
 )
@@ -72,7 +72,7 @@ func TestTLSCluster(t *testing.T) {
 	if resp, err := http.Get(strings.Replace(c.Master.URL(), "https://", "http://", 1) + "/v1/status"); err == nil && resp.StatusCode == 200 {
 		t.Fatal("master answered plain HTTP")
 	}
-	p := rpc.NewPool(rpc.Options{Token: "tok"})
+	p := tcp.NewPool(tcp.Options{Token: "tok"})
 	defer p.Close()
 	if err := p.ReadChunk(ctx, c.Servers[0].Addr(), 1, 0, make([]byte, 1)); err == nil || !errors.Is(err, errs.ErrUnavailable) && !strings.Contains(err.Error(), "handshake") {
 		t.Fatalf("plain TCP to a TLS server: %v", err)
@@ -108,7 +108,7 @@ func TestMutualTLS(t *testing.T) {
 	if _, err := bad.Stat(ctx, "/m/a"); err == nil {
 		t.Fatal("master served a client without a certificate")
 	}
-	p := rpc.NewPool(rpc.Options{TLS: mustTLS(t, anon.Client)})
+	p := tcp.NewPool(tcp.Options{TLS: mustTLS(t, anon.Client)})
 	defer p.Close()
 	if err := p.ReadChunk(ctx, c.Servers[0].Addr(), 1, 0, make([]byte, 1)); err == nil {
 		t.Fatal("data server served a client without a certificate")
@@ -174,7 +174,7 @@ func TestKVKeyLimits(t *testing.T) {
 			t.Fatalf("NUL key: %v", err)
 		}
 	}
-	p := rpc.NewPool(rpc.Options{})
+	p := tcp.NewPool(tcp.Options{})
 	defer p.Close()
 	for _, s := range c.Servers {
 		if _, err := p.KVPut(ctx, s.Addr(), wire.KVRef{Pool: "perf", Key: nil}, 0, []byte("v"), false, 0); !errors.Is(err, errs.ErrBadRequest) {

@@ -11,8 +11,6 @@ import (
 	"github.com/gd2fs/gd2fs/internal/api"
 	"github.com/gd2fs/gd2fs/internal/limits"
 	"github.com/gd2fs/gd2fs/internal/placement"
-	"github.com/gd2fs/gd2fs/internal/rpc"
-	"github.com/gd2fs/gd2fs/internal/wire"
 )
 
 // KV is hash-mode KV cache in one pool: write-once blocks (key → bytes)
@@ -57,14 +55,6 @@ func (c *Client) members(ctx context.Context, refresh bool) (*api.Membership, er
 	}
 	c.ms.m = &m
 	return &m, nil
-}
-
-func (c *Client) kvTransport() (*rpc.Pool, error) {
-	p, ok := c.tr.(*rpc.Pool)
-	if !ok {
-		return nil, errs.New(errs.ErrBadRequest, "KV needs the TCP transport")
-	}
-	return p, nil
 }
 
 // owners returns the servers that hold key in this pool, primary first.
@@ -142,10 +132,7 @@ func (kv *KV) Put(ctx context.Context, key string, value []byte) error {
 // without Overwrite, was kept). For an HA pool it returns when every copy
 // holds the bytes.
 func (kv *KV) PutWith(ctx context.Context, key string, value []byte, o PutOptions) (existed bool, err error) {
-	tr, err := kv.c.kvTransport()
-	if err != nil {
-		return false, err
-	}
+	tr := kv.c.tr
 	if len(value) > limits.MaxPayload {
 		return false, errs.New(errs.ErrTooLarge, "value of %d bytes: the protocol limit is %d", len(value), limits.MaxPayload)
 	}
@@ -157,7 +144,7 @@ func (kv *KV) PutWith(ctx context.Context, key string, value []byte, o PutOption
 		rctx, cancel := kv.ctx(ctx, len(value))
 		defer cancel()
 		var perr error
-		existed, perr = tr.KVPut(rctx, owners[0].Addr, wire.KVRef{Pool: kv.pool, Key: []byte(key), Forward: fwd}, epoch, value, o.Overwrite, 0)
+		existed, perr = tr.KVPut(rctx, owners[0].Addr, KVRef{Pool: kv.pool, Key: []byte(key), Forward: fwd}, epoch, value, o.Overwrite)
 		if perr != nil && !errors.Is(perr, errs.ErrMoved) {
 			perr = fmt.Errorf("kv put %q on %s: %w", trim(key), owners[0].ID, perr)
 		}
@@ -186,16 +173,13 @@ func (kv *KV) GetInto(ctx context.Context, key string, dst []byte) (int, error) 
 }
 
 func (kv *KV) get(ctx context.Context, key string, dst []byte) ([]byte, error) {
-	tr, err := kv.c.kvTransport()
-	if err != nil {
-		return nil, err
-	}
+	tr := kv.c.tr
 	var out []byte
-	err = kv.withOwners(ctx, key, func(owners []placement.Member, epoch int64) error {
+	err := kv.withOwners(ctx, key, func(owners []placement.Member, epoch int64) error {
 		var last error
 		for _, m := range owners {
 			rctx, cancel := kv.ctx(ctx, len(dst))
-			v, gerr := tr.KVGet(rctx, m.Addr, wire.KVRef{Pool: kv.pool, Key: []byte(key)}, epoch, dst)
+			v, gerr := tr.KVGet(rctx, m.Addr, KVRef{Pool: kv.pool, Key: []byte(key)}, epoch, dst)
 			cancel()
 			switch {
 			case gerr == nil:
@@ -224,16 +208,13 @@ type BlockInfo struct {
 
 // Stat describes key's block, or returns errs.ErrNotFound.
 func (kv *KV) Stat(ctx context.Context, key string) (BlockInfo, error) {
-	tr, err := kv.c.kvTransport()
-	if err != nil {
-		return BlockInfo{}, err
-	}
+	tr := kv.c.tr
 	var info BlockInfo
-	err = kv.withOwners(ctx, key, func(owners []placement.Member, epoch int64) error {
+	err := kv.withOwners(ctx, key, func(owners []placement.Member, epoch int64) error {
 		var last error
 		for _, m := range owners {
 			rctx, cancel := kv.ctx(ctx, 0)
-			size, tier, serr := tr.KVExists(rctx, m.Addr, wire.KVRef{Pool: kv.pool, Key: []byte(key)}, epoch)
+			size, tier, serr := tr.KVExists(rctx, m.Addr, KVRef{Pool: kv.pool, Key: []byte(key)}, epoch)
 			cancel()
 			if serr == nil {
 				info = BlockInfo{Key: key, Size: size, Tier: [...]string{"none", "dram", "disk"}[min(tier, 2)], Server: m.ID}
@@ -263,14 +244,11 @@ func (kv *KV) Exists(ctx context.Context, key string) (bool, error) {
 
 // Delete removes key from every copy. Deleting a missing key is not an error.
 func (kv *KV) Delete(ctx context.Context, key string) error {
-	tr, err := kv.c.kvTransport()
-	if err != nil {
-		return err
-	}
+	tr := kv.c.tr
 	return kv.withOwners(ctx, key, func(owners []placement.Member, epoch int64) error {
 		for _, m := range owners {
 			rctx, cancel := kv.ctx(ctx, 0)
-			_, derr := tr.KVDelete(rctx, m.Addr, wire.KVRef{Pool: kv.pool, Key: []byte(key)}, epoch, false)
+			_, derr := tr.KVDelete(rctx, m.Addr, KVRef{Pool: kv.pool, Key: []byte(key)}, epoch, false)
 			cancel()
 			if derr != nil {
 				return derr
@@ -283,10 +261,7 @@ func (kv *KV) Delete(ctx context.Context, key string) error {
 // DeleteByPrefix removes every key of this pool that starts with prefix, on
 // every server, and returns how many blocks went.
 func (kv *KV) DeleteByPrefix(ctx context.Context, prefix string) (int64, error) {
-	tr, err := kv.c.kvTransport()
-	if err != nil {
-		return 0, err
-	}
+	tr := kv.c.tr
 	m, err := kv.c.members(ctx, true)
 	if err != nil {
 		return 0, err
@@ -301,7 +276,7 @@ func (kv *KV) DeleteByPrefix(ctx context.Context, prefix string) (int64, error) 
 			defer wg.Done()
 			rctx, cancel := kv.ctx(ctx, 0)
 			defer cancel()
-			n, derr := tr.KVDelete(rctx, mem.Addr, wire.KVRef{Pool: kv.pool, Key: []byte(prefix)}, m.Epoch, true)
+			n, derr := tr.KVDelete(rctx, mem.Addr, KVRef{Pool: kv.pool, Key: []byte(prefix)}, m.Epoch, true)
 			mu.Lock()
 			defer mu.Unlock()
 			total += n

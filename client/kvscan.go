@@ -10,7 +10,6 @@ import (
 	"github.com/gd2fs/gd2fs/errs"
 	"github.com/gd2fs/gd2fs/internal/limits"
 	"github.com/gd2fs/gd2fs/internal/placement"
-	"github.com/gd2fs/gd2fs/internal/wire"
 )
 
 // Scan lists keys of this pool across the cluster, Redis SCAN style: start
@@ -24,10 +23,7 @@ import (
 // sorted by id, the low 56 bits a position in that server's hash order
 // (the server store's scan hash).
 func (kv *KV) Scan(ctx context.Context, cursor uint64, count int) (keys []string, next uint64, err error) {
-	tr, err := kv.c.kvTransport()
-	if err != nil {
-		return nil, 0, err
-	}
+	tr := kv.c.tr
 	ms, err := kv.sortedMembers(ctx)
 	if err != nil {
 		return nil, 0, err
@@ -58,10 +54,7 @@ func (kv *KV) Scan(ctx context.Context, cursor uint64, count int) (keys []string
 // Count returns the number of keys of this pool over all servers (a key
 // with several copies counts once per copy).
 func (kv *KV) Count(ctx context.Context) (int64, error) {
-	tr, err := kv.c.kvTransport()
-	if err != nil {
-		return 0, err
-	}
+	tr := kv.c.tr
 	ms, err := kv.sortedMembers(ctx)
 	if err != nil {
 		return 0, err
@@ -111,15 +104,12 @@ func (c *Client) RefreshMembers(ctx context.Context) error {
 // DeleteFound is Delete that also reports whether key was stored (on any
 // of its copies): what Redis's DEL counts.
 func (kv *KV) DeleteFound(ctx context.Context, key string) (bool, error) {
-	tr, err := kv.c.kvTransport()
-	if err != nil {
-		return false, err
-	}
+	tr := kv.c.tr
 	found := false
-	err = kv.withOwners(ctx, key, func(owners []placement.Member, epoch int64) error {
+	err := kv.withOwners(ctx, key, func(owners []placement.Member, epoch int64) error {
 		for _, m := range owners {
 			rctx, cancel := kv.ctx(ctx, 0)
-			n, derr := tr.KVDelete(rctx, m.Addr, wire.KVRef{Pool: kv.pool, Key: []byte(key)}, epoch, false)
+			n, derr := tr.KVDelete(rctx, m.Addr, KVRef{Pool: kv.pool, Key: []byte(key)}, epoch, false)
 			cancel()
 			if derr != nil {
 				return derr

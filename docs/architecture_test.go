@@ -134,8 +134,8 @@ func orNone(s []string) string {
 // no part of a server.
 func TestLayering(t *testing.T) {
 	never := map[string][]string{
-		"internal/store":   {"internal/wire", "internal/rpc", "internal/server"},
-		"internal/kvstore": {"internal/wire", "internal/rpc", "internal/server"},
+		"internal/store":   {"internal/wire", "internal/tcp", "internal/server"},
+		"internal/kvstore": {"internal/wire", "internal/tcp", "internal/server"},
 		"internal/master":  {"internal/store", "internal/kvstore", "internal/server"},
 		"client":           {"internal/store", "internal/kvstore", "internal/server"},
 	}

@@ -20,7 +20,7 @@ import (
 	"github.com/gd2fs/gd2fs/internal/console"
 	"github.com/gd2fs/gd2fs/internal/meta"
 	"github.com/gd2fs/gd2fs/internal/netguard"
-	"github.com/gd2fs/gd2fs/internal/rpc"
+	"github.com/gd2fs/gd2fs/internal/tcp"
 )
 
 // Config configures a master.
@@ -88,7 +88,7 @@ type Master struct {
 	ln      net.Listener
 	guard   *netguard.Listener
 	srv     *http.Server
-	peers   *rpc.Pool
+	peers   *tcp.Pool
 	metrics *metrics
 
 	// sessions is the part of meta the explicit-mode handlers use.
@@ -137,7 +137,7 @@ func New(ctx context.Context, cfg Config) (*Master, error) {
 	cfg.fillLimits()
 	m := &Master{cfg: cfg, log: cfg.Log.With("role", "master"), meta: cfg.Meta, sessions: cfg.Meta, servers: map[string]*liveServer{},
 		refills: refiller{probed: map[string]time.Time{}},
-		peers:   rpc.NewPool(rpc.Options{Token: cfg.Token, Name: "master", Streams: 1, TLS: cfg.ClientTLS})}
+		peers:   tcp.NewPool(tcp.Options{Token: cfg.Token, Name: "master", Streams: 1, TLS: cfg.ClientTLS})}
 	pools, err := m.meta.Pools(ctx)
 	if err != nil {
 		return nil, err
@@ -152,11 +152,11 @@ func New(ctx context.Context, cfg Config) (*Master, error) {
 	m.metrics = newMetrics(m)
 	m.registerHealthMetrics() // health.go
 	m.console = m.newConsole()
-	tcp, err := net.Listen("tcp", cfg.Listen)
+	tl, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("master: listen on %s: %w (is another master running?)", cfg.Listen, err)
 	}
-	m.guard = netguard.New(tcp, cfg.MaxConns, m.log)
+	m.guard = netguard.New(tl, cfg.MaxConns, m.log)
 	m.ln = m.guard
 	if cfg.TLS != nil {
 		m.ln = tls.NewListener(m.guard, cfg.TLS)

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gd2fs/gd2fs/internal/rpc"
 	"github.com/gd2fs/gd2fs/internal/store"
+	"github.com/gd2fs/gd2fs/internal/tcp"
 	"github.com/gd2fs/gd2fs/internal/wire"
 )
 
@@ -34,12 +34,12 @@ func startLimited(t *testing.T, cfg Config) (*Server, chan error) {
 func ping(addr string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	c, err := rpc.Dial(ctx, addr, rpc.Options{Name: "test"}, "")
+	c, err := tcp.Dial(ctx, addr, tcp.Options{Name: "test"}, "")
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	_, err = c.Do(ctx, &rpc.Request{Op: wire.OpPing})
+	_, err = c.Do(ctx, &tcp.Request{Op: wire.OpPing})
 	return err
 }
 
@@ -181,13 +181,13 @@ func TestDeadlines(t *testing.T) {
 	t.Run("busy", func(t *testing.T) {
 		// A connection that keeps working is not cut by the idle deadline.
 		ctx := context.Background()
-		c, err := rpc.Dial(ctx, s.Addr(), rpc.Options{Name: "test"}, "")
+		c, err := tcp.Dial(ctx, s.Addr(), tcp.Options{Name: "test"}, "")
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer c.Close()
 		for range 8 {
-			if _, err := c.Do(ctx, &rpc.Request{Op: wire.OpPing}); err != nil {
+			if _, err := c.Do(ctx, &tcp.Request{Op: wire.OpPing}); err != nil {
 				t.Fatal(err)
 			}
 			time.Sleep(100 * time.Millisecond)
@@ -200,11 +200,11 @@ func TestDeadlines(t *testing.T) {
 func TestConnLimit(t *testing.T) {
 	s, _ := startLimited(t, Config{MaxConns: 2})
 	ctx := context.Background()
-	a, err := rpc.Dial(ctx, s.Addr(), rpc.Options{Name: "a"}, "")
+	a, err := tcp.Dial(ctx, s.Addr(), tcp.Options{Name: "a"}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := rpc.Dial(ctx, s.Addr(), rpc.Options{Name: "b"}, "")
+	b, err := tcp.Dial(ctx, s.Addr(), tcp.Options{Name: "b"}, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/gd2fs/gd2fs/internal/kvstore"
-	"github.com/gd2fs/gd2fs/internal/rpc"
 	"github.com/gd2fs/gd2fs/internal/store"
+	"github.com/gd2fs/gd2fs/internal/tcp"
 	"github.com/gd2fs/gd2fs/internal/wire"
 )
 
@@ -23,7 +23,7 @@ func BenchmarkKVGet1MiB(b *testing.B) {
 	}
 	go s.Run(context.Background())
 	b.Cleanup(func() { s.Close() })
-	p := rpc.NewPool(rpc.Options{Streams: 4})
+	p := tcp.NewPool(tcp.Options{Streams: 4})
 	defer p.Close()
 	val := make([]byte, 1<<20)
 	ctx := context.Background()

@@ -28,8 +28,8 @@ import (
 	"github.com/gd2fs/gd2fs/internal/cold"
 	"github.com/gd2fs/gd2fs/internal/kvstore"
 	"github.com/gd2fs/gd2fs/internal/netguard"
-	"github.com/gd2fs/gd2fs/internal/rpc"
 	"github.com/gd2fs/gd2fs/internal/store"
+	"github.com/gd2fs/gd2fs/internal/tcp"
 )
 
 // Config configures a data server.
@@ -76,7 +76,7 @@ type Server struct {
 	fills filler
 	// Counters reported in heartbeats (gd2fs status).
 	servedBytes, coldBytes atomic.Int64
-	peers                  *rpc.Pool
+	peers                  *tcp.Pool
 	ln                     *netguard.Listener
 	httpLn                 *chanListener
 	httpSrv                *http.Server
@@ -139,7 +139,7 @@ func New(cfg Config) (*Server, error) {
 		}
 		return nil, err
 	}
-	tcp, err := net.Listen("tcp", cfg.Listen)
+	tl, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		st.Close()
 		if kv != nil {
@@ -147,13 +147,13 @@ func New(cfg Config) (*Server, error) {
 		}
 		return nil, fmt.Errorf("server: listen on %s: %w (is another server using the port?)", cfg.Listen, err)
 	}
-	ln := netguard.New(tcp, cfg.MaxConns, cfg.Log)
+	ln := netguard.New(tl, cfg.MaxConns, cfg.Log)
 	if cfg.Advertise == "" {
 		cfg.Advertise = advertise(ln.Addr().String())
 	}
 	s := &Server{
 		cfg: cfg, log: cfg.Log.With("server", cfg.ID), store: st, kv: kv, cold: cs, fills: filler{inflight: map[uint64]*fill{}}, ln: ln,
-		peers:  rpc.NewPool(rpc.Options{Token: cfg.Token, Name: "server-" + cfg.ID, Streams: 2, TLS: cfg.ClientTLS}),
+		peers:  tcp.NewPool(tcp.Options{Token: cfg.Token, Name: "server-" + cfg.ID, Streams: 2, TLS: cfg.ClientTLS}),
 		httpLn: newChanListener(ln.Addr()),
 		conns:  make(map[net.Conn]struct{}),
 	}

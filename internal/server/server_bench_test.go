@@ -6,8 +6,8 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/gd2fs/gd2fs/internal/rpc"
 	"github.com/gd2fs/gd2fs/internal/store"
+	"github.com/gd2fs/gd2fs/internal/tcp"
 )
 
 func startBench(b *testing.B, sc store.Config) *Server {
@@ -32,7 +32,7 @@ func BenchmarkServerWrite(b *testing.B) {
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			s := startBench(b, tc.sc)
-			p := rpc.NewPool(rpc.Options{Streams: 4})
+			p := tcp.NewPool(tcp.Options{Streams: 4})
 			defer p.Close()
 			data := make([]byte, 4<<20)
 			b.SetBytes(int64(len(data)))

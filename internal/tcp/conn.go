@@ -1,8 +1,10 @@
-// Package rpc is the client side of the data-plane protocol over TCP: a
-// pipelined connection that matches responses to requests by id and reads
-// payloads straight into the caller's buffer, and a pool of such connections
-// (several streams) per server. Clients and servers (for replication) use it.
-package rpc
+// Package tcp is the TCP transport of the data plane (docs/protocol.md),
+// the client side: a pipelined connection that matches responses to
+// requests by id and reads payloads straight into the caller's buffer, and a
+// pool of such connections (several streams) per server. Clients (through
+// client.NewTCPTransport, which puts the SDK's public Transport on it),
+// servers (forwarding, repair copies) and the master use it.
+package tcp
 
 import (
 	"context"
@@ -111,6 +113,14 @@ func Dial(ctx context.Context, addr string, o Options, local string) (*Conn, err
 			return nil, err
 		}
 	}
+	return NewConn(ctx, nc, addr, o)
+}
+
+// NewConn runs the protocol on nc, a connection already made to the server
+// at addr (named in errors): it sends the hello and waits for the answer
+// within o.DialTimeout. On failure nc is closed.
+func NewConn(ctx context.Context, nc net.Conn, addr string, o Options) (*Conn, error) {
+	o.fill()
 	c := &Conn{nc: nc, addr: addr, pending: make(map[uint64]*call)}
 	go c.readLoop(wire.NewReader(nc, o.Limits))
 	// The kernel accepts connections for a stopped process (SIGSTOP): only
@@ -161,6 +171,9 @@ func (c *Conn) fail(err error) {
 // Do sends req and waits for its response. A non-OK status comes back as an
 // error wrapping the matching errs sentinel.
 func (c *Conn) Do(ctx context.Context, req *Request) (Response, error) {
+	if err := ctx.Err(); err != nil {
+		return Response{}, err // the caller gave up: send nothing
+	}
 	id := c.nextID.Add(1)
 	cl := &call{dst: req.Dst, alloc: req.Alloc, done: make(chan struct{})}
 	c.mu.Lock()

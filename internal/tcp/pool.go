@@ -1,4 +1,4 @@
-package rpc
+package tcp
 
 import (
 	"context"
@@ -54,7 +54,7 @@ func (p *Pool) Get(ctx context.Context, addr string) (*Conn, error) {
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
-		return nil, errs.New(errs.ErrUnavailable, "rpc: pool closed")
+		return nil, errs.New(errs.ErrUnavailable, "tcp: pool closed")
 	}
 	cs := p.conns[addr]
 	if cs == nil {
@@ -88,7 +88,7 @@ func (p *Pool) Get(ctx context.Context, addr string) (*Conn, error) {
 	defer p.mu.Unlock()
 	if p.closed {
 		c.Close()
-		return nil, errs.New(errs.ErrUnavailable, "rpc: pool closed")
+		return nil, errs.New(errs.ErrUnavailable, "tcp: pool closed")
 	}
 	p.conns[addr][i] = c
 	return c, nil
