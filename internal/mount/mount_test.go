@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -278,10 +279,62 @@ func TestMmapEightProcesses(t *testing.T) {
 	if ratio > 1.1 {
 		t.Fatalf("8 processes read %.2fx the file from servers: the page cache is not shared", ratio)
 	}
-	// Again, in new processes: all from the kernel's page cache.
-	loadTensors(t, py, filepath.Join(m.Dir(), "org/m/model.safetensors"), 2, sums)
+	// A new open keeps the pages (FOPEN_KEEP_CACHE): mincore sees them
+	// resident through a fresh mapping, and reading it all costs the
+	// servers nothing.
+	p := filepath.Join(m.Dir(), "org/m/model.safetensors")
+	if r := resident(t, p); r < 0.99 {
+		t.Fatalf("after a new open %.0f%% of the file is in the page cache: it was dropped", 100*r)
+	}
+	if b, err := os.ReadFile(p); err != nil || !bytes.Equal(b, st) {
+		t.Fatalf("read after the loads: %v", err)
+	}
 	if again := cl.ReadStats().FromServers; again != got {
-		t.Fatalf("a second load read %d more bytes from servers: the page cache was not kept across opens", again-got)
+		t.Fatalf("a read after the loads asked the servers for %d bytes", again-got)
+	}
+}
+
+// resident is the fraction of p's pages in the page cache, seen through a
+// new open and mapping (mincore does not fault pages in).
+func resident(t *testing.T, p string) float64 {
+	t.Helper()
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	st, _ := f.Stat()
+	mm, err := unix.Mmap(int(f.Fd()), 0, int(st.Size()), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(mm)
+	vec := make([]byte, (len(mm)+4095)/4096)
+	if _, _, e := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&mm[0])), uintptr(len(mm)), uintptr(unsafe.Pointer(&vec[0]))); e != 0 {
+		t.Fatal(e)
+	}
+	in := 0
+	for _, v := range vec {
+		in += int(v & 1)
+	}
+	return float64(in) / float64(len(vec))
+}
+
+// TestMmapWhileFilling: with the hot tier, processes map a file while its
+// local copy is still being filled: they see the right bytes, and the fill
+// and the readers share one read from the servers.
+func TestMmapWhileFilling(t *testing.T) {
+	py := python(t)
+	e := setup(t, nil)
+	st, sums := safetensorsFile(t, 24<<20)
+	e.put(t, "/models/org/m/model.safetensors", st)
+	cache := &weights.Cache{Dir: t.TempDir(), Quota: 1 << 30}
+	m, cl := e.mountFS(t, Options{Root: "/models", Cache: cache})
+	loadTensors(t, py, filepath.Join(m.Dir(), "org/m/model.safetensors"), 3, sums)
+	got := cl.ReadStats().FromServers
+	t.Logf("3 processes during the fill: %d bytes from servers for a %d-byte file (%.3fx)", got, len(st), float64(got)/float64(len(st)))
+	if float64(got) > 1.1*float64(len(st)) {
+		t.Fatalf("the fill and the readers read %.2fx the file from servers", float64(got)/float64(len(st)))
 	}
 }
 
