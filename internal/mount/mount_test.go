@@ -442,7 +442,23 @@ func TestErrnoTable(t *testing.T) {
 	if err == nil {
 		t.Error("shared writable mmap of a file being written: allowed, want an error")
 	}
+	is("fallocate", unix.Fallocate(int(f.Fd()), 0, 0, 1<<20), syscall.EOPNOTSUPP)
+	dup, err := unix.Dup(int(f.Fd()))
+	if err != nil {
+		t.Fatal(err)
+	}
 	is("close seals", f.Close(), nil)
+	_, err = unix.Write(dup, []byte("more"))
+	is("write through a dup after the first close", err, syscall.EPERM)
+	unix.Close(dup)
+	rw, err := os.OpenFile(filepath.Join(d, "rw.bin"), os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rw.Write([]byte("abc"))
+	_, err = rw.ReadAt(make([]byte, 3), 0)
+	is("read through the handle that is writing", err, syscall.EOPNOTSUPP)
+	is("close of an O_RDWR create", rw.Close(), nil)
 	if b, err := os.ReadFile(filepath.Join(d, "new.bin")); err != nil || string(b) != "hello world" {
 		t.Fatalf("new file: %q %v", b, err)
 	}
@@ -483,11 +499,25 @@ func TestLinkedFileDeadServer(t *testing.T) {
 	if _, err := weights.Link(ctx, e.cl, src, "s3://models/org/m", "/l/org/m", client.LinkOptions{ChunkSize: 1 << 20}); err != nil {
 		t.Fatal(err)
 	}
-	m, _ := e.mountFS(t, Options{Root: "/l", BlockSize: 1 << 20})
+	cache := &weights.Cache{Dir: t.TempDir()}
+	plain, _ := e.mountFS(t, Options{Root: "/l", BlockSize: 1 << 20})
+	hot, _ := e.mountFS(t, Options{Root: "/l", Cache: cache})
 	e.c.Servers[0].Close()
-	got, err := os.ReadFile(filepath.Join(m.Dir(), "org/m/w.bin"))
-	if err != nil || !bytes.Equal(got, want) {
-		t.Fatalf("linked file with a dead server: %d bytes, %v (equal %v)", len(got), err, bytes.Equal(got, want))
+	for _, m := range []*FS{plain, hot} {
+		got, err := os.ReadFile(filepath.Join(m.Dir(), "org/m/w.bin"))
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("linked file with a dead server: %d bytes, %v (equal %v)", len(got), err, bytes.Equal(got, want))
+		}
+	}
+	// The hot tier's copy of a linked file is checked and its sha256
+	// recorded on the master, as warmup does.
+	sum := sha256.Sum256(want)
+	testutil.Eventually(t, 20*time.Second, func() (bool, string) {
+		fi, err := e.cl.Stat(ctx, "/l/org/m/w.bin")
+		return err == nil && fi.Attrs["sha256"] == hex.EncodeToString(sum[:]), fmt.Sprint(fi.Attrs, err)
+	})
+	if b, err := os.ReadFile(filepath.Join(cache.Dir, "models--org--m", "blobs", hex.EncodeToString(sum[:]))); err != nil || !bytes.Equal(b, want) {
+		t.Fatalf("the cached copy of a linked file: %v", err)
 	}
 }
 
