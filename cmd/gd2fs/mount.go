@@ -16,7 +16,7 @@ import (
 
 func newMount(g *globals) *cobra.Command {
 	var o mount.Options
-	var cacheDir, quota, blockSize, readAhead, chunkSize string
+	var cacheDir, quota, blockSize, readAhead, chunkSize, memory string
 	cmd := &cobra.Command{
 		Use:   "mount gd2fs://CLUSTER/DIR MOUNTPOINT",
 		Short: "Mount a gd2fs folder as a local file system (FUSE) that vLLM and PyTorch open and mmap",
@@ -53,6 +53,9 @@ connected" until 'gd2fs umount MOUNTPOINT' (or fusermount3 -u) clears it.`,
 			}
 			if o.ReadAhead, err = parseSize(readAhead); err != nil {
 				return fmt.Errorf("--read-ahead: %w", err)
+			}
+			if o.Memory, err = parseSize(memory); err != nil {
+				return fmt.Errorf("--read-ahead-memory: %w", err)
 			}
 			if o.ChunkSize, err = parseSize(chunkSize); err != nil {
 				return fmt.Errorf("--chunk-size: %w", err)
@@ -121,6 +124,7 @@ connected" until 'gd2fs umount MOUNTPOINT' (or fusermount3 -u) clears it.`,
 	f.DurationVar(&o.DirTimeout, "dir-timeout", time.Second, "how long the kernel caches folders and files still being written")
 	f.StringVar(&blockSize, "block-size", "4MiB", "unit read from the servers")
 	f.StringVar(&readAhead, "read-ahead", "64MiB", "how far ahead of a sequential reader the mount fetches (and the kernel reads ahead)")
+	f.StringVar(&memory, "read-ahead-memory", "1GiB", "bytes of blocks fetched ahead, all files together")
 	return cmd
 }
 

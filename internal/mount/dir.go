@@ -34,6 +34,7 @@ var (
 	_ fs.NodeSymlinker = (*dirNode)(nil)
 	_ fs.NodeMknoder   = (*dirNode)(nil)
 	_ fs.NodeSetattrer = (*dirNode)(nil)
+	_ fs.NodeStatfser  = (*dirNode)(nil)
 )
 
 func (d *dirNode) child(name string) string { return path.Join(d.path, name) }
@@ -173,4 +174,31 @@ func (d *dirNode) Create(ctx context.Context, name string, flags uint32, mode ui
 	// Direct I/O: writes arrive in order, uncached, and a shared writable
 	// mmap (which would write back pages at any offset) is refused at once.
 	return ch, w, fuse.FOPEN_DIRECT_IO, 0
+}
+
+// Statfs reports the cluster's capacity (disk tiers, or DRAM where servers
+// have none), so df and free-space checks see the cluster, not zeros.
+func (d *dirNode) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second) // df must not wait out a master failover
+	defer cancel()
+	st, err := d.m.cl.Status(ctx)
+	if err != nil {
+		return errno(err)
+	}
+	var capacity, used int64
+	for _, s := range st.Servers {
+		if s.State != "up" {
+			continue
+		}
+		if s.DiskCap > 0 {
+			capacity, used = capacity+s.DiskCap, used+s.DiskUsed
+		} else {
+			capacity, used = capacity+s.MemCap, used+s.MemUsed
+		}
+	}
+	const bs = 1 << 20
+	free := max(capacity-used, 0)
+	*out = fuse.StatfsOut{Blocks: uint64(capacity / bs), Bfree: uint64(free / bs), Bavail: uint64(free / bs),
+		Files: uint64(st.Files), Bsize: bs, Frsize: bs, NameLen: 255}
+	return 0
 }

@@ -2,6 +2,7 @@ package mount
 
 import (
 	"context"
+	"io"
 	"os"
 	"sync"
 	"syscall"
@@ -239,35 +240,41 @@ func (n *fileNode) Read(ctx context.Context, fh fs.FileHandle, dest []byte, off 
 	return nil, syscall.EBADF
 }
 
-func (n *fileNode) readAt(ctx context.Context, dest []byte, off int64) (int, error) {
+// readAt returns the bytes at off (len(dest) at most): in dest, or a view
+// of a block of the shared reader.
+func (n *fileNode) readAt(ctx context.Context, dest []byte, off int64) ([]byte, error) {
 	n.mu.Lock()
 	size, blob, fill := n.info.Size, n.blob, n.fill
 	n.mu.Unlock()
 	if off >= size {
-		return 0, nil
+		return nil, nil
 	}
 	if int64(len(dest)) > size-off {
 		dest = dest[:size-off]
 	}
 	end := off + int64(len(dest))
 	if blob != nil {
-		return blob.ReadAt(dest, off)
+		k, err := blob.ReadAt(dest, off)
+		if err == io.EOF && k == len(dest) {
+			err = nil
+		}
+		return dest[:k], err
 	}
 	if fill != nil {
 		done := fill.Filled()
 		// Just past the filled prefix, waiting for the fill costs less than
 		// reading the bytes twice; far past it, the servers answer.
 		if off < done+n.m.opts.ReadAhead && fill.WaitFor(ctx, end) == nil {
-			if k, err := fill.ReadAt(dest, off); err == nil {
-				return k, nil
+			if k, err := fill.ReadAt(dest, off); err == nil || (err == io.EOF && k == len(dest)) {
+				return dest[:k], nil
 			}
 		}
 		if ctx.Err() != nil {
-			return 0, ctx.Err()
+			return nil, ctx.Err()
 		}
 	}
 	if err := n.reader(ctx); err != nil {
-		return 0, err
+		return nil, err
 	}
 	n.mu.Lock()
 	rd := n.rd
@@ -309,11 +316,11 @@ func (h *readHandle) PassthroughFd() (int, bool) {
 
 func (h *readHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	h.n.m.reads.Add(1)
-	k, err := h.n.readAt(ctx, dest, off)
+	b, err := h.n.readAt(ctx, dest, off)
 	if err != nil {
 		return nil, errno(err)
 	}
-	return fuse.ReadResultData(dest[:k]), 0
+	return fuse.ReadResultData(b), 0
 }
 
 func (h *readHandle) Release(ctx context.Context) syscall.Errno {
@@ -333,7 +340,10 @@ func (h *readHandle) Release(ctx context.Context) syscall.Errno {
 			n.blob.Close()
 			n.blob = nil
 		}
-		n.rd = nil
+		if n.rd != nil {
+			n.rd.close()
+			n.rd = nil
+		}
 	}
 	return 0
 }

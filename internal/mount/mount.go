@@ -49,8 +49,11 @@ type Options struct {
 	// BlockSize is the unit read from servers (default 4 MiB); ReadAhead
 	// how far ahead a sequential reader is fetched (default 64 MiB).
 	BlockSize, ReadAhead int64
-	Log                  *slog.Logger
-	Debug                bool // log every FUSE request
+	// Memory bounds the bytes of blocks read ahead, all files together
+	// (default 1 GiB); blocks a read waits for are fetched regardless.
+	Memory int64
+	Log    *slog.Logger
+	Debug  bool // log every FUSE request
 }
 
 // FS is a mounted gd2fs folder.
@@ -66,6 +69,7 @@ type FS struct {
 	passthrough bool
 	why         string       // why passthrough is off
 	reads       atomic.Int64 // read requests this process served (none for passthrough files)
+	mem         atomic.Int64 // bytes of reader blocks held or being fetched
 }
 
 // Mount mounts o.Root at dir and serves it until Unmount. The caller must
@@ -91,6 +95,9 @@ func Mount(dir string, o Options) (*FS, error) {
 		o.ReadAhead = 0
 	} else if o.ReadAhead == 0 {
 		o.ReadAhead = 64 << 20
+	}
+	if o.Memory <= 0 {
+		o.Memory = 1 << 30
 	}
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)

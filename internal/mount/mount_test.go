@@ -136,6 +136,10 @@ func TestReadSealedFiles(t *testing.T) {
 			t.Fatalf("%s: %d bytes read (%v), want %d, equal %v", rel, len(got), err, len(want), bytes.Equal(got, want))
 		}
 	}
+	var sfs unix.Statfs_t
+	if err := unix.Statfs(m.Dir(), &sfs); err != nil || sfs.Blocks == 0 || sfs.Bavail > sfs.Blocks {
+		t.Fatalf("statfs: %+v %v, want the cluster's capacity", sfs, err)
+	}
 	ents, err := os.ReadDir(filepath.Join(m.Dir(), "a"))
 	if err != nil {
 		t.Fatal(err)
@@ -645,4 +649,33 @@ func (m *FS) node(t *testing.T, rel string) *fileNode {
 		}
 	}
 	return in.Operations().(*fileNode)
+}
+
+// TestBlockMemoryBound: with the read-ahead memory nearly spent, reads
+// are still right (blocks a read waits for are fetched regardless), and
+// once every handle is closed the mount holds no block bytes.
+func TestBlockMemoryBound(t *testing.T) {
+	e := setup(t, nil)
+	want := [][]byte{testutil.RandomBytes(9<<20+1, 8), testutil.RandomBytes(7<<20, 9)}
+	e.put(t, "/b/one", want[0])
+	e.put(t, "/b/two", want[1])
+	m, _ := e.mountFS(t, Options{Root: "/b", BlockSize: 1 << 20, ReadAhead: 8 << 20, Memory: 2 << 20})
+	errc := make(chan error, 2)
+	for i, name := range []string{"one", "two"} {
+		go func() {
+			b, err := os.ReadFile(filepath.Join(m.Dir(), name))
+			if err == nil && !bytes.Equal(b, want[i]) {
+				err = fmt.Errorf("%s: wrong bytes", name)
+			}
+			errc <- err
+		}()
+	}
+	for range 2 {
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+	}
+	testutil.Eventually(t, 10*time.Second, func() (bool, string) {
+		return m.mem.Load() == 0, fmt.Sprintf("%d block bytes held with no file open", m.mem.Load())
+	})
 }

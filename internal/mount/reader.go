@@ -28,6 +28,7 @@ type reader struct {
 	mu     sync.Mutex
 	blocks map[int64]*block
 	tick   uint64
+	closed bool // dropped by its inode: blocks still arriving are not kept
 }
 
 type block struct {
@@ -43,10 +44,13 @@ func newReader(m *FS, f *client.File) *reader {
 	return &reader{m: m, f: f, size: f.Size(), bs: bs, window: w, max: int(w) + 8, blocks: map[int64]*block{}}
 }
 
-// readAt fills dest (within the file) from the blocks covering it.
-func (r *reader) readAt(ctx context.Context, dest []byte, off int64) (int, error) {
+// readAt returns the bytes at off, len(dest) at most (fewer at the end of
+// the file): a view of the block when they lie inside one (blocks are
+// never written after their fetch, so the reply is sent straight from it),
+// else copied into dest.
+func (r *reader) readAt(ctx context.Context, dest []byte, off int64) ([]byte, error) {
 	if off >= r.size || len(dest) == 0 {
-		return 0, nil
+		return nil, nil
 	}
 	if int64(len(dest)) > r.size-off {
 		dest = dest[:r.size-off]
@@ -55,13 +59,15 @@ func (r *reader) readAt(ctx context.Context, dest []byte, off int64) (int, error
 	r.mu.Lock()
 	want := make([]*block, 0, last-first+1)
 	for i := first; i <= last; i++ {
-		want = append(want, r.get(i))
+		want = append(want, r.get(i, false))
 	}
 	// Sequential: this read starts at the file's head or follows a block
 	// already fetched.
 	if _, ok := r.blocks[first-1]; ok || first == 0 {
 		for i := last + 1; i <= last+r.window && i*r.bs < r.size; i++ {
-			r.get(i)
+			if r.get(i, true) == nil {
+				break // the mount's block memory is spent: no more ahead
+			}
 		}
 	}
 	r.evict()
@@ -71,34 +77,44 @@ func (r *reader) readAt(ctx context.Context, dest []byte, off int64) (int, error
 		select {
 		case <-b.done:
 		case <-ctx.Done():
-			return 0, ctx.Err()
+			return nil, ctx.Err()
 		}
 		if b.err != nil {
-			return 0, b.err
+			return nil, b.err
 		}
 		i := first + int64(k)
 		lo := int64(0)
 		if i == first {
 			lo = off - i*r.bs
 		}
+		if len(want) == 1 {
+			return b.buf[lo : lo+int64(len(dest))], nil
+		}
 		n += copy(dest[n:], b.buf[lo:])
 	}
-	return n, nil
+	return dest[:n], nil
 }
 
-// get returns block i, starting its fetch when absent. r.mu is held.
-func (r *reader) get(i int64) *block {
+// get returns block i, starting its fetch when absent. A block fetched
+// ahead (ahead) is not started, and get returns nil, while the mount's
+// blocks hold Options.Memory; a block a read waits for always is. r.mu is
+// held.
+func (r *reader) get(i int64, ahead bool) *block {
 	r.tick++
 	if b, ok := r.blocks[i]; ok {
 		b.used = r.tick
 		return b
 	}
-	b := &block{done: make(chan struct{}), used: r.tick}
-	r.blocks[i] = b
 	n := r.bs
 	if rest := r.size - i*r.bs; rest < n {
 		n = rest
 	}
+	if ahead && r.m.mem.Load()+n > r.m.opts.Memory {
+		return nil
+	}
+	b := &block{done: make(chan struct{}), used: r.tick}
+	r.blocks[i] = b
+	r.m.mem.Add(n) // counted from the start: the buffer is allocated now
 	go func() {
 		// The mount's context, not the caller's: another process may be
 		// waiting on the same block when this caller is interrupted.
@@ -114,8 +130,12 @@ func (r *reader) get(i int64) *block {
 		if err != nil {
 			b.err = err
 			delete(r.blocks, i) // the next read tries again
+			r.m.mem.Add(-n)
 		} else {
 			b.buf = buf
+			if r.closed { // nobody will evict it: readers waiting hold it
+				r.m.mem.Add(-n)
+			}
 		}
 		close(b.done)
 		r.mu.Unlock()
@@ -142,6 +162,23 @@ func (r *reader) evict() {
 		if old < 0 {
 			return
 		}
+		r.m.mem.Add(-int64(len(r.blocks[old].buf)))
 		delete(r.blocks, old)
+	}
+}
+
+// close drops every block (the inode's last handle closed); fetches in
+// flight finish for their waiters and are not kept.
+func (r *reader) close() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.closed = true
+	for i, b := range r.blocks {
+		select {
+		case <-b.done:
+			r.m.mem.Add(-int64(len(b.buf)))
+			delete(r.blocks, i)
+		default: // in flight: its goroutine uncounts it
+		}
 	}
 }
