@@ -124,6 +124,10 @@ func Mount(dir string, o Options) (*FS, error) {
 		Debug:         o.Debug,
 		Logger:        log.New(slogWriter{o.Log}, "", 0),
 	}
+	// The kernel checks the modes the mount reports (0444 sealed files,
+	// 0755 root-owned folders), so with --allow-other other users read and
+	// only the mounting user writes.
+	mo.Options = append(mo.Options, "default_permissions")
 	if o.ReadOnly {
 		mo.Options = append(mo.Options, "ro")
 	}
