@@ -3,7 +3,10 @@ package main
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
+	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -16,7 +19,8 @@ import (
 
 func newMount(g *globals) *cobra.Command {
 	var o mount.Options
-	var cacheDir, quota, blockSize, readAhead, chunkSize, memory string
+	var cacheDir, quota, blockSize, readAhead, chunkSize, memory, logFile string
+	var background bool
 	cmd := &cobra.Command{
 		Use:   "mount gd2fs://CLUSTER/DIR MOUNTPOINT",
 		Short: "Mount a gd2fs folder as a local file system (FUSE) that vLLM and PyTorch open and mmap",
@@ -40,7 +44,7 @@ EOPNOTSUPP, rename EXDEV (mv and shutil.move then copy); docs/mount.md has the t
 
 If the daemon is killed (kill -9), the mountpoint answers "Transport endpoint is not
 connected" until 'gd2fs umount MOUNTPOINT' (or fusermount3 -u) clears it.`,
-		Example: `  gd2fs mount gd2fs://local/models /mnt/models &
+		Example: `  gd2fs mount --background gd2fs://local/models /mnt/models
   vllm serve /mnt/models/meta-llama/Llama-3-8B
   gd2fs mount --cache /nvme/gd2fs --cache-quota 500GiB gd2fs://prod/models /mnt/models
   gd2fs mount --read-only gd2fs://local/models /mnt/models
@@ -69,6 +73,9 @@ connected" until 'gd2fs umount MOUNTPOINT' (or fusermount3 -u) clears it.`,
 			}
 			if st, err := os.Stat(args[1]); err != nil || !st.IsDir() {
 				return fmt.Errorf("mountpoint %s is not a folder: mkdir -p %s first", args[1], args[1])
+			}
+			if background && os.Getenv(envMountDaemon) == "" {
+				return startMountDaemon(args[1], logFile)
 			}
 			return g.withRemote(args[0], func(c *client.Client, p string) error {
 				st, err := c.Stat(cmd.Context(), p)
@@ -116,6 +123,8 @@ connected" until 'gd2fs umount MOUNTPOINT' (or fusermount3 -u) clears it.`,
 	f.StringVar(&cacheDir, "cache", "", "local hot tier: copy files read through the mount into this folder (the layout of gd2fs warmup) and serve them from it")
 	f.StringVar(&quota, "cache-quota", "0", "size limit of --cache; least recently used models no process has open are evicted (0: none)")
 	f.BoolVar(&o.NoPassthrough, "no-passthrough", false, "serve hot files on the plain FUSE path even where the kernel offers passthrough")
+	f.BoolVar(&background, "background", false, "return once mounted, leaving the daemon running (its log in --log-file)")
+	f.StringVar(&logFile, "log-file", "", "with --background: the daemon's log (default: gd2fs-mount-<mountpoint>.log in the temporary folder)")
 	f.BoolVar(&o.ReadOnly, "read-only", false, "mount read-only: every write answers EROFS")
 	f.BoolVar(&o.AllowOther, "allow-other", false, "let users other than the one mounting use the mount")
 	f.StringVar(&o.Pool, "pool", "", "pool of files created through the mount (default: the cluster's default, ha)")
@@ -146,4 +155,79 @@ killed daemon ("Transport endpoint is not connected") is cleared the same way.`,
 	}
 	cmd.Flags().BoolVar(&lazy, "lazy", false, "detach even while files are open (they keep working until closed)")
 	return cmd
+}
+
+const envMountDaemon = "GD2FS_MOUNT_DAEMON"
+
+// startMountDaemon runs this same command again without --background, in
+// its own session with its log in a file, and returns once the mountpoint
+// is mounted (or with the daemon's log when it fails first).
+func startMountDaemon(mountpoint, logFile string) error {
+	abs, err := filepath.Abs(mountpoint)
+	if err != nil {
+		return err
+	}
+	if logFile == "" {
+		logFile = filepath.Join(os.TempDir(), "gd2fs-mount-"+strings.ReplaceAll(strings.Trim(abs, "/"), "/", "-")+".log")
+	}
+	lf, err := os.OpenFile(logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("--log-file: %w", err)
+	}
+	defer lf.Close()
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	var args []string
+	for _, a := range os.Args[1:] {
+		if a != "--background" && a != "--background=true" {
+			args = append(args, a)
+		}
+	}
+	cmd := exec.Command(exe, args...)
+	cmd.Env = append(os.Environ(), envMountDaemon+"=1")
+	cmd.Stdout, cmd.Stderr = lf, lf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	deadline := time.After(2 * time.Minute)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-exited:
+			b, _ := os.ReadFile(logFile)
+			return fmt.Errorf("the mount daemon exited (%v) before mounting; its log (%s) ends:\n%s", err, logFile, tail(string(b), 20))
+		case <-deadline:
+			return fmt.Errorf("not mounted after 2 minutes; the daemon (pid %d) logs to %s", cmd.Process.Pid, logFile)
+		case <-tick.C:
+			if isMounted(abs) {
+				fmt.Printf("mounted on %s: daemon pid %d, log %s; gd2fs umount %s to stop it\n", abs, cmd.Process.Pid, logFile, abs)
+				return nil
+			}
+		}
+	}
+}
+
+// isMounted reports whether a gd2fs FUSE file system is mounted at dir.
+func isMounted(dir string) bool {
+	b, _ := os.ReadFile("/proc/self/mounts")
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 2 && f[1] == dir && f[2] == "fuse.gd2fs" {
+			return true
+		}
+	}
+	return false
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
 }

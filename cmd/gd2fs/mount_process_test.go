@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -16,8 +17,9 @@ import (
 // TestMountCLI runs `gd2fs mount` as its own process against `gd2fs up`:
 // a file copied in with `gd2fs cp` reads back through the mount, one written
 // through the mount reads back with `gd2fs cat`, the log says whether
-// passthrough is on, and `gd2fs umount` ends the daemon; after kill -9 of a
-// second daemon, `gd2fs umount` clears the mountpoint.
+// passthrough is on, and `gd2fs umount` ends the daemon; a second one
+// started with --background returns once mounted, and after its kill -9
+// `gd2fs umount` clears the mountpoint.
 func TestMountCLI(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs processes")
@@ -91,9 +93,27 @@ func TestMountCLI(t *testing.T) {
 		t.Fatalf("the daemon after umount: %v\n%s", err, logb.String())
 	}
 
-	d, _ = start()
-	d.Process.Kill()
-	d.Wait()
+	// --background returns once mounted, saying the daemon's pid.
+	out, err := run("mount", "--background", "--log-file", filepath.Join(dir, "bg.log"), "gd2fs://local/models", mnt)
+	if err != nil {
+		t.Fatalf("mount --background: %v\n%s", err, out)
+	}
+	var pid int
+	if _, err := fmt.Sscanf(out[strings.Index(out, "pid "):], "pid %d", &pid); err != nil {
+		t.Fatalf("mount --background said %q", out)
+	}
+	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL); run("umount", "--lazy", mnt) })
+	if b, err := os.ReadFile(filepath.Join(mnt, "org/m/w.bin")); err != nil || !bytes.Equal(b, data) {
+		t.Fatalf("read through the background mount: %v", err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, func() (bool, string) {
+		// Gone, or a zombie nobody reaps (its parent, mount --background, exited).
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		return err != nil || strings.Contains(string(b), ") Z "), "the killed daemon is still there"
+	})
 	if _, err := os.ReadDir(mnt); err == nil {
 		t.Fatal("a mount whose daemon was killed still answers")
 	}
