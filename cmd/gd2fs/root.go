@@ -79,7 +79,7 @@ func newRoot() *cobra.Command {
 		return g.resolve()
 	}
 	root.AddCommand(newUp(g), newMaster(g), newServer(g), newCp(g), newLs(g), newStat(g), newCat(g),
-		newRm(g), newMkdir(g), newStatus(g), newKV(g), newModel(g), newSession(g), newWarmup(g), newCache(g), newRouter(g), newRESP(g))
+		newRm(g), newMkdir(g), newStatus(g), newKV(g), newModel(g), newSession(g), newWarmup(g), newCache(g), newRouter(g), newRESP(g), newMount(g), newUmount(g))
 	return root
 }
 

@@ -1,0 +1,204 @@
+package mount
+
+import (
+	"context"
+	"path"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/gd2fs/gd2fs/client"
+)
+
+// dirNode is a gd2fs folder. Folders are not cached long: new files
+// written elsewhere show up within Options.DirTimeout.
+type dirNode struct {
+	fs.Inode
+	m    *FS
+	path string
+	info client.FileInfo
+}
+
+var (
+	_ fs.NodeLookuper  = (*dirNode)(nil)
+	_ fs.NodeReaddirer = (*dirNode)(nil)
+	_ fs.NodeGetattrer = (*dirNode)(nil)
+	_ fs.NodeCreater   = (*dirNode)(nil)
+	_ fs.NodeMkdirer   = (*dirNode)(nil)
+	_ fs.NodeUnlinker  = (*dirNode)(nil)
+	_ fs.NodeRmdirer   = (*dirNode)(nil)
+	_ fs.NodeRenamer   = (*dirNode)(nil)
+	_ fs.NodeLinker    = (*dirNode)(nil)
+	_ fs.NodeSymlinker = (*dirNode)(nil)
+	_ fs.NodeMknoder   = (*dirNode)(nil)
+	_ fs.NodeSetattrer = (*dirNode)(nil)
+	_ fs.NodeStatfser  = (*dirNode)(nil)
+)
+
+func (d *dirNode) child(name string) string { return path.Join(d.path, name) }
+
+func (d *dirNode) attr(a *fuse.Attr) {
+	a.Mode = syscall.S_IFDIR | 0o755
+	a.Nlink = 2
+	setTimes(a, d.info.Modified)
+}
+
+func setTimes(a *fuse.Attr, t time.Time) {
+	if t.IsZero() {
+		return
+	}
+	a.SetTimes(&t, &t, &t)
+}
+
+func (d *dirNode) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	d.attr(&out.Attr)
+	out.SetTimeout(d.m.opts.DirTimeout)
+	return 0
+}
+
+func (d *dirNode) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	if _, ok := in.GetSize(); ok {
+		return syscall.EISDIR
+	}
+	return d.Getattr(ctx, f, out) // chmod, chown, utimes: accepted, not stored
+}
+
+func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	fi, err := d.m.cl.Stat(ctx, d.child(name))
+	if err != nil {
+		return nil, errno(err)
+	}
+	return d.m.inode(ctx, &d.Inode, fi, out), 0
+}
+
+// inode returns the inode for fi under parent (an existing one when the
+// same content is already known: its reader and page cache are shared).
+func (m *FS) inode(ctx context.Context, parent *fs.Inode, fi client.FileInfo, out *fuse.EntryOut) *fs.Inode {
+	if fi.IsDir {
+		ch := parent.NewInode(ctx, &dirNode{m: m, path: fi.Path, info: fi}, fs.StableAttr{Mode: syscall.S_IFDIR, Ino: ino(fi.Path, client.FileInfo{IsDir: true})})
+		ch.Operations().(*dirNode).attr(&out.Attr)
+		out.SetEntryTimeout(m.opts.DirTimeout)
+		out.SetAttrTimeout(m.opts.DirTimeout)
+		return ch
+	}
+	ch := parent.NewInode(ctx, &fileNode{m: m, info: fi}, fs.StableAttr{Mode: syscall.S_IFREG, Ino: ino(fi.Path, fi)})
+	n := ch.Operations().(*fileNode)
+	n.refresh(fi)
+	n.attr(&out.Attr)
+	t := n.timeout()
+	out.SetEntryTimeout(t)
+	out.SetAttrTimeout(t)
+	return ch
+}
+
+func (d *dirNode) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
+	es, err := d.m.cl.List(ctx, d.path)
+	if err != nil {
+		return nil, errno(err)
+	}
+	out := make([]fuse.DirEntry, 0, len(es))
+	for _, e := range es {
+		mode := uint32(syscall.S_IFREG)
+		if e.IsDir {
+			mode = syscall.S_IFDIR
+			e = client.FileInfo{Path: e.Path, IsDir: true}
+		}
+		out = append(out, fuse.DirEntry{Name: path.Base(e.Path), Mode: mode, Ino: ino(e.Path, e)})
+	}
+	return fs.NewListDirStream(out), 0
+}
+
+func (d *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	p := d.child(name)
+	if _, err := d.m.cl.Stat(ctx, p); err == nil {
+		return nil, syscall.EEXIST
+	}
+	if err := d.m.cl.Mkdir(ctx, p); err != nil {
+		return nil, errno(err)
+	}
+	fi, err := d.m.cl.Stat(ctx, p)
+	if err != nil {
+		return nil, errno(err)
+	}
+	return d.m.inode(ctx, &d.Inode, fi, out), 0
+}
+
+func (d *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
+	return errno(d.m.cl.Remove(ctx, d.child(name)))
+}
+
+func (d *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
+	return errno(d.m.cl.Remove(ctx, d.child(name)))
+}
+
+// Rename answers EXDEV: gd2fs has no rename, and EXDEV is what makes mv,
+// shutil.move (huggingface_hub's downloads) and rename-based writers fall
+// back to copy and unlink, which the mount supports.
+func (d *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	return syscall.EXDEV
+}
+
+func (d *dirNode) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	return nil, syscall.EPERM
+}
+
+func (d *dirNode) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	return nil, syscall.EPERM
+}
+
+func (d *dirNode) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	return nil, syscall.EPERM
+}
+
+// Create makes a new file, open for sequential writing (write.go).
+func (d *dirNode) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	p := d.child(name)
+	f, err := d.m.cl.Create(ctx, p, client.CreateOptions{Pool: d.m.opts.Pool, ChunkSize: d.m.opts.ChunkSize})
+	if err != nil {
+		return nil, nil, 0, errno(err)
+	}
+	fi := f.Info()
+	n := &fileNode{m: d.m, info: fi}
+	w := newWriteHandle(n, f)
+	n.w = w
+	ch := d.NewInode(ctx, n, fs.StableAttr{Mode: syscall.S_IFREG, Ino: ino(p, fi)})
+	if got := ch.Operations().(*fileNode); got != n { // an inode number collision: never share state
+		f.Close()
+		return nil, nil, 0, syscall.EIO
+	}
+	n.attr(&out.Attr)
+	out.SetEntryTimeout(d.m.opts.DirTimeout)
+	out.SetAttrTimeout(0)
+	// Direct I/O: writes arrive in order, uncached, and a shared writable
+	// mmap (which would write back pages at any offset) is refused at once.
+	return ch, w, fuse.FOPEN_DIRECT_IO, 0
+}
+
+// Statfs reports the cluster's capacity (disk tiers, or DRAM where servers
+// have none), so df and free-space checks see the cluster, not zeros.
+func (d *dirNode) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second) // df must not wait out a master failover
+	defer cancel()
+	st, err := d.m.cl.Status(ctx)
+	if err != nil {
+		return errno(err)
+	}
+	var capacity, used int64
+	for _, s := range st.Servers {
+		if s.State != "up" {
+			continue
+		}
+		if s.DiskCap > 0 {
+			capacity, used = capacity+s.DiskCap, used+s.DiskUsed
+		} else {
+			capacity, used = capacity+s.MemCap, used+s.MemUsed
+		}
+	}
+	const bs = 1 << 20
+	free := max(capacity-used, 0)
+	*out = fuse.StatfsOut{Blocks: uint64(capacity / bs), Bfree: uint64(free / bs), Bavail: uint64(free / bs),
+		Files: uint64(st.Files), Bsize: bs, Frsize: bs, NameLen: 255}
+	return 0
+}

@@ -1,0 +1,152 @@
+package mount
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gd2fs/gd2fs/client"
+	"github.com/gd2fs/gd2fs/internal/testutil"
+)
+
+// TestMain runs the mount daemon of the process tests when this test
+// binary is started as one (GD2FS_MOUNT_HELPER=<mountpoint>).
+func TestMain(m *testing.M) {
+	if dir := os.Getenv("GD2FS_MOUNT_HELPER"); dir != "" {
+		if err := helperMount(dir); err != nil {
+			fmt.Fprintln(os.Stderr, "helper:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+func helperMount(dir string) error {
+	cl, err := client.New(client.Config{Master: os.Getenv("GD2FS_MASTER")})
+	if err != nil {
+		return err
+	}
+	m, err := Mount(dir, Options{Client: cl, Root: os.Getenv("GD2FS_ROOT")})
+	if err != nil {
+		return err
+	}
+	fmt.Println("mounted")
+	m.Wait()
+	return nil
+}
+
+// daemon starts a mount daemon in another process and waits until it is
+// mounted.
+func daemon(t *testing.T, e *env, dir, root string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "GD2FS_MOUNT_HELPER="+dir, "GD2FS_MASTER="+e.c.Master.URL(), "GD2FS_ROOT="+root)
+	var logb testutil.SyncBuffer
+	cmd.Stderr = &logb
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		Unmount(dir, true) // whatever the test left
+		if t.Failed() {
+			t.Logf("daemon log:\n%s", logb.String())
+		}
+	})
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if strings.TrimSpace(line) != "mounted" {
+		t.Fatalf("daemon: %q %v\n%s", line, err, logb.String())
+	}
+	return cmd
+}
+
+func mounted(dir string) bool {
+	b, _ := os.ReadFile("/proc/mounts")
+	return bytes.Contains(b, []byte(" "+dir+" "))
+}
+
+// TestUnmountOpenFilesAndKill9: unmount is refused while a file is open
+// (EBUSY, saying what to do) and a lazy one detaches at once while the open
+// file keeps reading; a daemon killed with SIGKILL leaves a mountpoint that
+// answers ENOTCONN (never hangs) until Unmount clears it.
+func TestUnmountOpenFilesAndKill9(t *testing.T) {
+	e := setup(t, nil)
+	want := testutil.RandomBytes(2<<20, 7)
+	e.put(t, "/k/f.bin", want)
+
+	// Lazy unmount of a live daemon with a file open.
+	dir := t.TempDir()
+	d := daemon(t, e, dir, "/k")
+	f, err := os.Open(filepath.Join(dir, "f.bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Unmount(dir, false); !errors.Is(err, syscall.EBUSY) || !strings.Contains(err.Error(), "--lazy") {
+		t.Fatalf("unmount with a file open: %v, want EBUSY saying --lazy", err)
+	}
+	if err := Unmount(dir, true); err != nil {
+		t.Fatal(err)
+	}
+	if mounted(dir) {
+		t.Fatal("still mounted after a lazy unmount")
+	}
+	buf := make([]byte, len(want))
+	if _, err := f.ReadAt(buf, 0); err != nil || !bytes.Equal(buf, want) {
+		t.Fatalf("an open file after a lazy unmount: %v", err)
+	}
+	f.Close()
+	exited := make(chan error, 1)
+	go func() { exited <- d.Wait() }()
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("daemon after the last file closed: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the daemon did not exit after a lazy unmount and the last close")
+	}
+
+	// SIGKILL of the daemon.
+	dir = t.TempDir()
+	d = daemon(t, e, dir, "/k")
+	f, err = os.Open(filepath.Join(dir, "f.bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Process.Kill()
+	d.Wait()
+	_, err = os.Stat(filepath.Join(dir, "not-looked-up-yet"))
+	if !errors.Is(err, syscall.ENOTCONN) {
+		t.Fatalf("stat under a killed daemon: %v, want ENOTCONN", err)
+	}
+	if _, err := f.ReadAt(buf[:4096], 1<<20); err == nil {
+		t.Fatal("read of an open file under a killed daemon succeeded")
+	}
+	if err := Unmount(dir, false); !errors.Is(err, syscall.EBUSY) {
+		t.Fatalf("unmount with a file open under a killed daemon: %v, want EBUSY", err)
+	}
+	f.Close()
+	if err := Unmount(dir, false); err != nil {
+		t.Fatalf("unmount after kill -9: %v", err)
+	}
+	if mounted(dir) {
+		t.Fatal("still mounted")
+	}
+	if _, err := os.ReadDir(dir); err != nil {
+		t.Fatalf("the mountpoint after unmount: %v", err)
+	}
+}
