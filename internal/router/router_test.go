@@ -31,6 +31,7 @@ type engine struct {
 	// noSave: report nothing saved, without writing (the latency benchmark
 	// measures the router, not the engine's saves).
 	noSave bool
+	pad    string // added to every answer (a long answer)
 }
 
 func (e *engine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -45,6 +46,9 @@ func (e *engine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	answer := map[string]any{"choices": []any{map[string]any{"text": "ok"}}}
+	if e.pad != "" {
+		answer["pad"] = e.pad
+	}
 	if ktp, ok := doc["kv_transfer_params"].(map[string]any); ok {
 		kp := ktp["kvcache_params"].(map[string]any)
 		var saved []client.KVRange
@@ -125,7 +129,7 @@ func TestRouter(t *testing.T) {
 	up := httptest.NewServer(e)
 	defer up.Close()
 	u, _ := url.Parse(up.URL)
-	rt := New(Config{Upstream: u, Model: "m", Planner: cl.Sessions()})
+	rt := New(Config{Upstream: u, Model: "m", Planner: cl.Sessions(), SharedSessions: true})
 	front := httptest.NewServer(rt)
 	defer front.Close()
 	post := func(body, session string) (*http.Response, string) {
@@ -167,7 +171,7 @@ func TestRouter(t *testing.T) {
 		t.Fatalf("after the streamed turn: %+v %v", s, err)
 	}
 	// A store that is down: the chat goes on, without kv_transfer_params.
-	down := httptest.NewServer(New(Config{Upstream: u, Model: "m", Planner: failing{}}))
+	down := httptest.NewServer(New(Config{Upstream: u, Model: "m", Planner: failing{}, SharedSessions: true}))
 	defer down.Close()
 	req, _ := http.NewRequest("POST", down.URL+"/v1/completions", strings.NewReader(body))
 	req.Header.Set("X-Session-ID", "chat-2")
