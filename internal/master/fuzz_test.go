@@ -77,7 +77,9 @@ func FuzzHandlers(f *testing.F) {
 	seed(18, "l", `{"index":-1}`)
 	seed(18, "f", `{"index":9223372036854775807,"failed":[]}`)
 	do := func(t *testing.T, method, target string, body []byte) int {
-		req := httptest.NewRequest(method, "http://m"+target, bytes.NewReader(body))
+		req := httptest.NewRequest(method, "http://127.0.0.1:7070"+target, bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set(api.RoleHeader, "server")
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)
 		if rec.Code >= 500 && !(rec.Code == http.StatusServiceUnavailable &&

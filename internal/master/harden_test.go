@@ -46,6 +46,8 @@ func call(t testing.TB, m *Master, method, path, body string) (int, string) {
 	t.Helper()
 	req, _ := http.NewRequest(method, m.URL()+path, strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+testToken)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(api.RoleHeader, "server")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

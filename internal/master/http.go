@@ -186,7 +186,7 @@ func (m *Master) Handler() http.Handler {
 	mux.Handle("GET /{$}", http.RedirectHandler("/ui/", http.StatusFound))
 	mux.Handle("GET /metrics", m.metrics.handler())
 	m.healthRoutes(mux) // /healthz, /readyz: health.go
-	return mux
+	return m.protect(mux) // guard.go
 }
 
 func (m *Master) auth(next http.HandlerFunc) http.HandlerFunc {

@@ -60,6 +60,9 @@ type Config struct {
 	// TLS, when set, serves the API over HTTPS only. ClientTLS is how the
 	// master dials data servers (repair copies); nil: plain TCP.
 	TLS, ClientTLS *tls.Config
+	// AllowedHosts are names (Host headers) a master without a token
+	// answers besides IP addresses, localhost and its own names (guard.go).
+	AllowedHosts []string
 }
 
 // DefaultChunkSize is used when a create asks for none.

@@ -169,7 +169,7 @@ func New(cfg Config) (*Server, error) {
 		// RetryFor -1: one pass over the masters per call. The heartbeat
 		// loop is the retry: every tick tries each master again, so a server
 		// finds a new leader one tick after it took over.
-		s.master = &api.Client{Base: cfg.Master, Token: cfg.Token, RetryFor: -1, HTTP: &http.Client{Timeout: 5 * time.Second,
+		s.master = &api.Client{Base: cfg.Master, Token: cfg.Token, RetryFor: -1, Role: "server", HTTP: &http.Client{Timeout: 5 * time.Second,
 			Transport: &http.Transport{TLSClientConfig: cfg.ClientTLS}}}
 	}
 	mux := http.NewServeMux()
