@@ -1,12 +1,14 @@
 package resp
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -54,6 +56,18 @@ type Server struct {
 	clients, connsTotal, cmds, rejected  atomic.Int64
 	hits, misses, unreachable, bytesIn   atomic.Int64
 	bytesOut, protoErrors, refusedValues atomic.Int64
+	httpRefused                          atomic.Int64 // connections that spoke HTTP
+}
+
+// looksHTTP: the command is the start of an HTTP request: "POST" or
+// "Host:" as a command (Redis closes on those two), or any inline line
+// ending in an HTTP version ("GET / HTTP/1.1").
+func looksHTTP(c *command) bool {
+	name := strings.ToLower(string(c.args[0]))
+	if name == "post" || name == "host:" {
+		return true
+	}
+	return c.inline && len(c.args) == 3 && bytes.HasPrefix(c.args[2], []byte("HTTP/"))
 }
 
 // New listens on cfg.Listen; Serve serves.
@@ -214,6 +228,14 @@ func (c *conn) serve() {
 		}
 		if len(cmd.args) == 0 {
 			continue
+		}
+		if looksHTTP(&cmd) {
+			// As Redis does: a browser made to POST to this port (a web
+			// page's cross-origin request) must not have its body run as
+			// commands. The connection is closed without a reply.
+			c.s.httpRefused.Add(1)
+			c.s.cfg.Log.Warn("resp: an HTTP request reached the RESP port; connection closed (possible attack by a web page the user opened)", "remote", c.nc.RemoteAddr())
+			return
 		}
 		c.s.cmds.Add(1)
 		quit, err := c.exec(&cmd)
