@@ -1,6 +1,7 @@
 package master
 
 import (
+	"context"
 	"fmt"
 	"mime"
 	"net"
@@ -31,6 +32,11 @@ import (
 //   - POST and PUT to /v1/ must say Content-Type: application/json, which
 //     no page can send to another origin without a CORS preflight, and the
 //     master grants none.
+//   - Connections (netguard.Protect): one authenticates with its first /v1/
+//     request that holds the token (any /v1/ request without a token);
+//     until then it is the first to be closed when the connection limit
+//     is reached, one address holds at most MaxConnsPerIP of them, and
+//     none waits more than PreAuthTimeout for a read.
 //   - A heartbeat, which re-points a server's address, must carry the
 //     X-GD2FS-Role: server header (api.Client.Role) when the cluster has no
 //     token: a header a page cannot add cross-origin without a preflight
@@ -111,6 +117,19 @@ func (m *Master) protect(next http.Handler) http.Handler {
 				return
 			}
 		}
+		if strings.HasPrefix(r.URL.Path, "/v1/") && (m.cfg.Token == "" || tokenOK(r, m.cfg.Token)) {
+			if c, ok := r.Context().Value(connKey{}).(net.Conn); ok && m.guard != nil {
+				m.guard.Authenticated(c)
+			}
+		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+type connKey struct{}
+
+// connContext keeps the connection in its requests' context, for protect
+// to mark it authenticated.
+func connContext(ctx context.Context, c net.Conn) context.Context {
+	return context.WithValue(ctx, connKey{}, c)
 }

@@ -57,6 +57,10 @@ type Config struct {
 	// (default 2m). http.go has the rest.
 	MaxConns                 int
 	ReadTimeout, IdleTimeout time.Duration
+	// MaxConnsPerIP bounds one address's connections that have not
+	// authenticated yet (default 512; negative: no bound). Such
+	// connections are the first closed when MaxConns are open (guard.go).
+	MaxConnsPerIP int
 	// TLS, when set, serves the API over HTTPS only. ClientTLS is how the
 	// master dials data servers (repair copies); nil: plain TCP.
 	TLS, ClientTLS *tls.Config
@@ -159,7 +163,7 @@ func New(ctx context.Context, cfg Config) (*Master, error) {
 	if err != nil {
 		return nil, fmt.Errorf("master: listen on %s: %w (is another master running?)", cfg.Listen, err)
 	}
-	m.guard = netguard.New(tcp, cfg.MaxConns, m.log)
+	m.guard = netguard.New(tcp, cfg.MaxConns, m.log).Protect(max(cfg.MaxConnsPerIP, 0), PreAuthTimeout)
 	m.ln = m.guard
 	if cfg.TLS != nil {
 		m.ln = tls.NewListener(m.guard, cfg.TLS)

@@ -57,8 +57,12 @@ type Config struct {
 	// once (default 8192; the rest are closed at once); a connection must
 	// send its hello within HelloTimeout (10s) and each frame's payload
 	// within PayloadTimeout (60s) of its header, and is closed after
-	// IdleTimeout (5m) with no request in flight.
-	MaxConns                                  int
+	// IdleTimeout (5m) with no request in flight. Until its hello a
+	// connection is the first to be closed when the port is full, and one
+	// address holds at most MaxConnsPerIP (512; negative: no bound) such;
+	// HTTP connections (metrics, health) never say hello and idle at most
+	// HelloTimeout between requests.
+	MaxConns, MaxConnsPerIP                   int
 	HelloTimeout, PayloadTimeout, IdleTimeout time.Duration
 	// TLS, when set, serves the port (data plane and HTTP) over TLS only.
 	// ClientTLS is how this server dials its peers and the master (nil:
@@ -147,7 +151,7 @@ func New(cfg Config) (*Server, error) {
 		}
 		return nil, fmt.Errorf("server: listen on %s: %w (is another server using the port?)", cfg.Listen, err)
 	}
-	ln := netguard.New(tcp, cfg.MaxConns, cfg.Log)
+	ln := netguard.New(tcp, cfg.MaxConns, cfg.Log).Protect(max(cfg.MaxConnsPerIP, 0), 0)
 	if cfg.Advertise == "" {
 		cfg.Advertise = advertise(ln.Addr().String())
 	}
@@ -189,7 +193,7 @@ func New(cfg Config) (*Server, error) {
 		})
 	}
 	s.httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: cfg.HelloTimeout, ReadTimeout: cfg.PayloadTimeout,
-		WriteTimeout: cfg.PayloadTimeout, IdleTimeout: cfg.IdleTimeout, MaxHeaderBytes: 64 << 10}
+		WriteTimeout: cfg.PayloadTimeout, IdleTimeout: min(cfg.IdleTimeout, cfg.HelloTimeout), MaxHeaderBytes: 64 << 10}
 	return s, nil
 }
 
