@@ -26,9 +26,12 @@ const testToken = "t0ken"
 func startMaster(t testing.TB, cfg Config) *Master {
 	t.Helper()
 	ctx := context.Background()
-	ms, err := meta.Open(ctx, "sqlite://"+filepath.Join(t.TempDir(), "meta.db"))
-	if err != nil {
-		t.Fatal(err)
+	ms := cfg.Meta // a test may bring its own (PostgreSQL)
+	if ms == nil {
+		var err error
+		if ms, err = meta.Open(ctx, "sqlite://"+filepath.Join(t.TempDir(), "meta.db")); err != nil {
+			t.Fatal(err)
+		}
 	}
 	cfg.Listen, cfg.Meta = "127.0.0.1:0", ms
 	m, err := New(ctx, cfg)

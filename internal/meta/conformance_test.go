@@ -107,6 +107,7 @@ func TestConformance(t *testing.T) {
 				{"session-quota", testSessionQuota},
 				{"session-engine", testSessionEngine},
 				{"lead", testLead},
+				{"names", testNames},
 			} {
 				t.Run(tc.name, func(t *testing.T) { tc.fn(t, open(t)) })
 			}
