@@ -88,14 +88,15 @@ type Server struct {
 	master                 *api.Client
 	health                 health // what /readyz answers from (health.go)
 
-	ms        atomic.Pointer[api.Membership]
-	refreshMu sync.Mutex
-	mu        sync.Mutex
-	conns     map[net.Conn]struct{}
-	closed    bool
-	deleted   []uint64 // chunk deletions to acknowledge in the next heartbeat
-	held      []uint64 // chunks found on disk at start, until the master reconciled them
-	wg        sync.WaitGroup
+	ms          atomic.Pointer[api.Membership]
+	refreshMu   sync.Mutex
+	lastRefresh time.Time // of the membership on a client's epoch; under refreshMu
+	mu          sync.Mutex
+	conns       map[net.Conn]struct{}
+	closed      bool
+	deleted     []uint64 // chunk deletions to acknowledge in the next heartbeat
+	held        []uint64 // chunks found on disk at start, until the master reconciled them
+	wg          sync.WaitGroup
 
 	// life ends when Close is called: forwards, copies, S3 fills and
 	// membership refreshes run under it, so Close never waits out their
