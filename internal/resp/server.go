@@ -3,6 +3,7 @@ package resp
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -30,8 +31,14 @@ type Config struct {
 	// Memory, when set, reports the local KV tiers for INFO memory and
 	// CONFIG GET maxmemory.
 	Memory func() MemoryInfo
-	Log    *slog.Logger
+	// TLS, when set, serves RESP over TLS only (redis-cli --tls,
+	// redis-py ssl=True); with ClientAuth set, clients need a certificate.
+	TLS *tls.Config
+	Log *slog.Logger
 }
+
+// handshakeTimeout bounds a TLS handshake on the RESP port.
+const handshakeTimeout = 10 * time.Second
 
 // MemoryInfo is what INFO memory reports.
 type MemoryInfo struct {
@@ -122,6 +129,9 @@ func (s *Server) Serve(ctx context.Context) error {
 			return fmt.Errorf("resp: accept: %w", err)
 		}
 		s.connsTotal.Add(1)
+		if s.cfg.TLS != nil {
+			nc = tls.Server(nc, s.cfg.TLS) // the handshake runs in the connection's goroutine
+		}
 		c := newConn(s, nc)
 		if !s.track(c, true) {
 			nc.Close()
@@ -130,6 +140,7 @@ func (s *Server) Serve(ctx context.Context) error {
 		}
 		if s.clients.Add(1) > int64(s.cfg.MaxClients) {
 			s.rejected.Add(1)
+			nc.SetDeadline(time.Now().Add(time.Second)) // a TLS handshake must not hold the accept loop
 			c.w.error("ERR max number of clients reached")
 			c.w.flush()
 			s.clients.Add(-1)
@@ -144,6 +155,15 @@ func (s *Server) Serve(ctx context.Context) error {
 			defer release() // after serve closed the connection
 			defer s.clients.Add(-1)
 			defer s.track(c, false)
+			if tc, ok := nc.(*tls.Conn); ok {
+				tc.SetDeadline(time.Now().Add(handshakeTimeout))
+				if err := tc.Handshake(); err != nil {
+					s.cfg.Log.Debug("resp: TLS handshake", "remote", nc.RemoteAddr(), "err", err)
+					nc.Close()
+					return
+				}
+				tc.SetDeadline(time.Time{})
+			}
 			c.serve()
 		}()
 	}
