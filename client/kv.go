@@ -41,19 +41,26 @@ const kvConcurrency = 256
 type membership struct {
 	mu sync.Mutex
 	m  *api.Membership
+	at time.Time // when m was fetched
 }
+
+// minMembersRefresh: a map fetched this recently is what a refresh would
+// fetch. Callers that queued on the lock behind one refresh (a batch of
+// puts that all met "moved") share it, and a server answering "moved" to
+// everything cannot make the client call the master per request.
+const minMembersRefresh = 100 * time.Millisecond
 
 func (c *Client) members(ctx context.Context, refresh bool) (*api.Membership, error) {
 	c.ms.mu.Lock()
 	defer c.ms.mu.Unlock()
-	if c.ms.m != nil && !refresh {
+	if c.ms.m != nil && (!refresh || time.Since(c.ms.at) < minMembersRefresh) {
 		return c.ms.m, nil
 	}
 	var m api.Membership
 	if err := c.api.Do(ctx, "GET", "/v1/members", nil, &m); err != nil {
 		return nil, err
 	}
-	c.ms.m = &m
+	c.ms.m, c.ms.at = &m, time.Now()
 	return &m, nil
 }
 

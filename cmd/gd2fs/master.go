@@ -16,9 +16,9 @@ import (
 
 func newMaster(g *globals) *cobra.Command {
 	var listen, metaDSN, clusterN, quota, advertise string
-	var publicMasters []string
+	var publicMasters, allowHosts []string
 	var downAfter, repairAfter, leadWarmup time.Duration
-	var maxConns int
+	var maxConns, maxPerIP int
 	cmd := &cobra.Command{
 		Use:   "master",
 		Short: "Run the master: namespace, placement, membership (metadata in SQLite or PostgreSQL)",
@@ -44,7 +44,7 @@ func newMaster(g *globals) *cobra.Command {
 			defer ms.Close()
 			m, err := master.New(ctx, master.Config{Listen: listen, Meta: ms, Cluster: clusterN, Token: g.token,
 				DownAfter: downAfter, RepairAfter: repairAfter, LeadWarmup: leadWarmup, SessionQuota: q, Advertise: advertise, PublicMasters: publicMasters, Log: g.logger(),
-				TLS: g.serverTLS, ClientTLS: g.clientTLS, MaxConns: maxConns})
+				TLS: g.serverTLS, ClientTLS: g.clientTLS, MaxConns: maxConns, MaxConnsPerIP: maxPerIP, AllowedHosts: allowHosts})
 			if err != nil {
 				return err
 			}
@@ -64,6 +64,8 @@ func newMaster(g *globals) *cobra.Command {
 	f.StringSliceVar(&publicMasters, "public-masters", nil, "host:port of every master, named in the kv_uris of vllm-format plans (default: from --advertise)")
 	f.StringVar(&quota, "session-quota", "0", "bytes of explicit-mode KV session files before LRU eviction (0: no limit)")
 	f.IntVar(&maxConns, "max-conns", master.DefaultMaxConns, "most HTTP connections open at once")
+	f.IntVar(&maxPerIP, "max-conns-per-ip", master.DefaultMaxConnsPerIP, "most connections of one address that made no authenticated request yet (the first closed when the port is full; -1: no bound)")
+	f.StringSliceVar(&allowHosts, "allow-host", nil, "a DNS name clients reach this master by; without a token a master answers only IP addresses, localhost, its own and these names (against DNS rebinding)")
 	f.DurationVar(&downAfter, "down-after", 5*time.Second, "mark a server down after this long without a heartbeat")
 	f.DurationVar(&repairAfter, "repair-after", 30*time.Second, "re-replicate HA chunks of a server down this long (negative: never)")
 	f.DurationVar(&leadWarmup, "lead-warmup", 2*time.Second, "on taking over leadership, wait at most this long for the servers' heartbeats before placing chunks or declaring servers down (clients are told to retry meanwhile; at least the servers' --heartbeat)")

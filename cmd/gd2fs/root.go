@@ -48,7 +48,9 @@ func newRoot() *cobra.Command {
 	pf := root.PersistentFlags()
 	pf.DurationVar(&g.masterRetry, "master-retry", api.DefaultRetryFor, "keep retrying master calls this long while no master leads (a failover); 0: one try of each master (env GD2FS_MASTER_RETRY)")
 	pf.DurationVar(&g.ioTimeout, "io-timeout", client.DefaultTimeout, "a data server that does not answer a request within this (plus 1s per 8 MiB) counts as not answering: reads go to another replica, writes fail (env GD2FS_IO_TIMEOUT)")
-	pf.StringVar(&g.token, "token", os.Getenv("GD2FS_TOKEN"), "cluster token (env GD2FS_TOKEN; prefer --token-file or the variable: a flag shows in ps)")
+	// No default from GD2FS_TOKEN here: a flag's default is printed by
+	// --help, and the token must never be (resolve reads the variable).
+	pf.StringVar(&g.token, "token", "", "cluster token (env GD2FS_TOKEN; prefer --token-file or the variable: a flag shows in ps)")
 	pf.StringVar(&g.tokenFile, "token-file", os.Getenv("GD2FS_TOKEN_FILE"), "read the cluster token from this file (env GD2FS_TOKEN_FILE)")
 	pf.StringVar(&g.tls.Cert, "tls-cert", os.Getenv("GD2FS_TLS_CERT"), "PEM certificate: serve over TLS (master, server, up), or present it to servers that require client certificates")
 	pf.StringVar(&g.tls.Key, "tls-key", os.Getenv("GD2FS_TLS_KEY"), "PEM private key of --tls-cert")
@@ -100,6 +102,9 @@ func (g *globals) logger() *slog.Logger {
 
 // resolve reads the token file and the TLS files named by the flags.
 func (g *globals) resolve() error {
+	if g.token == "" {
+		g.token = os.Getenv("GD2FS_TOKEN")
+	}
 	if g.tokenFile != "" {
 		b, err := os.ReadFile(g.tokenFile)
 		if err != nil {

@@ -20,7 +20,7 @@ func newServer(g *globals) *cobra.Command {
 	var listen, advertise, mem, disk, id, kvMem, kvDisk, kvMax, kvPolicy, syncPolicy string
 	var rf respFlags
 	var heartbeat, forwardTimeout time.Duration
-	var maxConns int
+	var maxConns, maxPerIP int
 	var debug bool
 	var s3 s3Flags
 	cmd := &cobra.Command{
@@ -61,7 +61,7 @@ func newServer(g *globals) *cobra.Command {
 			}
 			s, err := server.New(server.Config{ID: id, Listen: listen, Advertise: advertise, Master: g.master,
 				Token: g.token, Store: sc, KV: kc, Cold: cc, Heartbeat: heartbeat, ForwardTimeout: forwardTimeout, Debug: debug, Log: g.logger(),
-				TLS: g.serverTLS, ClientTLS: g.clientTLS, MaxConns: maxConns})
+				TLS: g.serverTLS, ClientTLS: g.clientTLS, MaxConns: maxConns, MaxConnsPerIP: maxPerIP})
 			if err != nil {
 				return err
 			}
@@ -89,6 +89,7 @@ func newServer(g *globals) *cobra.Command {
 	f.BoolVar(&debug, "debug-http", false, "serve /debug/pprof/ and /debug/gc on the server port")
 	s3.add(f)
 	f.IntVar(&maxConns, "max-conns", server.DefaultMaxConns, "most connections open at once on the port")
+	f.IntVar(&maxPerIP, "max-conns-per-ip", server.DefaultMaxConnsPerIP, "most connections of one address that sent no hello yet (the first closed when the port is full; -1: no bound)")
 	rf.add(f)
 	f.DurationVar(&heartbeat, "heartbeat", time.Second, "heartbeat interval")
 	f.DurationVar(&forwardTimeout, "forward-timeout", server.DefaultForwardTimeout, "a replica that does not take a forwarded HA write within this (plus 1s per 8 MiB) fails the write (retryable); keep it below clients' --io-timeout")

@@ -263,6 +263,9 @@ var ErrRetryLater = errors.New("retry in a moment")
 // DefaultRetryFor is how long Client.Do keeps retrying while no master leads.
 const DefaultRetryFor = 30 * time.Second
 
+// RoleHeader says what kind of caller sends a request (Client.Role).
+const RoleHeader = "X-GD2FS-Role"
+
 // Client calls the master.
 type Client struct {
 	// Base is the master's URL, or several comma-separated (masters sharing
@@ -275,6 +278,10 @@ type Client struct {
 	// answers as leader (a failover): default DefaultRetryFor; negative:
 	// one pass over the masters, no waiting.
 	RetryFor time.Duration
+	// Role, when set, is sent in the RoleHeader of every request: data
+	// servers send "server", which a master without a token requires of
+	// heartbeats (a header no web page can add to a cross-origin request).
+	Role string
 
 	cur      atomic.Int32
 	answered atomic.Bool // some master has answered this client once
@@ -425,8 +432,13 @@ func (c *Client) do1(ctx context.Context, base, method, path string, body []byte
 	if c.Token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.Token)
 	}
-	if hasBody {
+	if hasBody || method == http.MethodPost || method == http.MethodPut {
+		// The master takes POST and PUT only as JSON (its guard against
+		// web pages), bodiless ones included.
 		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.Role != "" {
+		req.Header.Set(RoleHeader, c.Role)
 	}
 	hc := c.HTTP
 	if hc == nil {

@@ -17,7 +17,7 @@ func (c *Cluster) addRESP(i int, s *server.Server) error {
 	if i < len(c.cfg.RESPAddrs) {
 		addr = c.cfg.RESPAddrs[i]
 	}
-	r, err := resp.Attach(s, resp.AttachConfig{Listen: addr, Master: c.Master.URL(), Token: c.cfg.Token, TLS: c.cfg.ClientTLS, Log: c.cfg.Log})
+	r, err := resp.Attach(s, resp.AttachConfig{Listen: addr, Master: c.Master.URL(), Token: c.cfg.Token, TLS: c.cfg.ClientTLS, ServerTLS: c.cfg.TLS, Log: c.cfg.Log})
 	if err != nil {
 		return err
 	}

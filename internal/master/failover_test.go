@@ -68,6 +68,7 @@ func TestLeadWarmup(t *testing.T) {
 	m2, _ := openMaster(t, db, Config{LeadWarmup: time.Hour})
 	want(t, m2, 200, "PUT", "/v1/files/b", `{"pool":"ha"}`) // no placement: fine
 	req, _ := http.NewRequest("POST", m2.URL()+"/v1/alloc/b", strings.NewReader(`{"indexes":[0]}`))
+	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

@@ -83,8 +83,40 @@ func FuzzHandlers(f *testing.F) {
 	seed(18, "l", `{"index":0,"failed":["s1"]}`)
 	seed(18, "l", `{"index":-1}`)
 	seed(18, "f", `{"index":9223372036854775807,"failed":[]}`)
-	do := func(t *testing.T, method, target string, body []byte) int {
-		req := httptest.NewRequest(method, "http://m"+target, bytes.NewReader(body))
+	// Names and text the store cannot hold (issue 22 findings 9, 10).
+	seed(0, "", `{"id":"x\u0000","addr":"127.0.0.1:1"}`)
+	seed(0, "", `{"id":"..","addr":"127.0.0.1:1"}`)
+	seed(0, "", `{"id":"s2","addr":"nowhere"}`)
+	seed(7, "f", `{"k":"v\u0000"}`)
+	seed(1, "g", `{"pool":"perf","request_id":"r\u0000"}`)
+	seed(10, "m\x00", `{"layers":2,"kv_heads":2,"head_dim":4,"dtype":"bf16","page_tokens":16,"layout":"layer_first"}`)
+	seed(10, "..", `{"layers":2,"kv_heads":2,"head_dim":4,"dtype":"bf16","page_tokens":16,"layout":"layer_first"}`)
+	seed(12, "..", `{"model":"m","prompt_tokens":16}`)
+	seed(12, "s\xff", `{"model":"m","prompt_tokens":16}`)
+	seed(12, "s", `{"model":"m\u0000","prompt_tokens":16}`)
+	seed(14, "s", `{"new_id":".."}`)
+	seed(15, "a\x00", ``)
+	seed(17, "\xff", ``)
+	for v := 1; v <= 4; v++ { // the web page's variants of a heartbeat and a create
+		seed(uint8(v*len(fuzzRoutes)), "", `{"id":"s1","addr":"10.66.66.66:1"}`)
+		seed(uint8(v*len(fuzzRoutes)+1), "f", `{"pool":"perf"}`)
+	}
+	// variant > 0 sends what a web page could (guard.go): no JSON type, an
+	// Origin of another site, a foreign Host, no server role.
+	do := func(t *testing.T, method, target string, body []byte, variant ...int) int {
+		req := httptest.NewRequest(method, "http://127.0.0.1:7070"+target, bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set(api.RoleHeader, "server")
+		switch append(variant, 0)[0] {
+		case 1:
+			req.Header.Set("Content-Type", "text/plain")
+		case 2:
+			req.Header.Set("Origin", "http://attacker.example")
+		case 3:
+			req.Host = "attacker.example"
+		case 4:
+			req.Header.Del(api.RoleHeader)
+		}
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)
 		if rec.Code >= 500 && !(rec.Code == http.StatusServiceUnavailable &&
@@ -106,7 +138,7 @@ func FuzzHandlers(f *testing.F) {
 		default:
 			p = url.PathEscape(p) // one segment: a model or session id
 		}
-		do(t, method, strings.ReplaceAll(target, "{p}", p), body)
+		do(t, method, strings.ReplaceAll(target, "{p}", p), body, int(route)/len(fuzzRoutes))
 		if code := do(t, "GET", "/v1/status", nil); code != 200 {
 			t.Fatalf("status answers %d after %s %s %q", code, method, target, body)
 		}

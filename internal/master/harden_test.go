@@ -1,6 +1,7 @@
 package master
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -25,9 +26,12 @@ const testToken = "t0ken"
 func startMaster(t testing.TB, cfg Config) *Master {
 	t.Helper()
 	ctx := context.Background()
-	ms, err := meta.Open(ctx, "sqlite://"+filepath.Join(t.TempDir(), "meta.db"))
-	if err != nil {
-		t.Fatal(err)
+	ms := cfg.Meta // a test may bring its own (PostgreSQL)
+	if ms == nil {
+		var err error
+		if ms, err = meta.Open(ctx, "sqlite://"+filepath.Join(t.TempDir(), "meta.db")); err != nil {
+			t.Fatal(err)
+		}
 	}
 	cfg.Listen, cfg.Meta = "127.0.0.1:0", ms
 	m, err := New(ctx, cfg)
@@ -46,6 +50,8 @@ func call(t testing.TB, m *Master, method, path, body string) (int, string) {
 	t.Helper()
 	req, _ := http.NewRequest(method, m.URL()+path, strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+testToken)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(api.RoleHeader, "server")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -144,14 +150,16 @@ func TestHTTPTimeouts(t *testing.T) {
 	if !bytes.Contains(b, []byte("431")) {
 		t.Errorf("oversize headers: %q, want 431", b)
 	}
-	// Three idle connections fill MaxConns: a fourth is closed at once.
-	var held []net.Conn
+	// Three authenticated idle connections fill MaxConns: a fourth is
+	// closed at once.
+	m = startMaster(t, Config{Token: testToken, MaxConns: 3})
+	addr = strings.TrimPrefix(m.URL(), "http://")
 	for range 3 {
-		held = append(held, dial())
-	}
-	deadline := time.Now().Add(5 * time.Second)
-	for m.guard.Open() < 3 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
+		c := dial()
+		io.WriteString(c, "GET /v1/status HTTP/1.1\r\nHost: m\r\nAuthorization: Bearer "+testToken+"\r\n\r\n")
+		if line, err := bufio.NewReader(c).ReadString('\n'); err != nil || !strings.Contains(line, "200") {
+			t.Fatalf("authenticated request: %q %v", line, err)
+		}
 	}
 	c = dial()
 	io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: m\r\n\r\n")
@@ -159,8 +167,32 @@ func TestHTTPTimeouts(t *testing.T) {
 	if bytes.Contains(b, []byte("200")) {
 		t.Error("a connection past MaxConns was served")
 	}
-	for _, h := range held {
-		h.Close()
+}
+
+// TestUnauthenticatedFirstOut: connections that never authenticated (one
+// GET /healthz each, then idle) fill every slot; an authenticated client
+// still gets in, and one address cannot hold more than MaxConnsPerIP of
+// them (issue 22 finding 4).
+func TestUnauthenticatedFirstOut(t *testing.T) {
+	m := startMaster(t, Config{Token: testToken, MaxConns: 8, MaxConnsPerIP: 6})
+	addr := strings.TrimPrefix(m.URL(), "http://")
+	var idle []net.Conn
+	for range 12 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: m\r\n\r\n")
+		idle = append(idle, c)
+	}
+	for range 3 {
+		if code, ans := call(t, m, "GET", "/v1/status", ""); code != 200 {
+			t.Fatalf("authenticated status behind idle sockets: %d %s", code, ans)
+		}
+	}
+	if n := m.guard.Evicted.Load(); n < 6 {
+		t.Fatalf("evicted %d of 12 idle unauthenticated connections, want at least 6 (at most 6 per address)", n)
 	}
 }
 

@@ -28,6 +28,11 @@ const (
 	WriteTimeout       = 60 * time.Second
 	DefaultIdleTimeout = 2 * time.Minute
 	MaxHeaderBytes     = 64 << 10
+	// DefaultMaxConnsPerIP bounds the connections of one address that have
+	// not authenticated yet; PreAuthTimeout bounds any read of one
+	// (netguard.Protect, guard.go).
+	DefaultMaxConnsPerIP = 512
+	PreAuthTimeout       = 10 * time.Second
 )
 
 func (c *Config) fillLimits() {
@@ -40,11 +45,14 @@ func (c *Config) fillLimits() {
 	if c.IdleTimeout <= 0 {
 		c.IdleTimeout = DefaultIdleTimeout
 	}
+	if c.MaxConnsPerIP == 0 {
+		c.MaxConnsPerIP = DefaultMaxConnsPerIP
+	}
 }
 
 func newHTTPServer(h http.Handler, cfg Config) *http.Server {
 	return &http.Server{Handler: h, ReadHeaderTimeout: min(ReadHeaderTimeout, cfg.ReadTimeout), ReadTimeout: cfg.ReadTimeout,
-		WriteTimeout: WriteTimeout, IdleTimeout: cfg.IdleTimeout, MaxHeaderBytes: MaxHeaderBytes}
+		WriteTimeout: WriteTimeout, IdleTimeout: cfg.IdleTimeout, MaxHeaderBytes: MaxHeaderBytes, ConnContext: connContext}
 }
 
 // readJSON is the one JSON decoder of every handler: a body of at most
@@ -185,8 +193,8 @@ func (m *Master) Handler() http.Handler {
 	mux.Handle("/ui/", m.console.Handler())
 	mux.Handle("GET /{$}", http.RedirectHandler("/ui/", http.StatusFound))
 	mux.Handle("GET /metrics", m.metrics.handler())
-	m.healthRoutes(mux) // /healthz, /readyz: health.go
-	return mux
+	m.healthRoutes(mux)   // /healthz, /readyz: health.go
+	return m.protect(mux) // guard.go
 }
 
 func (m *Master) auth(next http.HandlerFunc) http.HandlerFunc {

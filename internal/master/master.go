@@ -57,9 +57,16 @@ type Config struct {
 	// (default 2m). http.go has the rest.
 	MaxConns                 int
 	ReadTimeout, IdleTimeout time.Duration
+	// MaxConnsPerIP bounds one address's connections that have not
+	// authenticated yet (default 512; negative: no bound). Such
+	// connections are the first closed when MaxConns are open (guard.go).
+	MaxConnsPerIP int
 	// TLS, when set, serves the API over HTTPS only. ClientTLS is how the
 	// master dials data servers (repair copies); nil: plain TCP.
 	TLS, ClientTLS *tls.Config
+	// AllowedHosts are names (Host headers) a master without a token
+	// answers besides IP addresses, localhost and its own names (guard.go).
+	AllowedHosts []string
 }
 
 // DefaultChunkSize is used when a create asks for none.
@@ -156,7 +163,7 @@ func New(ctx context.Context, cfg Config) (*Master, error) {
 	if err != nil {
 		return nil, fmt.Errorf("master: listen on %s: %w (is another master running?)", cfg.Listen, err)
 	}
-	m.guard = netguard.New(tl, cfg.MaxConns, m.log)
+	m.guard = netguard.New(tl, cfg.MaxConns, m.log).Protect(max(cfg.MaxConnsPerIP, 0), PreAuthTimeout)
 	m.ln = m.guard
 	if cfg.TLS != nil {
 		m.ln = tls.NewListener(m.guard, cfg.TLS)

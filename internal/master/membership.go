@@ -43,8 +43,8 @@ func (m *Master) bumpEpoch(ctx context.Context) {
 // heartbeat records a server's report and answers with the epoch and the
 // chunks it must delete.
 func (m *Master) heartbeat(ctx context.Context, hb api.Heartbeat) (api.HeartbeatReply, error) {
-	if hb.ID == "" || hb.Addr == "" {
-		return api.HeartbeatReply{}, errs.New(errs.ErrBadRequest, "heartbeat needs id and addr")
+	if err := checkHeartbeat(hb); err != nil { // validate.go: before any state
+		return api.HeartbeatReply{}, err
 	}
 	if len(hb.Deleted) > 0 {
 		if err := m.meta.ClearTombstones(ctx, hb.ID, hb.Deleted); err != nil {

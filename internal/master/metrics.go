@@ -19,6 +19,8 @@ type metrics struct {
 	evictions prometheus.Counter
 	// Explicit-mode plans, the tokens they found cached, and commits refused.
 	plans, cachedTokens, commitFailures prometheus.Counter
+	// Requests refused before any handler (guard.go), by reason.
+	refusals *prometheus.CounterVec
 }
 
 func newMetrics(m *Master) *metrics {
@@ -37,6 +39,8 @@ func newMetrics(m *Master) *metrics {
 		plans:          prometheus.NewCounter(prometheus.CounterOpts{Name: "gd2fs_master_session_plans_total", Help: "Explicit-mode plans made."}),
 		cachedTokens:   prometheus.NewCounter(prometheus.CounterOpts{Name: "gd2fs_master_session_cached_tokens_total", Help: "Tokens plans found stored."}),
 		commitFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "gd2fs_master_session_commit_failures_total", Help: "Session commits refused."}),
+		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gd2fs_master_refused_total",
+			Help: "Requests refused before any handler: wrong Host, cross-origin, not JSON, heartbeat without the server role, wrong token."}, []string{"reason"}),
 	}
 	up := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gd2fs_master_servers_up", Help: "Servers heartbeating."}, func() float64 {
 		m.mu.Lock()
@@ -54,7 +58,7 @@ func newMetrics(m *Master) *metrics {
 		defer m.mu.Unlock()
 		return float64(m.epoch)
 	})
-	x.reg.MustRegister(x.requests, x.latency, x.repairs, x.refills, x.evictions, x.plans, x.cachedTokens, x.commitFailures, up, epoch, collectors.NewGoCollector(),
+	x.reg.MustRegister(x.requests, x.latency, x.repairs, x.refills, x.evictions, x.plans, x.cachedTokens, x.commitFailures, x.refusals, up, epoch, collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return x
 }
@@ -77,3 +81,5 @@ func (x *metrics) instrument(route string, next http.Handler) http.Handler {
 		x.latency.WithLabelValues(route).Observe(time.Since(start).Seconds())
 	})
 }
+
+func (x *metrics) refused(reason string) { x.refusals.WithLabelValues(reason).Inc() }

@@ -108,6 +108,7 @@ func TestConformance(t *testing.T) {
 				{"session-engine", testSessionEngine},
 				{"session-content", testSessionContent},
 				{"lead", testLead},
+				{"names", testNames},
 			} {
 				t.Run(tc.name, func(t *testing.T) { tc.fn(t, open(t)) })
 			}

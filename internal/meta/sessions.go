@@ -188,6 +188,9 @@ func boolInt(b bool) int {
 }
 
 func (s *sqlStore) PutLayout(ctx context.Context, l Layout) error {
+	if err := checkModelName(l.Model); err != nil {
+		return err
+	}
 	if err := l.Validate(); err != nil {
 		return err
 	}
@@ -232,10 +235,16 @@ func (s *sqlStore) layoutTx(ctx context.Context, x execer, model string) (Layout
 }
 
 func (s *sqlStore) Layout(ctx context.Context, model string) (Layout, error) {
+	if err := checkText("model name", model); err != nil {
+		return Layout{}, err
+	}
 	return s.layoutTx(ctx, s.db, model)
 }
 
 func (s *sqlStore) PutPrefix(ctx context.Context, p Prefix) error {
+	if err := checkText("prefix", p.Path, p.Model); err != nil {
+		return err
+	}
 	return s.tx(ctx, func(tx *sql.Tx) error {
 		if err := s.lockSessions(ctx, tx); err != nil {
 			return err
@@ -327,18 +336,6 @@ func promptOf(in PlanInput, l Layout) (p prompt, ok bool, err error) {
 	return prompt{n: in.PromptTokens, hashes: in.BlockHashes}, true, nil
 }
 
-func checkSessionID(id string) error {
-	if id == "" || len(id) > 256 {
-		return errs.New(errs.ErrBadRequest, "session id must be 1 to 256 bytes")
-	}
-	for _, c := range id {
-		if c == '/' || c == 0 {
-			return errs.New(errs.ErrBadRequest, "session id %q: no '/' or NUL", id)
-		}
-	}
-	return nil
-}
-
 // PlanSession computes a plan and reserves the bytes for its fresh range.
 func (s *sqlStore) PlanSession(ctx context.Context, in PlanInput) (Plan, error) {
 	if err := checkSessionID(in.Session); err != nil {
@@ -348,6 +345,9 @@ func (s *sqlStore) PlanSession(ctx context.Context, in PlanInput) (Plan, error) 
 		in.PromptTokens = int64(len(in.TokenIDs))
 	}
 	if err := checkPlanInput(in); err != nil {
+		return Plan{}, err
+	}
+	if err := checkText("model name", in.Model); err != nil {
 		return Plan{}, err
 	}
 	var p Plan
@@ -636,6 +636,9 @@ type CommitInput struct {
 // have been written (the file's committed size covers them) and no other
 // commit may have come between the plan and this one.
 func (s *sqlStore) CommitSession(ctx context.Context, in CommitInput) (Session, error) {
+	if err := checkText("session id", in.Session); err != nil {
+		return Session{}, err
+	}
 	id, planID := in.Session, in.PlanID
 	caller := ctx
 	ctx = context.WithoutCancel(ctx)
@@ -813,6 +816,9 @@ func (s *sqlStore) ForkSession(ctx context.Context, src, dst string, now time.Ti
 	if err := checkSessionID(dst); err != nil {
 		return err
 	}
+	if err := checkText("session id", src); err != nil {
+		return err
+	}
 	return s.tx(ctx, func(tx *sql.Tx) error {
 		if err := s.lockSessions(ctx, tx); err != nil {
 			return err
@@ -840,6 +846,9 @@ func (s *sqlStore) ForkSession(ctx context.Context, src, dst string, now time.Ti
 }
 
 func (s *sqlStore) DeleteSession(ctx context.Context, id string) error {
+	if err := checkText("session id", id); err != nil {
+		return err
+	}
 	return s.tx(ctx, func(tx *sql.Tx) error {
 		if err := s.lockSessions(ctx, tx); err != nil {
 			return err
@@ -849,6 +858,9 @@ func (s *sqlStore) DeleteSession(ctx context.Context, id string) error {
 }
 
 func (s *sqlStore) Session(ctx context.Context, id string) (Session, error) {
+	if err := checkText("session id", id); err != nil {
+		return Session{}, err
+	}
 	out := Session{ID: id}
 	var lu, cr int64
 	err := s.db.QueryRowContext(ctx, s.q(`SELECT model, tokens, last_used, created, hashed_tokens,
@@ -866,6 +878,9 @@ func (s *sqlStore) Session(ctx context.Context, id string) (Session, error) {
 }
 
 func (s *sqlStore) Sessions(ctx context.Context, after string, limit int) ([]Session, error) {
+	if err := checkText("?after", after); err != nil {
+		return nil, err
+	}
 	rows, err := s.db.QueryContext(ctx, s.q(`SELECT id, model, tokens, last_used, created, hashed_tokens,
 		(SELECT COALESCE(SUM(reserved), 0) FROM kv_files WHERE session_id = kv_sessions.id)
 		FROM kv_sessions WHERE id > ? ORDER BY id LIMIT ?`), after, limit)

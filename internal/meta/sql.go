@@ -291,6 +291,9 @@ func (s *sqlStore) BumpEpoch(ctx context.Context) (int64, error) {
 }
 
 func (s *sqlStore) PutServer(ctx context.Context, sv Server) error {
+	if err := checkServer(sv); err != nil {
+		return err
+	}
 	_, err := s.db.ExecContext(ctx, s.q(`INSERT INTO servers (id, addr, mem_cap, disk_cap) VALUES (?, ?, ?, ?)
 		ON CONFLICT (id) DO UPDATE SET addr = excluded.addr, mem_cap = excluded.mem_cap, disk_cap = excluded.disk_cap`),
 		sv.ID, sv.Addr, sv.MemCap, sv.DiskCap)
@@ -315,6 +318,9 @@ func (s *sqlStore) Servers(ctx context.Context) ([]Server, error) {
 }
 
 func (s *sqlStore) PutPool(ctx context.Context, p Pool) error {
+	if err := checkText("pool name", p.Name); err != nil {
+		return err
+	}
 	if p.Name == "" || p.Replicas < 1 {
 		return errs.New(errs.ErrBadRequest, "meta: pool needs a name and at least 1 replica")
 	}
@@ -405,6 +411,9 @@ func (s *sqlStore) RemoveDir(ctx context.Context, p string) error {
 }
 
 func (s *sqlStore) CreateFile(ctx context.Context, f File) (File, error) {
+	if err := checkText("file", f.Path, f.Pool, f.CreateID); err != nil {
+		return File{}, err
+	}
 	err := s.tx(ctx, func(tx *sql.Tx) error {
 		var err error
 		f, err = s.createFileTx(ctx, tx, f)
@@ -569,6 +578,9 @@ func (s *sqlStore) removeFileTx(ctx context.Context, tx *sql.Tx, p string) error
 
 // SetAttrs sets (or, with an empty value, removes) attributes of file p.
 func (s *sqlStore) SetAttrs(ctx context.Context, p string, attrs map[string]string) error {
+	if err := checkAttrs(attrs); err != nil {
+		return err
+	}
 	return s.tx(ctx, func(tx *sql.Tx) error {
 		if _, err := s.fileBy(ctx, tx, "path", p); err != nil {
 			return err

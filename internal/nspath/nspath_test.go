@@ -34,3 +34,25 @@ func TestCleanNames(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckName: the one rule for session ids, model names and server ids.
+func TestCheckName(t *testing.T) {
+	for _, s := range []string{"", ".", "..", "a/b", "a\x00b", "a\xffb", "a\nb", "\x1b[2J", strings.Repeat("x", MaxName+1)} {
+		if err := CheckName("session id", s); !errors.Is(err, errs.ErrBadRequest) {
+			t.Errorf("CheckName(%q) = %v, want a bad request", s, err)
+		}
+	}
+	for _, s := range []string{"chat-42", "alice:S", "llama-3-8b", "日本語", "a.b", "...", strings.Repeat("x", MaxName)} {
+		if err := CheckName("session id", s); err != nil {
+			t.Errorf("CheckName(%q): %v", s, err)
+		}
+	}
+	for _, s := range []string{"a\x00", "\xff"} {
+		if err := CheckText("attr", s); !errors.Is(err, errs.ErrBadRequest) {
+			t.Errorf("CheckText(%q) = %v", s, err)
+		}
+	}
+	if err := CheckText("attr", "two\nlines"); err != nil {
+		t.Error(err)
+	}
+}

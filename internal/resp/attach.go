@@ -17,7 +17,9 @@ type AttachConfig struct {
 	Pool     string      // default "perf"
 	MaxValue int64       // the server's --kv-max-value
 	TLS      *tls.Config // what the forwarding client dials the master and servers with
-	Log      *slog.Logger
+	// ServerTLS, when set, serves the RESP port over TLS (Config.TLS).
+	ServerTLS *tls.Config
+	Log       *slog.Logger
 }
 
 // Attach starts a RESP front end for data server srv: keys srv owns are
@@ -36,7 +38,7 @@ func Attach(srv *server.Server, cfg AttachConfig) (*Server, error) {
 		return MemoryInfo{Used: st.MemUsed, Cap: st.MemCap, DiskUsed: st.DiskUsed, DiskCap: st.DiskCap}
 	}
 	s, err := New(Config{Listen: cfg.Listen, Backend: &Cluster{Client: cl, Pool: cfg.Pool, Local: srv}, Token: cfg.Token,
-		MaxValue: cfg.MaxValue, Role: "server " + srv.ID(), Memory: mem, Log: cfg.Log})
+		MaxValue: cfg.MaxValue, Role: "server " + srv.ID(), Memory: mem, TLS: cfg.ServerTLS, Log: cfg.Log})
 	if err != nil {
 		cl.Close()
 		return nil, err
@@ -46,13 +48,13 @@ func Attach(srv *server.Server, cfg AttachConfig) (*Server, error) {
 }
 
 // Gateway starts a stateless RESP front end for a cluster: every key is
-// forwarded to its owner.
-func Gateway(listen, master, token, pool string, maxValue int64, clientTLS *tls.Config, log *slog.Logger) (*Server, error) {
+// forwarded to its owner. serverTLS, when set, serves the port over TLS.
+func Gateway(listen, master, token, pool string, maxValue int64, clientTLS, serverTLS *tls.Config, log *slog.Logger) (*Server, error) {
 	cl, err := client.New(client.Config{Master: master, Token: token, Timeout: 15 * time.Second, TLS: clientTLS})
 	if err != nil {
 		return nil, err
 	}
-	s, err := New(Config{Listen: listen, Backend: &Cluster{Client: cl, Pool: pool}, Token: token, MaxValue: maxValue, Role: "gateway", Log: log})
+	s, err := New(Config{Listen: listen, Backend: &Cluster{Client: cl, Pool: pool}, Token: token, MaxValue: maxValue, Role: "gateway", TLS: serverTLS, Log: log})
 	if err != nil {
 		cl.Close()
 		return nil, err

@@ -251,6 +251,7 @@ func (c *conn) info(args [][]byte) error {
 		kv("gd2fs_value_bytes_out", s.bytesOut.Load())
 		kv("gd2fs_refused_values", s.refusedValues.Load())
 		kv("total_error_replies_protocol", s.protoErrors.Load())
+		kv("gd2fs_http_requests_refused", s.httpRefused.Load())
 	}
 	if section("keyspace") {
 		if n, err := s.cfg.Backend.Count(s.ctx); err == nil && n > 0 {

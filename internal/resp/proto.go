@@ -48,6 +48,7 @@ type command struct {
 	args    [][]byte
 	bufs    []*[]byte
 	skipped int64 // > 0: an argument of that many bytes was over MaxValue and skipped
+	inline  bool  // sent as a line of words, not a multibulk array
 }
 
 func (c *command) release() {
@@ -57,6 +58,7 @@ func (c *command) release() {
 	c.bufs = c.bufs[:0]
 	c.args = c.args[:0]
 	c.skipped = 0
+	c.inline = false
 }
 
 // reader parses requests: RESP arrays of bulk strings, as every client
@@ -111,6 +113,7 @@ func (r *reader) next(c *command) error {
 			return err
 		}
 		if b[0] != '*' {
+			c.inline = true
 			ok, err := r.inline(c)
 			if err != nil || ok {
 				return err

@@ -400,7 +400,7 @@ func parseScan(t *testing.T, r *rconn) (string, []string) {
 // sees what the servers' own endpoints wrote.
 func TestGateway(t *testing.T) {
 	c := startCluster(t, 3, "tok")
-	gw, err := resp.Gateway("127.0.0.1:0", c.Master.URL(), "tok", "", 0, nil, nil)
+	gw, err := resp.Gateway("127.0.0.1:0", c.Master.URL(), "tok", "", 0, nil, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

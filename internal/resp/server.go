@@ -1,12 +1,15 @@
 package resp
 
 import (
+	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,8 +31,14 @@ type Config struct {
 	// Memory, when set, reports the local KV tiers for INFO memory and
 	// CONFIG GET maxmemory.
 	Memory func() MemoryInfo
-	Log    *slog.Logger
+	// TLS, when set, serves RESP over TLS only (redis-cli --tls,
+	// redis-py ssl=True); with ClientAuth set, clients need a certificate.
+	TLS *tls.Config
+	Log *slog.Logger
 }
+
+// handshakeTimeout bounds a TLS handshake on the RESP port.
+const handshakeTimeout = 10 * time.Second
 
 // MemoryInfo is what INFO memory reports.
 type MemoryInfo struct {
@@ -54,6 +63,18 @@ type Server struct {
 	clients, connsTotal, cmds, rejected  atomic.Int64
 	hits, misses, unreachable, bytesIn   atomic.Int64
 	bytesOut, protoErrors, refusedValues atomic.Int64
+	httpRefused                          atomic.Int64 // connections that spoke HTTP
+}
+
+// looksHTTP: the command is the start of an HTTP request: "POST" or
+// "Host:" as a command (Redis closes on those two), or any inline line
+// ending in an HTTP version ("GET / HTTP/1.1").
+func looksHTTP(c *command) bool {
+	name := strings.ToLower(string(c.args[0]))
+	if name == "post" || name == "host:" {
+		return true
+	}
+	return c.inline && len(c.args) == 3 && bytes.HasPrefix(c.args[2], []byte("HTTP/"))
 }
 
 // New listens on cfg.Listen; Serve serves.
@@ -108,6 +129,9 @@ func (s *Server) Serve(ctx context.Context) error {
 			return fmt.Errorf("resp: accept: %w", err)
 		}
 		s.connsTotal.Add(1)
+		if s.cfg.TLS != nil {
+			nc = tls.Server(nc, s.cfg.TLS) // the handshake runs in the connection's goroutine
+		}
 		c := newConn(s, nc)
 		if !s.track(c, true) {
 			nc.Close()
@@ -116,6 +140,7 @@ func (s *Server) Serve(ctx context.Context) error {
 		}
 		if s.clients.Add(1) > int64(s.cfg.MaxClients) {
 			s.rejected.Add(1)
+			nc.SetDeadline(time.Now().Add(time.Second)) // a TLS handshake must not hold the accept loop
 			c.w.error("ERR max number of clients reached")
 			c.w.flush()
 			s.clients.Add(-1)
@@ -130,6 +155,15 @@ func (s *Server) Serve(ctx context.Context) error {
 			defer release() // after serve closed the connection
 			defer s.clients.Add(-1)
 			defer s.track(c, false)
+			if tc, ok := nc.(*tls.Conn); ok {
+				tc.SetDeadline(time.Now().Add(handshakeTimeout))
+				if err := tc.Handshake(); err != nil {
+					s.cfg.Log.Debug("resp: TLS handshake", "remote", nc.RemoteAddr(), "err", err)
+					nc.Close()
+					return
+				}
+				tc.SetDeadline(time.Time{})
+			}
 			c.serve()
 		}()
 	}
@@ -214,6 +248,14 @@ func (c *conn) serve() {
 		}
 		if len(cmd.args) == 0 {
 			continue
+		}
+		if looksHTTP(&cmd) {
+			// As Redis does: a browser made to POST to this port (a web
+			// page's cross-origin request) must not have its body run as
+			// commands. The connection is closed without a reply.
+			c.s.httpRefused.Add(1)
+			c.s.cfg.Log.Warn("resp: an HTTP request reached the RESP port; connection closed (possible attack by a web page the user opened)", "remote", c.nc.RemoteAddr())
+			return
 		}
 		c.s.cmds.Add(1)
 		quit, err := c.exec(&cmd)

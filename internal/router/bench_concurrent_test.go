@@ -45,7 +45,7 @@ func BenchmarkRouterConcurrentChats(b *testing.B) {
 	up := httptest.NewServer(e)
 	defer up.Close()
 	u, _ := url.Parse(up.URL)
-	front := httptest.NewServer(New(Config{Upstream: u, Model: "m", Planner: cl.Sessions()}))
+	front := httptest.NewServer(New(Config{Upstream: u, Model: "m", Planner: cl.Sessions(), SharedSessions: true}))
 	defer front.Close()
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2 * chats}}
 	send := func(base, session string, turn int) (time.Duration, error) {

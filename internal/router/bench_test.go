@@ -41,7 +41,7 @@ func BenchmarkRouterLatency(b *testing.B) {
 	up := httptest.NewServer(e)
 	defer up.Close()
 	u, _ := url.Parse(up.URL)
-	front := httptest.NewServer(New(Config{Upstream: u, Model: "m", Planner: cl.Sessions()}))
+	front := httptest.NewServer(New(Config{Upstream: u, Model: "m", Planner: cl.Sessions(), SharedSessions: true}))
 	defer front.Close()
 	prompt := strings.TrimSpace(strings.Repeat("w ", 40))
 	send := func(base, session string, i int) time.Duration {

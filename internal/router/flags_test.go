@@ -40,7 +40,7 @@ func TestRouterFlagsAndFormat(t *testing.T) {
 	defer up.Close()
 	u, _ := url.Parse(up.URL)
 	st := &recording{}
-	front := httptest.NewServer(New(Config{Upstream: u, Model: "m", Planner: st, Format: "vllm",
+	front := httptest.NewServer(New(Config{Upstream: u, Model: "m", Planner: st, Format: "vllm", SharedSessions: true,
 		Flags: map[string]any{"prefill-only": true}}))
 	defer front.Close()
 	req, _ := http.NewRequest("POST", front.URL+"/v1/completions", strings.NewReader(`{"model":"m","prompt":"a b c d e","max_tokens":1}`))

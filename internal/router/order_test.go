@@ -72,7 +72,7 @@ func TestNextTurnWaitsForCommit(t *testing.T) {
 	defer up.Close()
 	u, _ := url.Parse(up.URL)
 	store := &slowCommits{Planner: cl.Sessions(), planned: make(chan struct{}, 1)}
-	front := httptest.NewServer(New(Config{Upstream: u, Model: "m", Planner: store, Timeout: 30 * time.Second}))
+	front := httptest.NewServer(New(Config{Upstream: u, Model: "m", Planner: store, Timeout: 30 * time.Second, SharedSessions: true}))
 	defer front.Close()
 	words := func(n int) string { return strings.TrimSpace(strings.Repeat("w ", n)) }
 	for turn, stream := range []bool{false, true, false} {

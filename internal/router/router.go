@@ -50,8 +50,23 @@ type Config struct {
 	// Timeout bounds each call to the store (default 2s): a slow store
 	// costs a chat its cache, not its answer.
 	Timeout time.Duration
-	// MaxBody bounds a request body the router reads (default 16 MiB).
-	MaxBody int64
+	// MaxBody bounds a request body the router reads (default 16 MiB);
+	// BodyTimeout the time to read it (default 60s; a trickled body is cut).
+	MaxBody     int64
+	BodyTimeout time.Duration
+	// MaxAnswer bounds the bytes of an engine's answer that are held to
+	// find what it saved (default 16 MiB). A longer answer that is not a
+	// stream is passed on as it comes and commits nothing.
+	MaxAnswer int64
+	// Tenants (tenant.go): Keys maps API keys to tenants (a keys file);
+	// TenantHeader names a header an authenticating proxy sets; KeyTenants
+	// makes the API key's hash the tenant. SharedSessions lets requests
+	// with no tenant share one namespace of session ids; without it they
+	// have no session.
+	Keys           map[string]string
+	TenantHeader   string
+	KeyTenants     bool
+	SharedSessions bool
 	// Flags go into every plan's kvcache_params.flags, e.g.
 	// {"prefill-only": true} for an engine that serves prefill only and
 	// saves the prompt's range (a commit shorter than the plan is fine).
@@ -78,6 +93,7 @@ type Router struct {
 		requests                         *prometheus.CounterVec
 		plans, misses, commits, failures prometheus.Counter
 		cachedTokens, prefillTokens      prometheus.Counter
+		untenanted, unparsed             prometheus.Counter
 		planSeconds                      prometheus.Histogram
 	}
 }
@@ -96,6 +112,12 @@ func New(cfg Config) *Router {
 	if cfg.MaxBody <= 0 {
 		cfg.MaxBody = 16 << 20
 	}
+	if cfg.BodyTimeout <= 0 {
+		cfg.BodyTimeout = 60 * time.Second
+	}
+	if cfg.MaxAnswer <= 0 {
+		cfg.MaxAnswer = 16 << 20
+	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -112,9 +134,11 @@ func New(cfg Config) *Router {
 	r.m.failures = c("commit_failures_total", "Commits the store refused or could not make.")
 	r.m.cachedTokens = c("cached_tokens_total", "Prompt tokens the plans found stored (prefill the engine saved).")
 	r.m.prefillTokens = c("prefill_tokens_total", "Prompt tokens left for the engine to prefill.")
+	r.m.untenanted = c("untenanted_total", "Requests that named a session but had no tenant (no key, no tenant header) and were forwarded without one.")
+	r.m.unparsed = c("answers_unparsed_total", "Answers longer than --max-answer passed on without looking for what the engine saved.")
 	r.m.planSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "gd2fs_router_plan_seconds",
 		Help: "Time to count tokens and plan.", Buckets: prometheus.ExponentialBuckets(100e-6, 2, 14)})
-	r.reg.MustRegister(r.m.requests, r.m.plans, r.m.misses, r.m.commits, r.m.failures, r.m.cachedTokens, r.m.prefillTokens, r.m.planSeconds)
+	r.reg.MustRegister(r.m.requests, r.m.plans, r.m.misses, r.m.commits, r.m.failures, r.m.cachedTokens, r.m.prefillTokens, r.m.planSeconds, r.m.untenanted, r.m.unparsed)
 	return r
 }
 
@@ -125,29 +149,40 @@ func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		promhttp.HandlerFor(r.reg, promhttp.HandlerOpts{}).ServeHTTP(w, req)
 		return
 	}
-	if req.Method != http.MethodPost || (req.URL.Path != "/v1/chat/completions" && req.URL.Path != "/v1/completions") {
+	if req.Method == http.MethodGet || req.Method == http.MethodHead || req.Method == http.MethodOptions {
 		r.m.requests.WithLabelValues("no").Inc()
 		r.proxy.ServeHTTP(w, req)
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, r.cfg.MaxBody))
+	// Every other request's body is read and cleaned of kv_transfer_params
+	// (tenant.go), whatever its path: the engine may route more paths to
+	// its completions than these two.
+	completion := req.Method == http.MethodPost && (req.URL.Path == "/v1/chat/completions" || req.URL.Path == "/v1/completions")
+	body, err := r.readBody(w, req)
 	if err != nil {
 		http.Error(w, fmt.Sprintf("gd2fs router: request body: %v", err), http.StatusRequestEntityTooLarge)
 		return
 	}
-	var doc map[string]json.RawMessage
-	if err := json.Unmarshal(body, &doc); err != nil {
-		// Not ours to judge: the engine answers malformed requests.
+	body, doc, err := stripTransferParams(req.Header.Get("Content-Type"), body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	if !completion || doc == nil {
+		r.m.requests.WithLabelValues("no").Inc()
 		r.forward(w, req, body)
 		return
 	}
-	session := req.Header.Get(r.cfg.SessionHeader)
-	if session == "" {
-		if u, ok := doc["user"]; ok {
-			json.Unmarshal(u, &session)
+	session, ok, err := r.sessionID(req, doc)
+	if err != nil {
+		code := http.StatusBadRequest
+		if errors.As(err, new(errNoKey)) {
+			code = http.StatusUnauthorized
 		}
+		http.Error(w, err.Error(), code)
+		return
 	}
-	if session == "" {
+	if !ok {
 		r.m.requests.WithLabelValues("no").Inc()
 		r.forward(w, req, body)
 		return
@@ -306,9 +341,25 @@ func (r *Router) forwardAndCommit(w http.ResponseWriter, req *http.Request, body
 		w.WriteHeader(resp.StatusCode)
 		saved = copyEvents(w, resp.Body, holdOnce)
 	} else {
-		b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<30))
+		var b []byte
+		var err error
+		if resp.ContentLength <= r.cfg.MaxAnswer { // -1: unknown
+			b, err = io.ReadAll(io.LimitReader(resp.Body, r.cfg.MaxAnswer+1))
+		}
 		if err != nil {
 			http.Error(w, "gd2fs router: engine answer: "+err.Error(), http.StatusBadGateway)
+			return
+		}
+		if int64(len(b)) > r.cfg.MaxAnswer || resp.ContentLength > r.cfg.MaxAnswer {
+			// Too long to hold: pass it on as it comes; nothing is
+			// committed (the plan expires, the session is unchanged).
+			r.m.unparsed.Inc()
+			if resp.ContentLength >= 0 {
+				w.Header().Set("Content-Length", strconv.FormatInt(resp.ContentLength, 10))
+			}
+			w.WriteHeader(resp.StatusCode)
+			w.Write(b)
+			io.Copy(w, resp.Body)
 			return
 		}
 		// With its length known and flushed, the client has the whole

@@ -32,6 +32,7 @@ type engine struct {
 	// noSave: report nothing saved, without writing (the latency benchmark
 	// measures the router, not the engine's saves).
 	noSave bool
+	pad    string // added to every answer (a long answer)
 	// countOnly: /tokenize answers the count without the ids.
 	countOnly bool
 }
@@ -64,6 +65,9 @@ func (e *engine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	answer := map[string]any{"choices": []any{map[string]any{"text": "ok"}}}
+	if e.pad != "" {
+		answer["pad"] = e.pad
+	}
 	if ktp, ok := doc["kv_transfer_params"].(map[string]any); ok {
 		kp := ktp["kvcache_params"].(map[string]any)
 		var saved []client.KVRange
@@ -144,7 +148,7 @@ func TestRouter(t *testing.T) {
 	up := httptest.NewServer(e)
 	defer up.Close()
 	u, _ := url.Parse(up.URL)
-	rt := New(Config{Upstream: u, Model: "m", Planner: cl.Sessions()})
+	rt := New(Config{Upstream: u, Model: "m", Planner: cl.Sessions(), SharedSessions: true})
 	front := httptest.NewServer(rt)
 	defer front.Close()
 	post := func(body, session string) (*http.Response, string) {
@@ -209,7 +213,7 @@ func TestRouter(t *testing.T) {
 	}
 	e.countOnly = false
 	// A store that is down: the chat goes on, without kv_transfer_params.
-	down := httptest.NewServer(New(Config{Upstream: u, Model: "m", Planner: failing{}}))
+	down := httptest.NewServer(New(Config{Upstream: u, Model: "m", Planner: failing{}, SharedSessions: true}))
 	defer down.Close()
 	req, _ := http.NewRequest("POST", down.URL+"/v1/completions", strings.NewReader(body))
 	req.Header.Set("X-Session-ID", "chat-2")

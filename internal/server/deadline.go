@@ -20,6 +20,10 @@ const (
 	DefaultHelloTimeout   = 10 * time.Second
 	DefaultPayloadTimeout = 60 * time.Second
 	DefaultIdleTimeout    = 5 * time.Minute
+	// DefaultMaxConnsPerIP bounds one address's connections that have not
+	// sent a valid hello (HTTP ones never do): netguard.Protect closes the
+	// oldest of them first when the port is full.
+	DefaultMaxConnsPerIP = 512
 )
 
 func (c *Config) fillLimits() {
@@ -28,6 +32,9 @@ func (c *Config) fillLimits() {
 	}
 	if c.HelloTimeout <= 0 {
 		c.HelloTimeout = DefaultHelloTimeout
+	}
+	if c.MaxConnsPerIP == 0 {
+		c.MaxConnsPerIP = DefaultMaxConnsPerIP
 	}
 	if c.PayloadTimeout <= 0 {
 		c.PayloadTimeout = DefaultPayloadTimeout

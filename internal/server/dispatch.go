@@ -48,6 +48,7 @@ func (s *Server) serveData(nc net.Conn, br *bufio.Reader) {
 		dc.reply(h, errs.New(errs.ErrUnauthorized, "wrong cluster token: pass the cluster's token (--token or GD2FS_TOKEN)"))
 		return
 	}
+	s.ln.Authenticated(nc) // no longer first to go when the port is full
 	dc.send(h, wire.StatusOK, [][]byte{[]byte(s.cfg.ID)}, 0)
 
 	defer dc.wg.Wait()

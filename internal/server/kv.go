@@ -62,17 +62,33 @@ func (s *Server) checkOwner(ref wire.KVRef, clientEpoch int64) error {
 			return nil
 		}
 		if attempt == 0 && clientEpoch > ms.Epoch && s.master != nil {
-			s.refreshMembership()
+			s.refreshMembership(clientEpoch)
 			continue
 		}
 		return errs.New(errs.ErrMoved, "server %s does not own this key at epoch %d: refresh the membership map", s.cfg.ID, ms.Epoch)
 	}
 }
 
-// refreshMembership heartbeats now; concurrent callers share one call.
-func (s *Server) refreshMembership() {
+// minRefresh is the least time between two membership refreshes a client's
+// epoch asks for: the epoch in a frame is the client's number, and must not
+// drive the master's load (issue 22 finding 6: 2,000 frames with a future
+// epoch cost 4,006 heartbeats). A server that really is behind catches up
+// with the first refresh; a lying epoch gets at most one per interval.
+const minRefresh = 250 * time.Millisecond
+
+// refreshMembership heartbeats now so the map reaches epoch want, unless
+// another caller's refresh, made while this one waited for the lock, already
+// brought it there, or the last refresh was under minRefresh ago.
+func (s *Server) refreshMembership(want int64) {
 	s.refreshMu.Lock()
 	defer s.refreshMu.Unlock()
+	if ms := s.membership(); ms != nil && ms.Epoch >= want {
+		return
+	}
+	if !s.lastRefresh.IsZero() && time.Since(s.lastRefresh) < minRefresh {
+		return
+	}
+	s.lastRefresh = time.Now()
 	ctx, cancel := context.WithTimeout(s.life, 5*time.Second)
 	defer cancel()
 	s.heartbeat(ctx)

@@ -57,8 +57,12 @@ type Config struct {
 	// once (default 8192; the rest are closed at once); a connection must
 	// send its hello within HelloTimeout (10s) and each frame's payload
 	// within PayloadTimeout (60s) of its header, and is closed after
-	// IdleTimeout (5m) with no request in flight.
-	MaxConns                                  int
+	// IdleTimeout (5m) with no request in flight. Until its hello a
+	// connection is the first to be closed when the port is full, and one
+	// address holds at most MaxConnsPerIP (512; negative: no bound) such;
+	// HTTP connections (metrics, health) never say hello and idle at most
+	// HelloTimeout between requests.
+	MaxConns, MaxConnsPerIP                   int
 	HelloTimeout, PayloadTimeout, IdleTimeout time.Duration
 	// TLS, when set, serves the port (data plane and HTTP) over TLS only.
 	// ClientTLS is how this server dials its peers and the master (nil:
@@ -84,14 +88,15 @@ type Server struct {
 	master                 *api.Client
 	health                 health // what /readyz answers from (health.go)
 
-	ms        atomic.Pointer[api.Membership]
-	refreshMu sync.Mutex
-	mu        sync.Mutex
-	conns     map[net.Conn]struct{}
-	closed    bool
-	deleted   []uint64 // chunk deletions to acknowledge in the next heartbeat
-	held      []uint64 // chunks found on disk at start, until the master reconciled them
-	wg        sync.WaitGroup
+	ms          atomic.Pointer[api.Membership]
+	refreshMu   sync.Mutex
+	lastRefresh time.Time // of the membership on a client's epoch; under refreshMu
+	mu          sync.Mutex
+	conns       map[net.Conn]struct{}
+	closed      bool
+	deleted     []uint64 // chunk deletions to acknowledge in the next heartbeat
+	held        []uint64 // chunks found on disk at start, until the master reconciled them
+	wg          sync.WaitGroup
 
 	// life ends when Close is called: forwards, copies, S3 fills and
 	// membership refreshes run under it, so Close never waits out their
@@ -147,7 +152,7 @@ func New(cfg Config) (*Server, error) {
 		}
 		return nil, fmt.Errorf("server: listen on %s: %w (is another server using the port?)", cfg.Listen, err)
 	}
-	ln := netguard.New(tl, cfg.MaxConns, cfg.Log)
+	ln := netguard.New(tl, cfg.MaxConns, cfg.Log).Protect(max(cfg.MaxConnsPerIP, 0), 0)
 	if cfg.Advertise == "" {
 		cfg.Advertise = advertise(ln.Addr().String())
 	}
@@ -169,7 +174,7 @@ func New(cfg Config) (*Server, error) {
 		// RetryFor -1: one pass over the masters per call. The heartbeat
 		// loop is the retry: every tick tries each master again, so a server
 		// finds a new leader one tick after it took over.
-		s.master = &api.Client{Base: cfg.Master, Token: cfg.Token, RetryFor: -1, HTTP: &http.Client{Timeout: 5 * time.Second,
+		s.master = &api.Client{Base: cfg.Master, Token: cfg.Token, RetryFor: -1, Role: "server", HTTP: &http.Client{Timeout: 5 * time.Second,
 			Transport: &http.Transport{TLSClientConfig: cfg.ClientTLS}}}
 	}
 	mux := http.NewServeMux()
@@ -189,7 +194,7 @@ func New(cfg Config) (*Server, error) {
 		})
 	}
 	s.httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: cfg.HelloTimeout, ReadTimeout: cfg.PayloadTimeout,
-		WriteTimeout: cfg.PayloadTimeout, IdleTimeout: cfg.IdleTimeout, MaxHeaderBytes: 64 << 10}
+		WriteTimeout: cfg.PayloadTimeout, IdleTimeout: min(cfg.IdleTimeout, cfg.HelloTimeout), MaxHeaderBytes: 64 << 10}
 	return s, nil
 }
 

@@ -54,7 +54,7 @@ def main():
     direct = "http://%s:%d" % srv.server_address
     log = os.path.join(c.dir, "router.log")
     router = subprocess.Popen([binary, "router", "--listen", "127.0.0.1:0", "--master", c.master_url, "--model", tel.MODEL,
-                               "--upstream", direct], stderr=open(log, "w"), start_new_session=True)
+                               "--shared-sessions", "--upstream", direct], stderr=open(log, "w"), start_new_session=True)
     url = _wait_line(log, r"gd2fs router on (http://\S+)", router).group(1)
     try:
         prompt = "You are a careful assistant. " * 20

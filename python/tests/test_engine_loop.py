@@ -230,7 +230,7 @@ def loop(binary):
     srv = serve(engine)
     log = os.path.join(c.dir, "router.log")
     router = subprocess.Popen([binary, "router", "--listen", "127.0.0.1:0", "--master", c.master_url, "--model", MODEL,
-                               "--upstream", "http://%s:%d" % srv.server_address], stderr=open(log, "w"), start_new_session=True)
+                               "--shared-sessions", "--upstream", "http://%s:%d" % srv.server_address], stderr=open(log, "w"), start_new_session=True)
     url = _wait_line(log, r"gd2fs router on (http://\S+)", router).group(1)
     yield url, engine, conn
     router.kill()

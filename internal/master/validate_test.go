@@ -1,0 +1,52 @@
+package master
+
+import (
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/gd2fs/gd2fs/internal/meta"
+	"github.com/gd2fs/gd2fs/internal/meta/metatest"
+)
+
+// TestNamesRefused: session ids, model names, server ids and text the
+// store cannot hold get a 400 from the master, never a 503, and a refused
+// heartbeat leaves no server behind (issue 22 findings 9 and 10).
+func TestNamesRefused(t *testing.T) {
+	t.Run("sqlite", func(t *testing.T) { testNamesRefused(t, nil) })
+	t.Run("postgres", func(t *testing.T) {
+		if os.Getenv("GD2FS_TEST_POSTGRES") == "" {
+			t.Skip("set GD2FS_TEST_POSTGRES")
+		}
+		ms, err := meta.Open(t.Context(), metatest.PostgresDSN(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		testNamesRefused(t, ms)
+	})
+}
+
+func testNamesRefused(t *testing.T, ms meta.Store) {
+	m := startMaster(t, Config{Token: testToken, Meta: ms})
+	want(t, m, 200, "PUT", "/v1/models/m/layout", `{"layers":2,"kv_heads":2,"head_dim":4,"dtype":"bf16","page_tokens":16,"layout":"layer_first"}`)
+	for _, id := range []string{"%2e%2e", "%2e", "a%00b", "a%FFb", "a%0Ab"} {
+		want(t, m, 400, "POST", "/v1/sessions/"+id+"/plan", `{"model":"m","prompt_tokens":16}`)
+		if strings.Contains(id, "%00") || strings.Contains(id, "%FF") {
+			want(t, m, 400, "GET", "/v1/sessions/"+id, "")
+		}
+	}
+	want(t, m, 400, "POST", "/v1/sessions/ok/plan", `{"model":"m\u0000","prompt_tokens":16}`)
+	want(t, m, 400, "PUT", "/v1/models/m%00/layout", `{"layers":2,"kv_heads":2,"head_dim":4,"dtype":"bf16","page_tokens":16,"layout":"layer_first"}`)
+	want(t, m, 400, "PUT", "/v1/models/%2e%2e/layout", `{"layers":2,"kv_heads":2,"head_dim":4,"dtype":"bf16","page_tokens":16,"layout":"layer_first"}`)
+	want(t, m, 400, "GET", "/v1/sessions?after=%FF", "")
+	want(t, m, 400, "GET", "/v1/sessions?after=%00", "")
+	want(t, m, 200, "PUT", "/v1/files/f", `{"pool":"perf"}`)
+	want(t, m, 400, "PUT", "/v1/attrs/f", `{"k":"v\u0000"}`)
+	want(t, m, 400, "PUT", "/v1/files/g", `{"pool":"perf","request_id":"r\u0000"}`)
+	want(t, m, 400, "POST", "/v1/servers/heartbeat", `{"id":"x\u0000","addr":"127.0.0.1:1"}`)
+	want(t, m, 400, "POST", "/v1/servers/heartbeat", `{"id":"..","addr":"127.0.0.1:1"}`)
+	want(t, m, 400, "POST", "/v1/servers/heartbeat", `{"id":"s","addr":"nowhere"}`)
+	if _, ans := call(t, m, "GET", "/v1/status", ""); strings.Contains(ans, `"x`) || strings.Contains(ans, `"up"`) {
+		t.Fatalf("a refused heartbeat left a server: %s", ans)
+	}
+}

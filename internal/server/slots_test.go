@@ -1,0 +1,43 @@
+package server
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestHTTPConnsFirstOut: HTTP keep-alive connections (which never say
+// hello) filling the port do not lock out a client's hello, and idle at
+// most HelloTimeout (issue 22 finding 4).
+func TestHTTPConnsFirstOut(t *testing.T) {
+	s, _ := startLimited(t, Config{MaxConns: 4, HelloTimeout: 2 * time.Second})
+	var held []net.Conn
+	for range 6 {
+		c, err := net.Dial("tcp", s.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+		held = append(held, c)
+	}
+	// The last one was served: it took an older one's place.
+	if line, err := bufio.NewReader(held[5]).ReadString('\n'); err != nil || !strings.Contains(line, "200") {
+		t.Fatalf("HTTP on a full port: %q %v", line, err)
+	}
+	if err := ping(s.Addr()); err != nil {
+		t.Fatalf("a hello behind idle HTTP connections: %v", err)
+	}
+	// An idle keep-alive connection is closed after HelloTimeout, not
+	// IdleTimeout (5 minutes).
+	c := held[5]
+	c.SetReadDeadline(time.Now().Add(20 * time.Second))
+	if _, err := io.Copy(io.Discard, c); errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatal("an idle HTTP connection outlived HelloTimeout")
+	}
+}
