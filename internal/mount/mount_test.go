@@ -588,7 +588,11 @@ func TestHotCache(t *testing.T) {
 	pt, why := m.Passthrough()
 	t.Logf("passthrough %v (%s)", pt, why)
 	p := filepath.Join(m.Dir(), "org/m/w.bin")
-	if b, err := os.ReadFile(p); err != nil || !bytes.Equal(b, want) {
+	cold, err := os.Open(p) // held open (a plain handle) past the fill
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := io.ReadAll(cold); err != nil || !bytes.Equal(b, want) {
 		t.Fatalf("cold read: %v", err)
 	}
 	sum := sha256.Sum256(want)
@@ -597,6 +601,25 @@ func TestHotCache(t *testing.T) {
 		_, err := os.Stat(blob)
 		return err == nil, fmt.Sprint(err)
 	})
+	// The file is hot now, but a plain handle is open: the kernel refuses
+	// a passthrough open of the inode then (EIO), so this one must be plain.
+	second, err := os.Open(p)
+	if err != nil {
+		t.Fatalf("open of a hot file while a plain handle is open: %v", err)
+	}
+	unix.Fadvise(int(second.Fd()), 0, 0, unix.FADV_DONTNEED)
+	if b, err := io.ReadAll(second); err != nil || !bytes.Equal(b, want) {
+		t.Fatalf("read of a hot file beside a plain handle: %v", err)
+	}
+	n := m.node(t, "org/m/w.bin")
+	n.mu.Lock()
+	pts := n.pt
+	n.mu.Unlock()
+	if pts != 0 {
+		t.Fatalf("%d passthrough handles beside a plain one", pts)
+	}
+	second.Close()
+	cold.Close()
 	// The fill and the reads shared the bytes: at most one extra pass.
 	before := cl.ReadStats().FromServers
 	if before > 2*int64(len(want)) {
