@@ -116,7 +116,14 @@ for i in 1 2 3 4; do
   holds && break
 done
 holds || fail "the extra server holds no chunk after 32 HA chunks"
-sleep 3 # three evaluations of the healthy cluster (1s each)
+# Two rule evaluations that began after the cluster was whole and held
+# data (1 s apart), not a sleep: Prometheus says when it evaluated.
+t0=$(date +%s)
+evaluated() {
+  curl -sf "$prom/api/v1/rules" | jq -e --argjson t "$((t0 + 1))" \
+    '[.data.groups[].lastEvaluation | sub("\\.[0-9]+"; "") | fromdate] | all(. > $t)' >/dev/null
+}
+until_ok 20 "Prometheus did not evaluate the rules twice within 20s" evaluated
 firing=$(curl -sf "$prom/api/v1/alerts" | jq -r '[.data.alerts[] | select(.state == "firing") | .labels.alertname] | join(" ")')
 [ -z "$firing" ] || fail "alerts firing on a healthy cluster: $firing"
 for m in gd2fs_build_info gd2fs_master_server_up gd2fs_master_leader gd2fs_master_leadership_changes_total \

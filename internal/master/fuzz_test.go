@@ -34,6 +34,8 @@ var fuzzRoutes = []string{
 	"DELETE /v1/sessions/{p}",
 	"GET /v1/sessions?limit={p}&after={p}",
 	"POST /v1/refill/{p...}",
+	"GET /readyz?probe={p}", // probes take no input; a stray query or body changes nothing
+	"GET /healthz?probe={p}",
 }
 
 // FuzzHandlers sends arbitrary JSON bodies, paths and query figures to every
@@ -101,6 +103,8 @@ func FuzzHandlers(f *testing.F) {
 		seed(uint8(v*len(fuzzRoutes)), "", `{"id":"s1","addr":"10.66.66.66:1"}`)
 		seed(uint8(v*len(fuzzRoutes)+1), "f", `{"pool":"perf"}`)
 	}
+	seed(19, "x", `{}`)
+	seed(20, "", `x`)
 	// variant > 0 sends what a web page could (guard.go): no JSON type, an
 	// Origin of another site, a foreign Host, no server role.
 	do := func(t *testing.T, method, target string, body []byte, variant ...int) int {

@@ -500,6 +500,9 @@ func TestDefaults(t *testing.T) {
 			t.Errorf("server args %q lack %s", sc.Args, want)
 		}
 	}
+	if want := "--allow-host=rel-gd2fs-master,rel-gd2fs-master.ns,rel-gd2fs-master.ns.svc,rel-gd2fs-master.ns.svc.cluster.local"; hasArg(mc, "--allow-host") != want {
+		t.Errorf("master args %q: want %s (a master without a token refuses other Host names)", mc.Args, want)
+	}
 	if hasArg(sc, "--id") != "" {
 		t.Errorf("server args %q pin --id: a pod on an empty volume would pose as the old server", sc.Args)
 	}
