@@ -65,7 +65,7 @@ func Open(ctx context.Context, dsn string) (Store, error) {
 		if err := createPrivate(file); err != nil {
 			return nil, err
 		}
-		s.db, err = sql.Open("sqlite", "file:"+file+"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=synchronous("+syncMode+")&_pragma=foreign_keys(ON)")
+		s.db, err = openSQLiteCached("file:" + file + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=synchronous(" + syncMode + ")&_pragma=foreign_keys(ON)")
 		if err == nil {
 			// One connection: SQLite serialises writers anyway, and this
 			// keeps transactions from failing with SQLITE_BUSY.
