@@ -5,12 +5,19 @@ package docs
 
 import (
 	"bufio"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path"
+	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
+	"unicode"
 )
 
 const module = "github.com/gd2fs/gd2fs"
@@ -150,5 +157,108 @@ func TestLayering(t *testing.T) {
 				t.Errorf("%s links %s", pkg, b)
 			}
 		}
+	}
+}
+
+// TestPathOfAByte: every function the section "The path of a byte" names
+// exists where it says: `pkg.Type.Method`, `pkg.Func` or `pkg.Method`,
+// `Type.Method`, and the plain lower-case names of functions and methods.
+func TestPathOfAByte(t *testing.T) {
+	b, err := os.ReadFile("architecture.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b)
+	i := strings.Index(s, "## The path of a byte")
+	if i < 0 {
+		t.Fatal(`architecture.md has no section "The path of a byte"`)
+	}
+	sec := s[i:]
+	if j := strings.Index(sec[3:], "\n## "); j >= 0 {
+		sec = sec[:j+3]
+	}
+	// funcs: package directory → "Type.Method" and "Func" defined there.
+	funcs := map[string]map[string]bool{}
+	fset := token.NewFileSet()
+	err = filepath.WalkDir("..", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == ".git" || d.Name() == "node_modules") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, p, nil, parser.SkipObjectResolution)
+		if err != nil {
+			return err
+		}
+		dir := filepath.Base(filepath.Dir(p))
+		if funcs[dir] == nil {
+			funcs[dir] = map[string]bool{}
+		}
+		for _, decl := range f.Decls {
+			fd, ok := decl.(*ast.FuncDecl)
+			if !ok {
+				continue
+			}
+			name := fd.Name.Name
+			if fd.Recv != nil && len(fd.Recv.List) == 1 {
+				rt := fd.Recv.List[0].Type
+				if st, ok := rt.(*ast.StarExpr); ok {
+					rt = st.X
+				}
+				if id, ok := rt.(*ast.Ident); ok {
+					name = id.Name + "." + name
+				}
+			}
+			funcs[dir][name] = true
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// has reports whether some package (pkg "" = any) defines the function
+	// or method name (a method matches by its own name or as Type.Method).
+	has := func(pkg, name string) bool {
+		for dir, fs := range funcs {
+			if pkg != "" && dir != pkg {
+				continue
+			}
+			for f := range fs {
+				if f == name || strings.HasSuffix(f, "."+name) {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	notGo := map[string]bool{"bad_request": true, "checksum": true, "out_of_range": true, "pread": true, "writev": true}
+	named := regexp.MustCompile("`([A-Za-z_][A-Za-z0-9_]*(?:\\.[A-Za-z_][A-Za-z0-9_]*)*)`")
+	checked := 0
+	for _, m := range named.FindAllStringSubmatch(sec, -1) {
+		parts := strings.Split(m[1], ".")
+		ok := true
+		switch {
+		case len(parts) == 3:
+			ok = has(parts[0], parts[1]+"."+parts[2])
+		case len(parts) == 2 && funcs[parts[0]] != nil:
+			ok = has(parts[0], parts[1])
+		case len(parts) == 2:
+			ok = has("", parts[0]+"."+parts[1])
+		case notGo[parts[0]] || unicode.IsUpper(rune(parts[0][0])):
+			continue // a status, a system call, or a type, field or constant
+		default:
+			ok = has("", parts[0])
+		}
+		checked++
+		if !ok {
+			t.Errorf("architecture.md, the path of a byte, names %s, which the code does not define (rename it there)", m[1])
+		}
+	}
+	if checked < 10 {
+		t.Fatalf("only %d names checked in the path of a byte: has the section changed shape?", checked)
 	}
 }

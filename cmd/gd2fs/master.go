@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/gd2fs/gd2fs/internal/master"
-	"github.com/gd2fs/gd2fs/internal/meta"
+	"github.com/gd2fs/gd2fs/internal/node"
 	"github.com/spf13/cobra"
 )
 
@@ -37,17 +37,13 @@ func newMaster(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			ms, err := meta.Open(ctx, metaDSN)
-			if err != nil {
-				return err
-			}
-			defer ms.Close()
-			m, err := master.New(ctx, master.Config{Listen: listen, Meta: ms, Cluster: clusterN, Token: g.token,
+			m, ms, err := node.NewMaster(ctx, node.Master{Listen: listen, Meta: metaDSN, Cluster: clusterN, Token: g.token,
 				DownAfter: downAfter, RepairAfter: repairAfter, LeadWarmup: leadWarmup, SessionQuota: q, Advertise: advertise, PublicMasters: publicMasters, Log: g.logger(),
 				TLS: g.serverTLS, ClientTLS: g.clientTLS, MaxConns: maxConns, MaxConnsPerIP: maxPerIP, AllowedHosts: allowHosts})
 			if err != nil {
 				return err
 			}
+			defer ms.Close()
 			role := "leading"
 			if !m.Leader() {
 				role = "standby: another master leads; this one takes over if it goes"

@@ -9,8 +9,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gd2fs/gd2fs/internal/cold"
-	"github.com/gd2fs/gd2fs/internal/kvstore"
+	"github.com/gd2fs/gd2fs/internal/node"
 	"github.com/gd2fs/gd2fs/internal/server"
 	"github.com/gd2fs/gd2fs/internal/store"
 	"github.com/spf13/cobra"
@@ -33,40 +32,37 @@ func newServer(g *globals) *cobra.Command {
   gd2fs server --master https://m:7070 --tls-cert s1.pem --tls-key s1-key.pem --tls-ca ca.pem --token-file /etc/gd2fs/token ...`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			sc := store.Config{}
+			n := node.Server{ID: id, Listen: listen, Advertise: advertise, Master: g.master, Token: g.token,
+				KVPolicy: kvPolicy, Heartbeat: heartbeat, ForwardTimeout: forwardTimeout, Debug: debug, Log: g.logger(),
+				TLS: g.serverTLS, ClientTLS: g.clientTLS, MaxConns: maxConns, MaxConnsPerIP: maxPerIP}
 			var err error
-			if sc.Sync, err = store.ParseSyncPolicy(syncPolicy); err != nil {
+			if n.Sync, err = store.ParseSyncPolicy(syncPolicy); err != nil {
 				return err
 			}
 			if mem != "" {
-				if sc.MemBytes, err = parseSize(mem); err != nil {
+				if n.Mem, err = parseSize(mem); err != nil {
 					return err
 				}
 			}
 			if disk != "" {
-				if sc.Dir, sc.DiskBytes, err = dirSize("disk", disk); err != nil {
+				if n.Dir, n.Disk, err = dirSize("disk", disk); err != nil {
 					return err
 				}
 			}
-			kc, err := kvConfig(kvMem, kvDisk, kvMax)
-			kc.Policy = kvPolicy
-			if err != nil {
+			if err := kvFlags(&n, kvMem, kvDisk, kvMax); err != nil {
 				return err
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			var cc *cold.Config
 			if c := s3.config(); c.Endpoint != "" || c.AccessKey != "" {
-				cc = &c
+				n.Cold = &c
 			}
-			s, err := server.New(server.Config{ID: id, Listen: listen, Advertise: advertise, Master: g.master,
-				Token: g.token, Store: sc, KV: kc, Cold: cc, Heartbeat: heartbeat, ForwardTimeout: forwardTimeout, Debug: debug, Log: g.logger(),
-				TLS: g.serverTLS, ClientTLS: g.clientTLS, MaxConns: maxConns, MaxConnsPerIP: maxPerIP})
+			s, err := node.NewServer(n)
 			if err != nil {
 				return err
 			}
 			fmt.Fprintf(os.Stderr, "gd2fs server %s on %s (master %s)\n", s.ID(), s.Addr(), g.master)
-			stopRESP, err := rf.start(ctx, g, s, kc.MaxValue)
+			stopRESP, err := rf.start(ctx, g, s, n.KVMaxValue)
 			if err != nil {
 				s.Close()
 				return err
@@ -106,19 +102,19 @@ func dirSize(flag, v string) (string, int64, error) {
 	return v[:i], n, err
 }
 
-func kvConfig(mem, disk, maxValue string) (kvstore.Config, error) {
-	var kc kvstore.Config
+// kvFlags reads the --kv-mem, --kv-disk and --kv-max-value flags into n.
+func kvFlags(n *node.Server, mem, disk, maxValue string) error {
 	var err error
-	if kc.MemBytes, err = parseSize(mem); err != nil {
-		return kc, err
+	if n.KVMem, err = parseSize(mem); err != nil {
+		return err
 	}
-	if kc.MaxValue, err = parseSize(maxValue); err != nil {
-		return kc, err
+	if n.KVMaxValue, err = parseSize(maxValue); err != nil {
+		return err
 	}
 	if disk != "" {
-		if kc.Dir, kc.DiskBytes, err = dirSize("kv-disk", disk); err != nil {
-			return kc, err
+		if n.KVDir, n.KVDisk, err = dirSize("kv-disk", disk); err != nil {
+			return err
 		}
 	}
-	return kc, nil
+	return nil
 }

@@ -16,9 +16,9 @@ import (
 
 	"github.com/gd2fs/gd2fs/client"
 	"github.com/gd2fs/gd2fs/internal/cold"
-	"github.com/gd2fs/gd2fs/internal/kvstore"
 	"github.com/gd2fs/gd2fs/internal/master"
 	"github.com/gd2fs/gd2fs/internal/meta"
+	"github.com/gd2fs/gd2fs/internal/node"
 	"github.com/gd2fs/gd2fs/internal/resp"
 	"github.com/gd2fs/gd2fs/internal/server"
 	"github.com/gd2fs/gd2fs/internal/store"
@@ -87,15 +87,10 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if cfg.Meta == "" {
 		cfg.Meta = "sqlite://" + filepath.Join(cfg.Dir, "meta.db")
 	}
-	ms, err := meta.Open(ctx, cfg.Meta)
-	if err != nil {
-		return nil, err
-	}
-	m, err := master.New(ctx, master.Config{Listen: cfg.MasterAddr, Meta: ms, Cluster: cfg.Cluster, Token: cfg.Token,
+	m, ms, err := node.NewMaster(ctx, node.Master{Listen: cfg.MasterAddr, Meta: cfg.Meta, Cluster: cfg.Cluster, Token: cfg.Token,
 		DownAfter: cfg.DownAfter, RepairAfter: cfg.RepairAfter, SessionQuota: cfg.SessionQuota, Log: cfg.Log,
 		TLS: cfg.TLS, ClientTLS: cfg.ClientTLS, MaxConns: cfg.MaxConns})
 	if err != nil {
-		ms.Close()
 		return nil, err
 	}
 	rctx, cancel := context.WithCancel(context.Background())
@@ -120,18 +115,16 @@ func (c *Cluster) AddServer(i int) (*server.Server, error) {
 	if i < len(c.cfg.ServerAddrs) {
 		addr = c.cfg.ServerAddrs[i]
 	}
-	sc := store.Config{MemBytes: c.cfg.MemBytes, Sync: c.cfg.Sync}
+	n := node.Server{ID: "server-" + strconv.Itoa(i), Listen: addr, Master: c.Master.URL(), Token: c.cfg.Token,
+		Mem: c.cfg.MemBytes, Sync: c.cfg.Sync, KVMem: c.cfg.KVMemBytes, KVPolicy: c.cfg.KVPolicy, Cold: c.cfg.Cold,
+		Heartbeat: c.heartbeat(), Log: c.cfg.Log, TLS: c.cfg.TLS, ClientTLS: c.cfg.ClientTLS, MaxConns: c.cfg.MaxConns}
 	if c.cfg.DiskBytes > 0 {
-		sc.Dir = filepath.Join(c.cfg.Dir, "server-"+strconv.Itoa(i))
-		sc.DiskBytes = c.cfg.DiskBytes
+		n.Dir, n.Disk = filepath.Join(c.cfg.Dir, "server-"+strconv.Itoa(i)), c.cfg.DiskBytes
 	}
-	kc := kvstore.Config{MemBytes: c.cfg.KVMemBytes, Policy: c.cfg.KVPolicy}
 	if c.cfg.KVDiskBytes > 0 {
-		kc.Dir = filepath.Join(c.cfg.Dir, "server-"+strconv.Itoa(i), "kv")
-		kc.DiskBytes = c.cfg.KVDiskBytes
+		n.KVDir, n.KVDisk = filepath.Join(c.cfg.Dir, "server-"+strconv.Itoa(i), "kv"), c.cfg.KVDiskBytes
 	}
-	s, err := server.New(server.Config{Listen: addr, Master: c.Master.URL(), Token: c.cfg.Token, Store: sc, KV: kc, Cold: c.cfg.Cold,
-		Heartbeat: c.heartbeat(), Log: c.cfg.Log, ID: "server-" + strconv.Itoa(i), TLS: c.cfg.TLS, ClientTLS: c.cfg.ClientTLS, MaxConns: c.cfg.MaxConns})
+	s, err := node.NewServer(n)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,107 @@
+// Package node is the composition root of gd2fs processes: a data server and
+// a master are described here as an operator describes them (tier sizes and
+// directories, the master, the token, TLS) and built from that description
+// in one place, by `gd2fs server`, `gd2fs master`, `gd2fs up` and the
+// in-process cluster of the tests (internal/cluster), and so by the chaos
+// harness, whose servers are `gd2fs server` processes.
+//
+// A data server is: a chunk store (DRAM tier, disk tier), a KV store (DRAM
+// tier, disk segments), an optional cold source (S3), a peer pool for
+// forwarding, all wired by server.New from the server.Config built here. A
+// master is: a metadata store (SQLite or PostgreSQL) under master.New.
+package node
+
+import (
+	"context"
+	"crypto/tls"
+	"log/slog"
+	"time"
+
+	"github.com/gd2fs/gd2fs/internal/cold"
+	"github.com/gd2fs/gd2fs/internal/kvstore"
+	"github.com/gd2fs/gd2fs/internal/master"
+	"github.com/gd2fs/gd2fs/internal/meta"
+	"github.com/gd2fs/gd2fs/internal/server"
+	"github.com/gd2fs/gd2fs/internal/store"
+)
+
+// Server describes a data server.
+type Server struct {
+	ID        string // "": kept in <Dir>/server.id, else random
+	Listen    string
+	Advertise string // "": the listen address
+	Master    string // master URL(s), comma-separated; "": standalone
+	Token     string
+
+	Mem  int64            // DRAM tier of file chunks (0: none)
+	Dir  string           // disk tier of file chunks ("": none)
+	Disk int64            // its size
+	Sync store.SyncPolicy // which writes are synced before they are acknowledged
+
+	KVMem      int64  // KV DRAM tier (0: none)
+	KVDir      string // KV disk tier ("": none)
+	KVDisk     int64  // its size
+	KVMaxValue int64  // largest KV value (0: limits.MaxKVValue)
+	KVPolicy   string // KV DRAM policy ("": auto)
+
+	Cold *cold.Config // S3 for linked files (nil: none)
+
+	Heartbeat      time.Duration // 0: 1s
+	ForwardTimeout time.Duration // 0: server.DefaultForwardTimeout
+	MaxConns       int           // 0: server.DefaultMaxConns
+	MaxConnsPerIP  int           // before the hello (0: server.DefaultMaxConnsPerIP; negative: no bound)
+	Debug          bool          // /debug/pprof/ and /debug/gc on the port
+	Log            *slog.Logger
+	TLS, ClientTLS *tls.Config
+}
+
+// Config is the server's configuration: the one place its tiers are set up
+// from a description.
+func (n Server) Config() server.Config {
+	return server.Config{ID: n.ID, Listen: n.Listen, Advertise: n.Advertise, Master: n.Master, Token: n.Token,
+		Store: store.Config{MemBytes: n.Mem, Dir: n.Dir, DiskBytes: n.Disk, Sync: n.Sync},
+		KV:    kvstore.Config{MemBytes: n.KVMem, Dir: n.KVDir, DiskBytes: n.KVDisk, MaxValue: n.KVMaxValue, Policy: n.KVPolicy},
+		Cold:  n.Cold, Heartbeat: n.Heartbeat, ForwardTimeout: n.ForwardTimeout, MaxConns: n.MaxConns, MaxConnsPerIP: n.MaxConnsPerIP, Debug: n.Debug,
+		Log: n.Log, TLS: n.TLS, ClientTLS: n.ClientTLS}
+}
+
+// NewServer builds the data server n describes and starts listening; Run
+// serves. What it opened is closed again when it fails.
+func NewServer(n Server) (*server.Server, error) { return server.New(n.Config()) }
+
+// Master describes a master.
+type Master struct {
+	Listen        string
+	Advertise     string   // URL others reach it at ("": from Listen)
+	PublicMasters []string // host:port of every master, for engine plans
+	Meta          string   // metadata store: sqlite:///path/meta.db or postgres://...
+	Cluster       string   // name in gd2fs://<cluster>/ URIs ("": local)
+	Token         string
+
+	DownAfter, RepairAfter, LeadWarmup time.Duration // 0: the master's defaults
+	SessionQuota                       int64         // bytes of session files (0: no limit)
+
+	MaxConns       int      // 0: master.DefaultMaxConns
+	MaxConnsPerIP  int      // before authenticating (0: master.DefaultMaxConnsPerIP; negative: no bound)
+	AllowedHosts   []string // Host names a master without a token answers besides its own
+	Log            *slog.Logger
+	TLS, ClientTLS *tls.Config
+}
+
+// NewMaster opens the metadata store n names and the master on it. The
+// caller closes both: the master first, then the store. When it fails,
+// nothing is left open.
+func NewMaster(ctx context.Context, n Master) (*master.Master, meta.Store, error) {
+	ms, err := meta.Open(ctx, n.Meta)
+	if err != nil {
+		return nil, nil, err
+	}
+	m, err := master.New(ctx, master.Config{Listen: n.Listen, Meta: ms, Cluster: n.Cluster, Token: n.Token,
+		DownAfter: n.DownAfter, RepairAfter: n.RepairAfter, LeadWarmup: n.LeadWarmup, SessionQuota: n.SessionQuota,
+		Advertise: n.Advertise, PublicMasters: n.PublicMasters, Log: n.Log, TLS: n.TLS, ClientTLS: n.ClientTLS, MaxConns: n.MaxConns, MaxConnsPerIP: n.MaxConnsPerIP, AllowedHosts: n.AllowedHosts})
+	if err != nil {
+		ms.Close()
+		return nil, nil, err
+	}
+	return m, ms, nil
+}
