@@ -82,6 +82,7 @@ func newRoot() *cobra.Command {
 	}
 	root.AddCommand(newUp(g), newMaster(g), newServer(g), newCp(g), newLs(g), newStat(g), newCat(g),
 		newRm(g), newMkdir(g), newStatus(g), newKV(g), newModel(g), newSession(g), newWarmup(g), newCache(g), newRouter(g), newRESP(g), newMount(g), newUmount(g))
+	markUsageErrors(root)
 	return root
 }
 

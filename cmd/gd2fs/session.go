@@ -140,14 +140,18 @@ before: a user's edit of an earlier message then gets KV of other text.`,
 	}
 	commit.Flags().Int64Var(&planID, "plan", 0, "plan id from 'session plan'")
 	commit.Flags().StringVar(&saved, "saved", "", "JSON file (- for stdin) of what the engine saved: its kv_transfer_params, kvcache_params or a fresh_kvcache list")
+	var lsJSON bool
 	ls := &cobra.Command{
 		Use:     "ls",
 		Short:   "List sessions",
-		Example: "  gd2fs session ls",
+		Example: "  gd2fs session ls\n  gd2fs session ls --json | jq -r '.[].id'",
 		Args:    cobra.NoArgs,
 		RunE: with(func(s *client.Sessions, cmd *cobra.Command, args []string) error {
 			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "SESSION\tMODEL\tTOKENS\tOWNED BYTES\tLAST USED")
+			all := []client.Session{}
+			if !lsJSON {
+				fmt.Fprintln(tw, "SESSION\tMODEL\tTOKENS\tOWNED BYTES\tLAST USED")
+			}
 			after := ""
 			for {
 				page, err := s.List(cmd.Context(), after, 1000)
@@ -155,18 +159,26 @@ before: a user's edit of an earlier message then gets KV of other text.`,
 					return err
 				}
 				for _, x := range page {
+					if lsJSON {
+						all = append(all, x)
+						continue
+					}
 					fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", x.ID, x.Model, x.Tokens, human(x.Bytes), x.LastUsed.Format("2006-01-02 15:04:05"))
 				}
 				if len(page) < 1000 {
+					if lsJSON {
+						return printJSON(all)
+					}
 					return tw.Flush()
 				}
 				after = page[len(page)-1].ID
 			}
 		}),
 	}
+	ls.Flags().BoolVar(&lsJSON, "json", false, "print a JSON list (snake_case fields, as session show)")
 	show := &cobra.Command{
 		Use:     "show SESSION",
-		Short:   "Show a session's ranges",
+		Short:   "Show a session's ranges (JSON)",
 		Example: "  gd2fs session show chat-42",
 		Args:    cobra.ExactArgs(1),
 		RunE: with(func(s *client.Sessions, cmd *cobra.Command, args []string) error {

@@ -29,6 +29,9 @@ func newUp(g *globals) *cobra.Command {
   gd2fs up --tls-cert node.pem --tls-key node-key.pem --tls-ca ca.pem --token-file ./token   # TLS (off by default on loopback)`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if servers < 1 {
+				return usage(fmt.Errorf("--servers %d: a cluster needs at least one data server (gd2fs master runs a master alone)", servers))
+			}
 			memB, err := parseSize(mem)
 			if err != nil {
 				return err

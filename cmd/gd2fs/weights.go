@@ -3,68 +3,12 @@ package main
 import (
 	"fmt"
 	"os"
-	"path"
-	"strings"
-	"sync"
 	"text/tabwriter"
 
 	"github.com/gd2fs/gd2fs/client"
 	"github.com/gd2fs/gd2fs/internal/weights"
-	"github.com/gd2fs/gd2fs/safetensors"
 	"github.com/spf13/cobra"
-	"github.com/vbauerster/mpb/v8"
-	"github.com/vbauerster/mpb/v8/decor"
 )
-
-// progressBars shows one bar per file (when enabled) for pull and warmup.
-type progressBars struct {
-	p    *mpb.Progress
-	mu   sync.Mutex
-	bars map[string]*mpb.Bar
-}
-
-func newProgressBars(show bool) *progressBars {
-	if !show {
-		return &progressBars{}
-	}
-	return &progressBars{p: mpb.New(mpb.WithOutput(os.Stderr), mpb.WithWidth(30)), bars: map[string]*mpb.Bar{}}
-}
-
-func (pb *progressBars) update(file string, done, total int64) {
-	if pb.p == nil {
-		return
-	}
-	pb.mu.Lock()
-	b := pb.bars[file]
-	if b == nil {
-		b = pb.p.AddBar(total, mpb.PrependDecorators(decor.Name(path.Base(file)+" "), decor.CountersKibiByte("% .1f / % .1f")),
-			mpb.AppendDecorators(decor.AverageSpeed(decor.SizeB1024(0), " % .1f"), decor.Name(" "), decor.Percentage()))
-		pb.bars[file] = b
-	}
-	pb.mu.Unlock()
-	b.SetCurrent(done)
-}
-
-func (pb *progressBars) wait() {
-	if pb.p == nil {
-		return
-	}
-	for _, b := range pb.bars {
-		b.SetTotal(-1, true)
-	}
-	pb.p.Wait()
-}
-
-func showProgress(force, quiet bool) bool {
-	if quiet {
-		return false
-	}
-	if force {
-		return true
-	}
-	fi, err := os.Stderr.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
-}
 
 func newModelPull(g *globals) *cobra.Command {
 	var s3 s3Flags
@@ -167,65 +111,6 @@ chunk to a live server, which fills it from S3 again (once); reads wait for that
 	return cmd
 }
 
-func newModelInspect(g *globals) *cobra.Command {
-	var tensors bool
-	cmd := &cobra.Command{
-		Use:     "inspect gd2fs://CLUSTER/DIR",
-		Short:   "List a model's files and, for safetensors, tensors, dtypes, shapes and bytes",
-		Example: "  gd2fs model inspect gd2fs://local/models/org/m\n  gd2fs model inspect --tensors gd2fs://local/models/org/m",
-		Args:    cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return g.withRemote(args[0], func(c *client.Client, dir string) error {
-				files, err := c.Walk(cmd.Context(), dir)
-				if err != nil {
-					return err
-				}
-				tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-				var total, params int64
-				for _, fi := range files {
-					total += fi.Size
-					st, _ := c.Stat(cmd.Context(), fi.Path)
-					state := "complete"
-					if !st.Sealed {
-						state = "INCOMPLETE"
-					}
-					kind := "linked to " + st.Attrs["source"]
-					if st.Attrs["source"] == "" || st.Attrs["sha256"] != "" {
-						kind = "sha256 " + short(st.Attrs["sha256"])
-					}
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", strings.TrimPrefix(fi.Path, dir+"/"), human(fi.Size), state, kind)
-					if !strings.HasSuffix(fi.Path, ".safetensors") || !st.Sealed {
-						continue
-					}
-					f, err := c.Open(cmd.Context(), fi.Path)
-					if err != nil {
-						return err
-					}
-					h, err := safetensors.Parse(f, f.Size())
-					if err != nil {
-						fmt.Fprintf(tw, "  ! %v\n", err)
-						continue
-					}
-					byType := map[string]int64{}
-					for _, t := range h.Tensors {
-						byType[t.DType] += t.Bytes()
-						params += t.Bytes() / safetensors.DTypeSize(t.DType)
-						if tensors {
-							fmt.Fprintf(tw, "  %s\t%s\t%v\t%s\n", t.Name, t.DType, t.Shape, human(t.Bytes()))
-						}
-					}
-					fmt.Fprintf(tw, "  %d tensors\t%v\theader %s\t\n", len(h.Tensors), byType, human(h.DataFrom))
-				}
-				tw.Flush()
-				fmt.Printf("%d files, %s, %d parameters in safetensors\n", len(files), human(total), params)
-				return nil
-			})
-		},
-	}
-	cmd.Flags().BoolVar(&tensors, "tensors", false, "list every tensor")
-	return cmd
-}
-
 func short(s string) string {
 	if len(s) > 12 {
 		return s[:12] + "…"
@@ -298,14 +183,31 @@ func newCache(g *globals) *cobra.Command {
   gd2fs cache gc --quota 500GiB --cache /nvme/hf`,
 	}
 	cmd.PersistentFlags().StringVar(&dir, "cache", envOr("HF_HUB_CACHE", ""), "cache folder (env HF_HUB_CACHE)")
+	var lsJSON bool
 	ls := &cobra.Command{
 		Use: "ls", Short: "List cached models, least recently used first", Args: cobra.NoArgs,
-		Example: "  gd2fs cache ls --cache /nvme/hf",
+		Example: "  gd2fs cache ls --cache /nvme/hf\n  HF_HUB_CACHE=/nvme/hf gd2fs cache ls --json",
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if dir == "" {
+				return usage(fmt.Errorf("no cache folder: give --cache DIR or set HF_HUB_CACHE"))
+			}
 			c := &weights.Cache{Dir: dir}
 			ms, err := c.List()
 			if err != nil {
 				return err
+			}
+			hit, fetched, cold := c.Stats()
+			if lsJSON {
+				out := cacheListJSON{Dir: dir, Models: []cachedModelJSON{}, HitBytes: hit, Fetched: fetched, ColdFilled: cold}
+				for _, m := range ms {
+					out.Models = append(out.Models, cachedModelJSON{Name: m.Name, Bytes: m.Bytes, LastUsed: m.LastUsed, Uses: m.Uses, InUse: m.InUse})
+				}
+				return printJSON(out)
+			}
+			if _, err := os.Stat(dir); os.IsNotExist(err) {
+				fmt.Printf("cache %s (no such folder yet: gd2fs warmup --cache %s creates it)\n", dir, dir)
+			} else {
+				fmt.Printf("cache %s\n", dir)
 			}
 			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "MODEL\tSIZE\tLAST USED\tUSES\tIN USE")
@@ -315,7 +217,6 @@ func newCache(g *globals) *cobra.Command {
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%v\n", m.Name, human(m.Bytes), m.LastUsed.Format("2006-01-02 15:04:05"), m.Uses, m.InUse)
 			}
 			tw.Flush()
-			hit, fetched, cold := c.Stats()
 			ratio := 0.0
 			if hit+fetched > 0 {
 				ratio = float64(hit) / float64(hit+fetched)
@@ -325,6 +226,7 @@ func newCache(g *globals) *cobra.Command {
 			return nil
 		},
 	}
+	ls.Flags().BoolVar(&lsJSON, "json", false, "print JSON: dir, models and the hit figures (snake_case fields)")
 	var force bool
 	rm := &cobra.Command{
 		Use: "rm MODEL...", Short: "Remove cached models (refused while a process has them open, unless --force)", Args: cobra.MinimumNArgs(1),
