@@ -53,6 +53,9 @@ func newServer(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if err := checkKVSizes(kc, "--kv-max-value"); err != nil {
+				return err
+			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			var cc *cold.Config

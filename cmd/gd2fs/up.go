@@ -11,6 +11,7 @@ import (
 
 	"github.com/gd2fs/gd2fs/internal/cluster"
 	"github.com/gd2fs/gd2fs/internal/cold"
+	"github.com/gd2fs/gd2fs/internal/kvstore"
 	"github.com/gd2fs/gd2fs/internal/store"
 	"github.com/spf13/cobra"
 )
@@ -46,6 +47,9 @@ func newUp(g *globals) *cobra.Command {
 			}
 			kvDiskB, err := parseSize(kvDisk)
 			if err != nil {
+				return err
+			}
+			if err := checkKVSizes(kvstore.Config{DiskBytes: kvDiskB}, ""); err != nil {
 				return err
 			}
 			q, err := parseSize(quota)
