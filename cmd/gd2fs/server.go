@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gd2fs/gd2fs/internal/cold"
+	"github.com/gd2fs/gd2fs/internal/dirlock"
 	"github.com/gd2fs/gd2fs/internal/kvstore"
 	"github.com/gd2fs/gd2fs/internal/server"
 	"github.com/gd2fs/gd2fs/internal/store"
@@ -56,6 +57,11 @@ func newServer(g *globals) *cobra.Command {
 			if err := checkKVSizes(kc, "--kv-max-value"); err != nil {
 				return err
 			}
+			unlock, err := dirlock.AcquireAll(sc.Dir, kc.Dir)
+			if err != nil {
+				return fmt.Errorf("%w (another gd2fs server uses it: stop that one, or give this one another --disk / --kv-disk)", err)
+			}
+			defer unlock()
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			var cc *cold.Config
