@@ -19,6 +19,7 @@ func newSession(g *globals) *cobra.Command {
 		Use:   "session",
 		Short: "Explicit-mode KV sessions: plan before a request runs, commit after",
 		Example: `  gd2fs session plan chat-42 --model llama-3-8b --tokens prompt-ids.json --prefix gd2fs://local/prefixes/sys
+  gd2fs session write chat-42 --plan 1234 ./fresh-kv.bin    # what an engine does between plan and commit
   gd2fs session commit chat-42 --plan 1234
   gd2fs session ls
   gd2fs session show chat-42
@@ -130,6 +131,9 @@ before: a user's edit of an earlier message then gets KV of other text.`,
 					return err
 				}
 				out, err = s.CommitSaved(cmd.Context(), args[0], planID, segs)
+			}
+			if err != nil && strings.Contains(err.Error(), "Sync before commit") {
+				return fmt.Errorf("%w (from the shell: gd2fs session write %s --plan %d FILE)", err, args[0], planID)
 			}
 			if err != nil {
 				return err
@@ -280,7 +284,7 @@ perhaps partial (docs/kv-cache.md "The content check"). Needs no cluster.`,
 	}
 	hashes.Flags().IntVar(&pageTokens, "page-tokens", 0, "tokens per block: the model layout's page_tokens")
 	hashes.Flags().StringVar(&tokensFile, "tokens", "", "file (- for stdin) of token ids: JSON list, /tokenize answer, or ids separated by spaces or commas")
-	cmd.AddCommand(plan, commit, ls, show, fork, rm, prefix, hashes)
+	cmd.AddCommand(plan, commit, ls, show, fork, rm, prefix, hashes, newSessionWrite(g))
 	return cmd
 }
 
