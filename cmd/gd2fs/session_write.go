@@ -94,4 +94,3 @@ func readExactly(name string, n int64) ([]byte, error) {
 	}
 	return buf[:n], nil
 }
-
