@@ -123,7 +123,9 @@ func (g *globals) resolve() error {
 		return err
 	}
 	// Talking TLS: default master URLs become https.
-	if g.clientTLS != nil || g.serverTLS != nil {
+	tls := g.clientTLS != nil || g.serverTLS != nil
+	g.master = normalizeMasters(g.master, tls) // masterurl.go
+	if tls {
 		g.master = strings.ReplaceAll(g.master, "http://", "https://")
 	}
 	return nil
@@ -169,6 +171,9 @@ func (g *globals) remote(c *client.Client, uri string) (string, error) {
 	if g.cluster == "" {
 		st, err := c.Status(context.Background())
 		if err != nil {
+			return "", err
+		}
+		if err := g.checkMaster(st); err != nil {
 			return "", err
 		}
 		g.cluster = st.Cluster

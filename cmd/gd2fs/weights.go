@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"os"
 	"text/tabwriter"
@@ -54,6 +56,9 @@ costs at most the parts in flight again (--concurrency GETs of --part-size, plus
 						state = fmt.Sprintf("resumed after %s", human(r.Resumed))
 					}
 					fmt.Printf("%s  %s  %s  %s\n", r.SHA256, human(r.Size), r.Path, state)
+				}
+				if errors.Is(err, context.Canceled) {
+					return fmt.Errorf("pull interrupted: run the same command again to resume (complete files are kept, a partial one continues from its committed size)")
 				}
 				return err
 			})
@@ -145,6 +150,9 @@ leaves no published file; the same command again resumes each blob from its last
 				cache := &weights.Cache{Dir: dir, Quota: q}
 				rep, err := cache.Warmup(cmd.Context(), c, p, ref, bars.update)
 				bars.wait()
+				if errors.Is(err, context.Canceled) {
+					return fmt.Errorf("warmup interrupted: run the same command again to resume (no partial file was published)")
+				}
 				if err != nil {
 					return err
 				}
