@@ -33,7 +33,7 @@ func newSession(g *globals) *cobra.Command {
 				return err
 			}
 			defer c.Close()
-			return fn(c.Sessions(), cmd, args)
+			return flagError(fn(c.Sessions(), cmd, args)) // flagnames.go
 		}
 	}
 	var req client.PlanRequest

@@ -7,6 +7,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/gd2fs/gd2fs/internal/cluster"
@@ -101,8 +102,8 @@ func newUp(g *globals) *cobra.Command {
 				}
 				fmt.Println()
 			}
-			fmt.Printf("\nConnect:\n  export GD2FS_MASTER=%s\n  gd2fs cp ./file gd2fs://%s/path/file\n  gd2fs status\n  web console: %s/ui/ (the cluster token logs in)\nStop with Ctrl-C.\n",
-				c.Master.URL(), clusterName(cluster_), c.Master.URL())
+			fmt.Printf("\nConnect:\n  export GD2FS_MASTER=%s\n%s  gd2fs cp ./file gd2fs://%s/path/file\n  gd2fs status\n  web console: %s/ui/%s\nStop with Ctrl-C.\n",
+				c.Master.URL(), connectAuth(g), clusterName(cluster_), c.Master.URL(), consoleLogin(g))
 			<-ctx.Done()
 			fmt.Println("gd2fs: shutting down")
 			return nil
@@ -132,4 +133,32 @@ func clusterName(s string) string {
 		return "local"
 	}
 	return s
+}
+
+// connectAuth is what a client needs besides the master, for up's Connect
+// block: the token (by file, never its value) and the TLS files.
+func connectAuth(g *globals) string {
+	var b strings.Builder
+	switch {
+	case g.tokenFile != "":
+		abs, _ := filepath.Abs(g.tokenFile)
+		fmt.Fprintf(&b, "  export GD2FS_TOKEN_FILE=%s   # every client needs the cluster token\n", abs)
+	case g.token != "":
+		b.WriteString("  export GD2FS_TOKEN_FILE=<a file holding the cluster token>   # every client needs it\n")
+	}
+	if g.tls.CA != "" {
+		abs, _ := filepath.Abs(g.tls.CA)
+		fmt.Fprintf(&b, "  export GD2FS_TLS_CA=%s\n", abs)
+	}
+	if g.tls.VerifyClients {
+		b.WriteString("  export GD2FS_TLS_CERT=<client cert> GD2FS_TLS_KEY=<its key>   # the cluster verifies clients\n")
+	}
+	return b.String()
+}
+
+func consoleLogin(g *globals) string {
+	if g.token == "" {
+		return " (no token: no login)"
+	}
+	return " (log in with the cluster token)"
 }
