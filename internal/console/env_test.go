@@ -41,8 +41,8 @@ type env struct {
 	sessions             []string
 	evilRanges           int
 	modelFiles           int
-	
-	warmLinked           int64 // bytes of the linked model read (one chunk)
+
+	warmLinked int64 // bytes of the linked model read (one chunk)
 }
 
 func setup(t *testing.T) *env {
