@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/gd2fs/gd2fs/client"
+	"github.com/gd2fs/gd2fs/internal/weights"
 	"github.com/gd2fs/gd2fs/safetensors"
 	"github.com/spf13/cobra"
 )
@@ -57,7 +58,7 @@ func inspectModel(ctx context.Context, c *client.Client, dir string, tensors boo
 		}
 		mf := modelFileJSON{Path: strings.TrimPrefix(fi.Path, dir+"/"), Size: st.Size, Sealed: st.Sealed, SHA256: st.Attrs["sha256"], Kind: "copied"}
 		switch {
-		case st.Attrs["source"] != "" && st.Attrs["sha256"] == "":
+		case st.Attrs[weights.LinkedAttr] != "" || (st.Attrs["source"] != "" && st.Attrs["sha256"] == ""):
 			mf.Kind, mf.Source = "linked", st.Attrs["source"]
 		case st.Attrs["sha256"] != "":
 			mf.Kind = "pulled"

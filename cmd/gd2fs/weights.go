@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"text/tabwriter"
+	"time"
 
 	"github.com/gd2fs/gd2fs/client"
 	"github.com/gd2fs/gd2fs/internal/weights"
@@ -103,7 +104,7 @@ chunk to a live server, which fills it from S3 again (once); reads wait for that
 					fmt.Printf("%s  %s  <- %s\n", human(f.Size), f.Path, f.Attrs["source"])
 				}
 				if err == nil {
-					fmt.Fprintln(os.Stderr, "linked; the servers need S3 access too (gd2fs server --s3-endpoint ... or the AWS_* variables)")
+					probeS3(cmd.Context(), c, fs)
 				}
 				return err
 			})
@@ -269,4 +270,33 @@ func newCache(g *globals) *cobra.Command {
 	gc.Flags().StringVar(&quota, "quota", "0", "size to shrink the cache to")
 	cmd.AddCommand(ls, rm, gc)
 	return cmd
+}
+
+// probeS3 asks the servers, by reading one byte of the smallest linked
+// file, whether they can fill linked chunks from S3 (a server fills the
+// whole chunk it holds, so the probe costs one chunk from S3, which a
+// first reader would fetch anyway), and says what it found.
+func probeS3(ctx context.Context, c *client.Client, fs []client.FileInfo) {
+	var probe *client.FileInfo
+	for i := range fs {
+		if fs[i].Size > 0 && (probe == nil || fs[i].Size < probe.Size) {
+			probe = &fs[i]
+		}
+	}
+	if probe == nil {
+		fmt.Fprintln(os.Stderr, "linked (no bytes to check the servers' S3 access with)")
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	f, err := c.Open(ctx, probe.Path)
+	if err == nil {
+		_, err = f.ReadAtContext(ctx, make([]byte, 1), 0)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "linked, but a server could not read %s from S3: %v\n"+
+			"servers fill linked files themselves: give them S3 access (gd2fs server --s3-endpoint ... or the AWS_* variables; gd2fs up --s3-endpoint ...)\n", probe.Path, err)
+		return
+	}
+	fmt.Fprintf(os.Stderr, "linked; checked: the servers read %s from S3\n", probe.Path)
 }
