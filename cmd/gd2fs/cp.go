@@ -178,12 +178,13 @@ func existsHint(ctx context.Context, c *client.Client, p string, err error) erro
 func removePartial(c *client.Client, p string, cerr error) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	what := "failed"
+	what, again := "failed", ""
 	if errors.Is(cerr, context.Canceled) {
-		what = "interrupted"
+		what, again = "interrupted", "; rerun the same command to copy again"
 	}
+	cerr = flagError(cerr) // flagnames.go
 	if err := c.Remove(ctx, p); err != nil && !errors.Is(err, errs.ErrNotFound) {
 		return fmt.Errorf("copy to %s %s: %w (the partial file stays, unsealed: remove it with 'gd2fs rm', or rerun with -f; could not remove it: %v)", p, what, cerr, err)
 	}
-	return fmt.Errorf("copy to %s %s: %w (removed the partial file; rerun the same command to copy again)", p, what, cerr)
+	return fmt.Errorf("copy to %s %s: %w (removed the partial file%s)", p, what, cerr, again)
 }

@@ -16,6 +16,7 @@ var apiFields = []struct{ field, flag string }{
 	{"kv_heads", "--kv-heads"},
 	{"head_dim", "--head-dim"},
 	{"tp_size", "--tp-size"},
+	{"use a pool with fewer replicas", "use a pool with fewer replicas (--pool perf keeps one copy)"},
 }
 
 // flagError rewrites an error from the master in terms of the CLI's flags;

@@ -320,8 +320,8 @@ func TestUpOneServerDefaultPool(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, code := cliRun(t, bin, env, nil, "cp", src, "gd2fs://local/f.bin")
-	if code == 0 {
-		t.Fatalf("cp to the ha pool on one server succeeded:\n%s", out)
+	if code == 0 || !strings.Contains(out, "--pool perf") || !strings.Contains(out, "removed the partial file") {
+		t.Fatalf("cp to the ha pool on one server: exit %d\n%s", code, out)
 	}
 	if out, code := cliRun(t, bin, env, nil, "stat", "gd2fs://local/f.bin"); code == 0 {
 		t.Fatalf("the failed cp left a file:\n%s", out)
