@@ -85,4 +85,16 @@ func addRemoteCompletion(g *globals, root *cobra.Command) {
 		}
 	}
 	walk(root)
+	root.InitDefaultCompletionCmd()
+	for _, c := range root.Commands() {
+		if c.Name() == "completion" {
+			c.Long = c.Short + `.
+
+Commands, flags and gd2fs:// paths complete; a path is completed by asking the master (GD2FS_MASTER,
+the token and TLS variables apply), which gets 3 seconds.`
+			c.Example = `  source <(gd2fs completion bash)                   # this shell; add it to ~/.bashrc to keep it
+  gd2fs completion zsh > "${fpath[1]}/_gd2fs"
+  gd2fs ls gd2fs://local/mo<TAB>                    # -> gd2fs://local/models/`
+		}
+	}
 }

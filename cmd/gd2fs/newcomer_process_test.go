@@ -295,8 +295,26 @@ func TestNewcomer(t *testing.T) {
 	// Item 17: completion of gd2fs:// paths, asking the master.
 	out = must("gd2fs://local/models/", "__complete", "ls", "gd2fs://local/mo")
 	out = must("gd2fs://local/models/m/w.bin", "__complete", "cat", "gd2fs://local/models/m/")
-	// Item 17: --help lists the client environment variables.
+	// ... and in bash itself, as a user's TAB runs it (bash splits the word
+	// at the colon; the script hands back what follows it).
+	if _, err := os.Stat("/usr/share/bash-completion/bash_completion"); err == nil {
+		script := `source /usr/share/bash-completion/bash_completion; source <("$BIN" completion bash)
+COMP_LINE="$BIN ls gd2fs://local/models/m/w"; COMP_POINT=${#COMP_LINE}
+COMP_WORDS=("$BIN" ls gd2fs : //local/models/m/w); COMP_CWORD=4
+__start_gd2fs 2>/dev/null; printf '%s\n' "${COMPREPLY[@]}"`
+		cmd := exec.Command("bash", "-c", script)
+		cmd.Env = append(env, "BIN="+bin)
+		got, err := cmd.Output()
+		if err != nil || strings.TrimSpace(string(got)) != "//local/models/m/w.bin" {
+			t.Fatalf("bash completion: %v %q", err, got)
+		}
+	} else {
+		t.Log("bash-completion not installed: bash's side of completion not checked")
+	}
+	// Item 17: --help lists the client environment variables; new commands have examples.
 	must("GD2FS_TLS_CA", "--help")
+	must("Example", "session", "write", "--help")
+	must("gd2fs://", "completion", "--help")
 }
 
 // TestUpOneServerDefaultPool: with one server, a cp to the default (ha)
