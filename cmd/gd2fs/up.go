@@ -77,7 +77,14 @@ func newUp(g *globals) *cobra.Command {
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			abs, _ := filepath.Abs(dir)
-			unlock, err := dirlock.AcquireAll(abs)
+			// The folder, and each server's tiers in it (internal/cluster's
+			// layout), so that neither another up nor a gd2fs server given
+			// one of them by hand shares them.
+			lockDirs := []string{abs}
+			for i := 0; i < servers; i++ {
+				lockDirs = append(lockDirs, filepath.Join(abs, "server-"+strconv.Itoa(i)), filepath.Join(abs, "server-"+strconv.Itoa(i), "kv"))
+			}
+			unlock, err := dirlock.AcquireAll(lockDirs...)
 			if err != nil {
 				return fmt.Errorf("%w (another gd2fs up uses this folder: stop it, or give this one another --dir)", err)
 			}
