@@ -230,7 +230,15 @@ func TestNewcomer(t *testing.T) {
 
 	// Item 7: a whole explicit-mode turn from the shell.
 	must(`"token_bytes"`, "model", "layout", "set", "tiny", "--layers", "2", "--kv-heads", "2", "--head-dim", "4", "--dtype", "bf16", "--page-tokens", "16")
-	out = must(`"plan_id"`, "session", "plan", "chat-1", "--model", "tiny", "--prompt-tokens", "40")
+	idsFile := filepath.Join(dir, "ids.txt") // the prompt's token ids: a plan checks content
+	var ids []string
+	for i := 1; i <= 40; i++ {
+		ids = append(ids, strconv.Itoa(i))
+	}
+	if err := os.WriteFile(idsFile, []byte(strings.Join(ids, " ")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out = must(`"plan_id"`, "session", "plan", "chat-1", "--model", "tiny", "--tokens", idsFile)
 	var plan client.Plan
 	if err := json.Unmarshal([]byte(out), &plan); err != nil || len(plan.Fresh) != 1 {
 		t.Fatalf("plan: %v\n%s", err, out)
@@ -259,8 +267,8 @@ func TestNewcomer(t *testing.T) {
 	}
 	must(`"id": "chat-1"`, "session", "ls", "--json")
 	// Item 13: errors name the CLI's flags, not the API's fields.
-	fails(1, "--model", "session", "plan", "chat-2", "--prompt-tokens", "4")
-	fails(1, "--prompt-tokens must be", "session", "plan", "chat-2", "--model", "tiny")
+	fails(1, "give --model", "session", "plan", "chat-2", "--unsafe-count-only", "--prompt-tokens", "4")
+	fails(1, "--prompt-tokens must be", "session", "plan", "chat-2", "--model", "tiny", "--unsafe-count-only")
 
 	// Item 5: model inspect prints dtypes, not a Go map; --json too.
 	st1, err := safetensors.Build([]safetensors.Tensor{{Name: "w", DType: "F16", Shape: []int64{4, 4}}}, [][]byte{make([]byte, 32)}, nil)

@@ -169,7 +169,7 @@ func setup(t *testing.T) *env {
 		turn(id, 150)
 	}
 	// A session planned and never committed: it owns reserved bytes only.
-	rp, err := ss.Plan(ctx, reservedSession, client.PlanRequest{Model: "tiny", PromptTokens: 16})
+	rp, err := ss.Plan(ctx, reservedSession, client.PlanRequest{Model: "tiny", TokenIDs: make([]uint32, 16)})
 	if err != nil {
 		t.Fatal(err)
 	}
