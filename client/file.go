@@ -373,7 +373,7 @@ func (f *File) readPiece(ctx context.Context, i int, x piece) error {
 		if err == nil || ctx.Err() != nil {
 			return err
 		}
-		if f.linked() && errors.Is(err, errs.ErrUnavailable) {
+		if f.linked() && errors.Is(err, errs.ErrUnavailable) && !noS3(err) {
 			return f.readRefilled(ctx, c, i, x.off, x.buf[:n], err) // refill.go
 		}
 		if attempt > 0 {
@@ -444,6 +444,12 @@ func (f *File) readReplicas(ctx context.Context, c api.Chunk, spread int, off in
 		}
 		tried = append(tried, r.Addr)
 		last = err
+	}
+	if noS3(last) {
+		// The cause, first: waiting for another server does not help
+		// when servers are not given S3 (readRefilled stops on it).
+		return errs.New(errs.ErrUnavailable, "%s: chunk %d is linked to %s, and the servers cannot fill it from S3: %w (tried %s)",
+			f.info.Path, c.Index, f.info.Attrs["source"], last, strings.Join(tried, ", "))
 	}
 	pool := f.info.Pool
 	hint := "start the server again, or wait for the master to re-replicate"

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/gd2fs/gd2fs/errs"
@@ -65,7 +66,7 @@ func (f *File) readRefilled(ctx context.Context, c api.Chunk, spread int, off in
 			if err = f.readReplicas(ctx, c, spread, off, dst); err == nil {
 				return nil
 			}
-			if !errors.Is(err, errs.ErrUnavailable) {
+			if !errors.Is(err, errs.ErrUnavailable) || noS3(err) {
 				return err
 			}
 			last = err
@@ -92,6 +93,13 @@ func (f *File) readRefilled(ctx context.Context, c api.Chunk, spread int, off in
 		}
 		wait = min(2*wait, refillBackoffMax)
 	}
+}
+
+// noS3 tells the error of a server that has no S3 configuration for
+// linked files (internal/server/cold.go). Only the kind crosses the wire,
+// so the message is what says it.
+func noS3(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "has no S3 configuration")
 }
 
 func sameServers(a, b api.Chunk) bool {

@@ -2,13 +2,16 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path"
 	"strings"
+	"time"
 
 	"github.com/gd2fs/gd2fs/client"
+	"github.com/gd2fs/gd2fs/errs"
 	"github.com/spf13/cobra"
 )
 
@@ -71,10 +74,12 @@ func newCp(g *globals) *cobra.Command {
 				}
 				if strings.HasSuffix(dst, "/") {
 					p = path.Join(p, path.Base(src))
+				} else if st, err := c.Stat(ctx, p); err == nil && st.IsDir {
+					p = path.Join(p, path.Base(src)) // into the directory, as cp does
 				}
 				wf, err := c.Create(ctx, p, client.CreateOptions{Pool: pool, ChunkSize: cs, Overwrite: force})
 				if err != nil {
-					return err
+					return existsHint(ctx, c, p, err)
 				}
 				set := func(n int64) { bars.update("upload "+path.Base(p), n, size) }
 				if rf != nil {
@@ -82,11 +87,14 @@ func newCp(g *globals) *cobra.Command {
 				} else {
 					_, err = copyBuffered(ctx, wf, r, set)
 				}
+				if err == nil {
+					err = wf.Close()
+				}
 				bars.wait()
 				if err != nil {
-					return fmt.Errorf("copy to %s: %w (the partial file stays unsealed; remove it with 'gd2fs rm')", dst, err)
+					return removePartial(c, p, err)
 				}
-				return wf.Close()
+				return nil
 			}
 			if rf == nil {
 				return fmt.Errorf("one of SRC and DST must be a gd2fs:// URI")
@@ -149,4 +157,34 @@ func copyBuffered(ctx context.Context, f *client.File, r io.Reader, progress fun
 			return done, err
 		}
 	}
+}
+
+// existsHint adds to a failed create what to do about the file in the way:
+// -f replaces it; an unsealed one is the leftover of a copy that did not
+// finish.
+func existsHint(ctx context.Context, c *client.Client, p string, err error) error {
+	if !errors.Is(err, errs.ErrExists) {
+		return err
+	}
+	if st, serr := c.Stat(ctx, p); serr == nil && !st.IsDir && !st.Sealed {
+		return fmt.Errorf("%w: %s is a partial copy (not sealed: a cp that was interrupted or failed): rerun with -f to replace it, or gd2fs rm it", err, p)
+	}
+	return fmt.Errorf("%w: rerun with -f to replace it, or pick another name", err)
+}
+
+// removePartial removes the unsealed file a failed or interrupted copy
+// left, and says so; the cause (cerr) stays the error. It runs on its own
+// context: the copy's may be the one Ctrl-C cancelled.
+func removePartial(c *client.Client, p string, cerr error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	what, again := "failed", ""
+	if errors.Is(cerr, context.Canceled) {
+		what, again = "interrupted", "; rerun the same command to copy again"
+	}
+	cerr = flagError(cerr) // flagnames.go
+	if err := c.Remove(ctx, p); err != nil && !errors.Is(err, errs.ErrNotFound) {
+		return fmt.Errorf("copy to %s %s: %w (the partial file stays, unsealed: remove it with 'gd2fs rm', or rerun with -f; could not remove it: %v)", p, what, cerr, err)
+	}
+	return fmt.Errorf("copy to %s %s: %w (removed the partial file%s)", p, what, cerr, again)
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gd2fs/gd2fs/internal/testutil"
 	"github.com/gd2fs/gd2fs/internal/tlsconf"
 )
 
@@ -46,9 +47,21 @@ func TestCLIHardening(t *testing.T) {
 	tokFile := filepath.Join(dir, "token")
 	os.WriteFile(tokFile, []byte(token+"\n"), 0o600)
 	maddr := freeAddr(t)
-	up := spawn(t, bin, "up", "--dir", filepath.Join(dir, "data"), "--listen", maddr, "--port", "0", "--servers", "1",
+	up := exec.Command(bin, "up", "--dir", filepath.Join(dir, "data"), "--listen", maddr, "--port", "0", "--servers", "1",
 		"--mem", "32MiB", "--disk", "256MiB", "--kv-mem", "16MiB", "--kv-disk", "0",
 		"--token-file", tokFile, "--tls-cert", node.Cert, "--tls-key", node.Key, "--tls-ca", node.CA, "--resp-port", "0")
+	var upOut testutil.SyncBuffer
+	up.Stdout, up.Stderr = &upOut, &upOut
+	if err := up.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		up.Process.Kill()
+		up.Wait()
+		if t.Failed() {
+			t.Logf("up:\n%s", upOut.String())
+		}
+	})
 	env := append(os.Environ(), "GD2FS_MASTER=https://"+maddr, "GD2FS_TOKEN_FILE="+tokFile, "GD2FS_TLS_CA="+node.CA)
 	run := func(args ...string) (string, error) {
 		cmd := exec.Command(bin, args...)
@@ -73,8 +86,20 @@ func TestCLIHardening(t *testing.T) {
 	// Without the CA the CLI does not trust the cluster.
 	cmd := exec.Command(bin, "status", "--master", "https://"+maddr, "--token-file", tokFile)
 	cmd.Env = []string{"HOME=" + dir, "PATH=" + os.Getenv("PATH")}
-	if out, err := cmd.CombinedOutput(); err == nil {
-		t.Fatalf("status without the CA succeeded:\n%s", out)
+	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "TLS failed: check --tls-ca") || strings.Contains(string(out), "is it running") {
+		t.Fatalf("status without the CA: %v\n%s", err, out)
+	}
+	// up's Connect block names what a client needs (issue 25 item 12).
+	for _, want := range []string{"GD2FS_TOKEN_FILE=" + tokFile, "GD2FS_TLS_CA=" + node.CA, "log in with the cluster token"} {
+		if !strings.Contains(upOut.String(), want) {
+			t.Fatalf("up's Connect block lacks %q:\n%s", want, upOut.String())
+		}
+	}
+	// A wrong token: the error names --token-file, the flag to use.
+	cmd = exec.Command(bin, "status")
+	cmd.Env = append(os.Environ(), "GD2FS_MASTER=https://"+maddr, "GD2FS_TLS_CA="+node.CA, "GD2FS_TOKEN=wrong")
+	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "--token-file or GD2FS_TOKEN_FILE") {
+		t.Fatalf("status with a wrong token: %v\n%s", err, out)
 	}
 	if out, err := run("kv", "put", "a/1", filepath.Join(dir, "token")); err != nil {
 		t.Fatalf("kv put: %v\n%s", err, out)

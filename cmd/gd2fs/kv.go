@@ -20,6 +20,7 @@ func newKV(g *globals) *cobra.Command {
   gd2fs kv exists llama/0/8f3a llama/0/91bc llama/0/a7de     # per key, and the cached prefix length
   gd2fs kv --pool ha stat llama/0/8f3a`,
 	}
+	var asJSON bool
 	cmd.PersistentFlags().StringVar(&pool, "pool", "perf", "pool: perf (1 copy) or ha (3 copies)")
 	withKV := func(fn func(kv *client.KV, cmd *cobra.Command, args []string) error) func(*cobra.Command, []string) error {
 		return func(cmd *cobra.Command, args []string) error {
@@ -77,21 +78,47 @@ func newKV(g *globals) *cobra.Command {
 		}),
 	}
 	exists := &cobra.Command{
-		Use:     "exists KEY...",
-		Short:   "Say which keys are stored, and how many leading keys all are",
-		Example: "  gd2fs kv exists llama/0/8f3a llama/0/91bc",
+		Use:   "exists KEY...",
+		Short: "Say which keys are stored, and how many leading keys all are",
+		Long: `Say which keys are stored, and how many leading keys all are.
+
+Exit status: 0 when every key is stored, 1 when one is not, 2 when the cluster could not be asked
+(or bad usage), so a script can write: if gd2fs kv exists KEY >/dev/null; then ...`,
+		Example: "  gd2fs kv exists llama/0/8f3a llama/0/91bc\n  gd2fs kv exists --json llama/0/8f3a llama/0/91bc\n  gd2fs kv exists -q llama/0/8f3a && echo cached",
 		Args:    cobra.MinimumNArgs(1),
 		RunE: withKV(func(kv *client.KV, cmd *cobra.Command, args []string) error {
 			hits, prefix, err := kv.BatchExists(cmd.Context(), args)
-			w := bufio.NewWriter(os.Stdout)
-			for i, k := range args {
-				fmt.Fprintf(w, "%v\t%s\n", hits[i], k)
+			if err != nil {
+				return &exitError{code: exitUsage, err: err}
 			}
-			fmt.Fprintf(w, "prefix\t%d of %d\n", prefix, len(args))
-			w.Flush()
-			return err
+			quiet, _ := cmd.Flags().GetBool("quiet")
+			switch {
+			case asJSON:
+				out := existsJSON{Prefix: prefix, Keys: make([]keyHitJSON, len(args))}
+				for i, k := range args {
+					out.Keys[i] = keyHitJSON{Key: k, Stored: hits[i]}
+				}
+				if err := printJSON(out); err != nil {
+					return err
+				}
+			case !quiet:
+				w := bufio.NewWriter(os.Stdout)
+				for i, k := range args {
+					fmt.Fprintf(w, "%v\t%s\n", hits[i], k)
+				}
+				fmt.Fprintf(w, "prefix\t%d of %d\n", prefix, len(args))
+				if err := w.Flush(); err != nil {
+					return err
+				}
+			}
+			if prefix < len(args) {
+				return &exitError{code: exitFailure, silent: true}
+			}
+			return nil
 		}),
 	}
+	exists.Flags().BoolVar(&asJSON, "json", false, "print JSON: keys (key, stored) and prefix")
+	exists.Flags().BoolP("quiet", "q", false, "print nothing: the exit status answers")
 	rm := &cobra.Command{
 		Use:     "rm KEY... | rm --prefix PREFIX | rm --all",
 		Short:   "Delete blocks, or every block whose key starts with a prefix",
@@ -130,17 +157,21 @@ func newKV(g *globals) *cobra.Command {
 	stat := &cobra.Command{
 		Use:     "stat KEY",
 		Short:   "Show a block's size, tier and server",
-		Example: "  gd2fs kv stat llama/0/8f3a",
+		Example: "  gd2fs kv stat llama/0/8f3a\n  gd2fs kv stat --json llama/0/8f3a",
 		Args:    cobra.ExactArgs(1),
 		RunE: withKV(func(kv *client.KV, cmd *cobra.Command, args []string) error {
 			info, err := kv.Stat(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
+			if asJSON {
+				return printJSON(blockJSON{Key: info.Key, Size: info.Size, Tier: info.Tier, Server: info.Server})
+			}
 			fmt.Printf("key:    %s\nsize:   %d (%s)\ntier:   %s\nserver: %s\n", info.Key, info.Size, human(info.Size), info.Tier, info.Server)
 			return nil
 		}),
 	}
+	stat.Flags().BoolVar(&asJSON, "json", false, "print JSON (snake_case fields)")
 	cmd.AddCommand(put, get, exists, rm, stat)
 	return cmd
 }

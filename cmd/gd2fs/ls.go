@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path"
@@ -11,21 +12,36 @@ import (
 	"unicode/utf8"
 
 	"github.com/gd2fs/gd2fs/client"
+	"github.com/gd2fs/gd2fs/errs"
 	"github.com/spf13/cobra"
 )
 
 func newLs(g *globals) *cobra.Command {
-	var long bool
+	var long, asJSON bool
 	cmd := &cobra.Command{
 		Use:     "ls URI",
-		Short:   "List a directory",
-		Example: "  gd2fs ls gd2fs://local/\n  gd2fs ls -l gd2fs://local/models/m",
+		Short:   "List a directory (or show one file, as ls does)",
+		Example: "  gd2fs ls gd2fs://local/\n  gd2fs ls -l gd2fs://local/models/m\n  gd2fs ls -l gd2fs://local/models/m/model.safetensors   # one file\n  gd2fs ls --json gd2fs://local/models/m | jq -r '.[].path'",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.withRemote(args[0], func(c *client.Client, p string) error {
 				es, err := c.List(cmd.Context(), p)
+				if errors.Is(err, errs.ErrNotDir) {
+					var fi client.FileInfo
+					if fi, err = c.Stat(cmd.Context(), p); err == nil {
+						fi.Chunks = nil
+						es = []client.FileInfo{fi}
+					}
+				}
 				if err != nil {
 					return err
+				}
+				if asJSON {
+					out := make([]fileJSON, len(es))
+					for i, e := range es {
+						out[i] = fileOf(e)
+					}
+					return printJSON(out)
 				}
 				tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 				for _, e := range es {
@@ -52,6 +68,7 @@ func newLs(g *globals) *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVarP(&long, "long", "l", false, "long format: pool, size, state, time")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON list (snake_case fields)")
 	return cmd
 }
 

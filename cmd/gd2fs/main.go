@@ -3,8 +3,10 @@
 package main
 
 import (
-	"fmt"
+	"context"
 	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/gd2fs/gd2fs/internal/version"
 )
@@ -15,8 +17,15 @@ func main() {
 	// Python wheel's version is the first field (internal/version).
 	root.Version = version.Get().String()
 	root.SetVersionTemplate("gd2fs {{.Version}}\n")
-	if err := root.Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "gd2fs:", err)
-		os.Exit(1)
+	// Ctrl-C and SIGTERM cancel the command's context, so that a copy can
+	// clean up and say what it left; a second signal ends the process.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-ctx.Done()
+		stop()
+	}()
+	if err := root.ExecuteContext(ctx); err != nil {
+		stop()
+		exit(err) // exit.go: the status a script sees
 	}
 }

@@ -33,7 +33,7 @@ func newModel(g *globals) *cobra.Command {
 			defer c.Close()
 			l.Model = args[0]
 			if err := c.Sessions().SetLayout(cmd.Context(), l); err != nil {
-				return err
+				return flagError(err)
 			}
 			return printLayout(l)
 		},

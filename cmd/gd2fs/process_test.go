@@ -255,7 +255,7 @@ func TestCLI(t *testing.T) {
 	}{
 		{[]string{"kv", "put", "llama/0/a", src}, ""},
 		{[]string{"kv", "put", "llama/0/a", src}, "key exists"},
-		{[]string{"kv", "exists", "llama/0/a", "llama/0/b"}, "prefix\t1 of 2"},
+		{[]string{"kv", "exists", "llama/0/a"}, "prefix\t1 of 1"}, // a miss exits 1: TestNewcomer
 		{[]string{"kv", "stat", "llama/0/a"}, "tier:"},
 		{[]string{"kv", "rm", "--prefix", "llama/"}, "deleted 1 blocks"},
 	} {

@@ -37,6 +37,22 @@ func newRoot() *cobra.Command {
 	root := &cobra.Command{
 		Use:   "gd2fs",
 		Short: "gd2fs: distributed storage for LLM inference (model weights and KV cache)",
+		Long: `gd2fs: distributed storage for LLM inference (model weights and KV cache).
+
+Environment (each also a flag; a flag wins):
+  GD2FS_MASTER        master URL(s), comma-separated; http(s)://host:port or gd2fs://host:port (--master)
+  GD2FS_TOKEN_FILE    file holding the cluster token (--token-file)
+  GD2FS_TOKEN         the cluster token itself (--token; a flag shows in ps)
+  GD2FS_TLS_CERT      PEM certificate: served by master/server/up, presented by clients (--tls-cert)
+  GD2FS_TLS_KEY       its private key (--tls-key)
+  GD2FS_TLS_CA        CA bundle that verifies the cluster's certificates (--tls-ca)
+  GD2FS_MASTER_RETRY  how long master calls retry while no master leads, e.g. 30s (--master-retry)
+  GD2FS_IO_TIMEOUT    a data server silent this long counts as not answering (--io-timeout)
+  HF_HUB_CACHE        local model cache of warmup and cache (--cache)
+  AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION   S3 of model pull/link (--s3-*)
+
+Exit status: 0 success; 1 failure (the message says why; kv exists: a key is not stored); 2 bad
+usage (kv exists: could not ask). Shell completion, gd2fs:// paths included: gd2fs completion --help.`,
 		Example: `  gd2fs up                                   # a whole cluster on this machine
   gd2fs cp ./model.safetensors gd2fs://local/models/m/model.safetensors
   gd2fs ls -l gd2fs://local/models/m
@@ -82,6 +98,8 @@ func newRoot() *cobra.Command {
 	}
 	root.AddCommand(newUp(g), newMaster(g), newServer(g), newCp(g), newLs(g), newStat(g), newCat(g),
 		newRm(g), newMkdir(g), newStatus(g), newKV(g), newModel(g), newSession(g), newWarmup(g), newCache(g), newRouter(g), newRESP(g), newMount(g), newUmount(g))
+	markUsageErrors(root)
+	addRemoteCompletion(g, root) // completion.go
 	return root
 }
 
@@ -122,7 +140,9 @@ func (g *globals) resolve() error {
 		return err
 	}
 	// Talking TLS: default master URLs become https.
-	if g.clientTLS != nil || g.serverTLS != nil {
+	tls := g.clientTLS != nil || g.serverTLS != nil
+	g.master = normalizeMasters(g.master, tls) // masterurl.go
+	if tls {
 		g.master = strings.ReplaceAll(g.master, "http://", "https://")
 	}
 	return nil
@@ -168,6 +188,9 @@ func (g *globals) remote(c *client.Client, uri string) (string, error) {
 	if g.cluster == "" {
 		st, err := c.Status(context.Background())
 		if err != nil {
+			return "", err
+		}
+		if err := g.checkMaster(st); err != nil {
 			return "", err
 		}
 		g.cluster = st.Cluster

@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gd2fs/gd2fs/internal/dirlock"
+	"github.com/gd2fs/gd2fs/internal/kvstore"
 	"github.com/gd2fs/gd2fs/internal/node"
 	"github.com/gd2fs/gd2fs/internal/server"
 	"github.com/gd2fs/gd2fs/internal/store"
@@ -52,6 +54,14 @@ func newServer(g *globals) *cobra.Command {
 			if err := kvFlags(&n, kvMem, kvDisk, kvMax); err != nil {
 				return err
 			}
+			if err := checkKVSizes(kvstore.Config{DiskBytes: n.KVDisk, MaxValue: n.KVMaxValue}, "--kv-max-value"); err != nil {
+				return err
+			}
+			unlock, err := dirlock.AcquireAll(n.Dir, n.KVDir)
+			if err != nil {
+				return fmt.Errorf("%w (another gd2fs server uses it: stop that one, or give this one another --disk / --kv-disk)", err)
+			}
+			defer unlock()
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			if c := s3.config(); c.Endpoint != "" || c.AccessKey != "" {

@@ -19,6 +19,7 @@ func newSession(g *globals) *cobra.Command {
 		Use:   "session",
 		Short: "Explicit-mode KV sessions: plan before a request runs, commit after",
 		Example: `  gd2fs session plan chat-42 --model llama-3-8b --tokens prompt-ids.json --prefix gd2fs://local/prefixes/sys
+  gd2fs session write chat-42 --plan 1234 ./fresh-kv.bin    # what an engine does between plan and commit
   gd2fs session commit chat-42 --plan 1234
   gd2fs session ls
   gd2fs session show chat-42
@@ -32,7 +33,7 @@ func newSession(g *globals) *cobra.Command {
 				return err
 			}
 			defer c.Close()
-			return fn(c.Sessions(), cmd, args)
+			return flagError(fn(c.Sessions(), cmd, args)) // flagnames.go
 		}
 	}
 	var req client.PlanRequest
@@ -131,6 +132,9 @@ before: a user's edit of an earlier message then gets KV of other text.`,
 				}
 				out, err = s.CommitSaved(cmd.Context(), args[0], planID, segs)
 			}
+			if err != nil && strings.Contains(err.Error(), "Sync before commit") {
+				return fmt.Errorf("%w (from the shell: gd2fs session write %s --plan %d FILE)", err, args[0], planID)
+			}
 			if err != nil {
 				return err
 			}
@@ -140,14 +144,18 @@ before: a user's edit of an earlier message then gets KV of other text.`,
 	}
 	commit.Flags().Int64Var(&planID, "plan", 0, "plan id from 'session plan'")
 	commit.Flags().StringVar(&saved, "saved", "", "JSON file (- for stdin) of what the engine saved: its kv_transfer_params, kvcache_params or a fresh_kvcache list")
+	var lsJSON bool
 	ls := &cobra.Command{
 		Use:     "ls",
 		Short:   "List sessions",
-		Example: "  gd2fs session ls",
+		Example: "  gd2fs session ls\n  gd2fs session ls --json | jq -r '.[].id'",
 		Args:    cobra.NoArgs,
 		RunE: with(func(s *client.Sessions, cmd *cobra.Command, args []string) error {
 			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "SESSION\tMODEL\tTOKENS\tOWNED BYTES\tLAST USED")
+			all := []client.Session{}
+			if !lsJSON {
+				fmt.Fprintln(tw, "SESSION\tMODEL\tTOKENS\tOWNED BYTES\tLAST USED")
+			}
 			after := ""
 			for {
 				page, err := s.List(cmd.Context(), after, 1000)
@@ -155,18 +163,26 @@ before: a user's edit of an earlier message then gets KV of other text.`,
 					return err
 				}
 				for _, x := range page {
+					if lsJSON {
+						all = append(all, x)
+						continue
+					}
 					fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", x.ID, x.Model, x.Tokens, human(x.Bytes), x.LastUsed.Format("2006-01-02 15:04:05"))
 				}
 				if len(page) < 1000 {
+					if lsJSON {
+						return printJSON(all)
+					}
 					return tw.Flush()
 				}
 				after = page[len(page)-1].ID
 			}
 		}),
 	}
+	ls.Flags().BoolVar(&lsJSON, "json", false, "print a JSON list (snake_case fields, as session show)")
 	show := &cobra.Command{
 		Use:     "show SESSION",
-		Short:   "Show a session's ranges",
+		Short:   "Show a session's ranges (JSON)",
 		Example: "  gd2fs session show chat-42",
 		Args:    cobra.ExactArgs(1),
 		RunE: with(func(s *client.Sessions, cmd *cobra.Command, args []string) error {
@@ -268,7 +284,7 @@ perhaps partial (docs/kv-cache.md "The content check"). Needs no cluster.`,
 	}
 	hashes.Flags().IntVar(&pageTokens, "page-tokens", 0, "tokens per block: the model layout's page_tokens")
 	hashes.Flags().StringVar(&tokensFile, "tokens", "", "file (- for stdin) of token ids: JSON list, /tokenize answer, or ids separated by spaces or commas")
-	cmd.AddCommand(plan, commit, ls, show, fork, rm, prefix, hashes)
+	cmd.AddCommand(plan, commit, ls, show, fork, rm, prefix, hashes, newSessionWrite(g))
 	return cmd
 }
 

@@ -1,9 +1,7 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
-	"os"
 	"strings"
 
 	"github.com/gd2fs/gd2fs/client"
@@ -24,9 +22,7 @@ func newStat(g *globals) *cobra.Command {
 					return err
 				}
 				if asJSON {
-					enc := json.NewEncoder(os.Stdout)
-					enc.SetIndent("", "  ")
-					return enc.Encode(fi)
+					return printJSON(fileOf(fi))
 				}
 				if fi.IsDir {
 					fmt.Printf("%s: directory\n", fi.Path)
@@ -49,6 +45,6 @@ func newStat(g *globals) *cobra.Command {
 			})
 		},
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON (snake_case fields)")
 	return cmd
 }

@@ -28,6 +28,9 @@ func newStatus(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if err := g.checkMaster(st); err != nil {
+				return err
+			}
 			if asJSON {
 				enc := json.NewEncoder(os.Stdout)
 				enc.SetIndent("", "  ")

@@ -7,10 +7,13 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/gd2fs/gd2fs/internal/cluster"
 	"github.com/gd2fs/gd2fs/internal/cold"
+	"github.com/gd2fs/gd2fs/internal/dirlock"
+	"github.com/gd2fs/gd2fs/internal/kvstore"
 	"github.com/gd2fs/gd2fs/internal/store"
 	"github.com/spf13/cobra"
 )
@@ -29,6 +32,9 @@ func newUp(g *globals) *cobra.Command {
   gd2fs up --tls-cert node.pem --tls-key node-key.pem --tls-ca ca.pem --token-file ./token   # TLS (off by default on loopback)`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if servers < 1 {
+				return usage(fmt.Errorf("--servers %d: a cluster needs at least one data server (gd2fs master runs a master alone)", servers))
+			}
 			memB, err := parseSize(mem)
 			if err != nil {
 				return err
@@ -43,6 +49,9 @@ func newUp(g *globals) *cobra.Command {
 			}
 			kvDiskB, err := parseSize(kvDisk)
 			if err != nil {
+				return err
+			}
+			if err := checkKVSizes(kvstore.Config{DiskBytes: kvDiskB}, ""); err != nil {
 				return err
 			}
 			q, err := parseSize(quota)
@@ -68,6 +77,18 @@ func newUp(g *globals) *cobra.Command {
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			abs, _ := filepath.Abs(dir)
+			// The folder, and each server's tiers in it (internal/cluster's
+			// layout), so that neither another up nor a gd2fs server given
+			// one of them by hand shares them.
+			lockDirs := []string{abs}
+			for i := 0; i < servers; i++ {
+				lockDirs = append(lockDirs, filepath.Join(abs, "server-"+strconv.Itoa(i)), filepath.Join(abs, "server-"+strconv.Itoa(i), "kv"))
+			}
+			unlock, err := dirlock.AcquireAll(lockDirs...)
+			if err != nil {
+				return fmt.Errorf("%w (another gd2fs up uses this folder: stop it, or give this one another --dir)", err)
+			}
+			defer unlock()
 			c, err := cluster.Start(ctx, cluster.Config{Dir: abs, MasterAddr: listen, ServerAddrs: addrs, Servers: servers,
 				MemBytes: memB, DiskBytes: diskB, Sync: sp, KVMemBytes: kvMemB, KVPolicy: kvPolicy, KVDiskBytes: kvDiskB, SessionQuota: q, Cold: cc, Token: g.token, Cluster: cluster_, Meta: metaDSN, Log: g.logger(),
 				TLS: g.serverTLS, ClientTLS: g.clientTLS, RESP: respPort > 0, RESPAddrs: respAddrs})
@@ -88,8 +109,8 @@ func newUp(g *globals) *cobra.Command {
 				}
 				fmt.Println()
 			}
-			fmt.Printf("\nConnect:\n  export GD2FS_MASTER=%s\n  gd2fs cp ./file gd2fs://%s/path/file\n  gd2fs status\n  web console: %s/ui/ (the cluster token logs in)\nStop with Ctrl-C.\n",
-				c.Master.URL(), clusterName(cluster_), c.Master.URL())
+			fmt.Printf("\nConnect:\n  export GD2FS_MASTER=%s\n%s  gd2fs cp ./file gd2fs://%s/path/file\n  gd2fs status\n  web console: %s/ui/%s\nStop with Ctrl-C.\n",
+				c.Master.URL(), connectAuth(g), clusterName(cluster_), c.Master.URL(), consoleLogin(g))
 			<-ctx.Done()
 			fmt.Println("gd2fs: shutting down")
 			return nil
@@ -119,4 +140,32 @@ func clusterName(s string) string {
 		return "local"
 	}
 	return s
+}
+
+// connectAuth is what a client needs besides the master, for up's Connect
+// block: the token (by file, never its value) and the TLS files.
+func connectAuth(g *globals) string {
+	var b strings.Builder
+	switch {
+	case g.tokenFile != "":
+		abs, _ := filepath.Abs(g.tokenFile)
+		fmt.Fprintf(&b, "  export GD2FS_TOKEN_FILE=%s   # every client needs the cluster token\n", abs)
+	case g.token != "":
+		b.WriteString("  export GD2FS_TOKEN_FILE=<a file holding the cluster token>   # every client needs it\n")
+	}
+	if g.tls.CA != "" {
+		abs, _ := filepath.Abs(g.tls.CA)
+		fmt.Fprintf(&b, "  export GD2FS_TLS_CA=%s\n", abs)
+	}
+	if g.tls.VerifyClients {
+		b.WriteString("  export GD2FS_TLS_CERT=<client cert> GD2FS_TLS_KEY=<its key>   # the cluster verifies clients\n")
+	}
+	return b.String()
+}
+
+func consoleLogin(g *globals) string {
+	if g.token == "" {
+		return " (no token: no login)"
+	}
+	return " (log in with the cluster token)"
 }

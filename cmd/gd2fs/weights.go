@@ -1,70 +1,17 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"os"
-	"path"
-	"strings"
-	"sync"
 	"text/tabwriter"
+	"time"
 
 	"github.com/gd2fs/gd2fs/client"
 	"github.com/gd2fs/gd2fs/internal/weights"
-	"github.com/gd2fs/gd2fs/safetensors"
 	"github.com/spf13/cobra"
-	"github.com/vbauerster/mpb/v8"
-	"github.com/vbauerster/mpb/v8/decor"
 )
-
-// progressBars shows one bar per file (when enabled) for pull and warmup.
-type progressBars struct {
-	p    *mpb.Progress
-	mu   sync.Mutex
-	bars map[string]*mpb.Bar
-}
-
-func newProgressBars(show bool) *progressBars {
-	if !show {
-		return &progressBars{}
-	}
-	return &progressBars{p: mpb.New(mpb.WithOutput(os.Stderr), mpb.WithWidth(30)), bars: map[string]*mpb.Bar{}}
-}
-
-func (pb *progressBars) update(file string, done, total int64) {
-	if pb.p == nil {
-		return
-	}
-	pb.mu.Lock()
-	b := pb.bars[file]
-	if b == nil {
-		b = pb.p.AddBar(total, mpb.PrependDecorators(decor.Name(path.Base(file)+" "), decor.CountersKibiByte("% .1f / % .1f")),
-			mpb.AppendDecorators(decor.AverageSpeed(decor.SizeB1024(0), " % .1f"), decor.Name(" "), decor.Percentage()))
-		pb.bars[file] = b
-	}
-	pb.mu.Unlock()
-	b.SetCurrent(done)
-}
-
-func (pb *progressBars) wait() {
-	if pb.p == nil {
-		return
-	}
-	for _, b := range pb.bars {
-		b.SetTotal(-1, true)
-	}
-	pb.p.Wait()
-}
-
-func showProgress(force, quiet bool) bool {
-	if quiet {
-		return false
-	}
-	if force {
-		return true
-	}
-	fi, err := os.Stderr.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
-}
 
 func newModelPull(g *globals) *cobra.Command {
 	var s3 s3Flags
@@ -111,6 +58,9 @@ costs at most the parts in flight again (--concurrency GETs of --part-size, plus
 					}
 					fmt.Printf("%s  %s  %s  %s\n", r.SHA256, human(r.Size), r.Path, state)
 				}
+				if errors.Is(err, context.Canceled) {
+					return fmt.Errorf("pull interrupted: run the same command again to resume (complete files are kept, a partial one continues from its committed size)")
+				}
 				return err
 			})
 		},
@@ -154,7 +104,7 @@ chunk to a live server, which fills it from S3 again (once); reads wait for that
 					fmt.Printf("%s  %s  <- %s\n", human(f.Size), f.Path, f.Attrs["source"])
 				}
 				if err == nil {
-					fmt.Fprintln(os.Stderr, "linked; the servers need S3 access too (gd2fs server --s3-endpoint ... or the AWS_* variables)")
+					probeS3(cmd.Context(), c, fs)
 				}
 				return err
 			})
@@ -164,65 +114,6 @@ chunk to a live server, which fills it from S3 again (once); reads wait for that
 	s3.add(f)
 	f.StringVar(&pool, "pool", "perf", "pool of the linked files (S3 keeps the durable copy)")
 	f.StringVar(&chunk, "chunk-size", "16MiB", "chunk size")
-	return cmd
-}
-
-func newModelInspect(g *globals) *cobra.Command {
-	var tensors bool
-	cmd := &cobra.Command{
-		Use:     "inspect gd2fs://CLUSTER/DIR",
-		Short:   "List a model's files and, for safetensors, tensors, dtypes, shapes and bytes",
-		Example: "  gd2fs model inspect gd2fs://local/models/org/m\n  gd2fs model inspect --tensors gd2fs://local/models/org/m",
-		Args:    cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return g.withRemote(args[0], func(c *client.Client, dir string) error {
-				files, err := c.Walk(cmd.Context(), dir)
-				if err != nil {
-					return err
-				}
-				tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-				var total, params int64
-				for _, fi := range files {
-					total += fi.Size
-					st, _ := c.Stat(cmd.Context(), fi.Path)
-					state := "complete"
-					if !st.Sealed {
-						state = "INCOMPLETE"
-					}
-					kind := "linked to " + st.Attrs["source"]
-					if st.Attrs["source"] == "" || st.Attrs["sha256"] != "" {
-						kind = "sha256 " + short(st.Attrs["sha256"])
-					}
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", strings.TrimPrefix(fi.Path, dir+"/"), human(fi.Size), state, kind)
-					if !strings.HasSuffix(fi.Path, ".safetensors") || !st.Sealed {
-						continue
-					}
-					f, err := c.Open(cmd.Context(), fi.Path)
-					if err != nil {
-						return err
-					}
-					h, err := safetensors.Parse(f, f.Size())
-					if err != nil {
-						fmt.Fprintf(tw, "  ! %v\n", err)
-						continue
-					}
-					byType := map[string]int64{}
-					for _, t := range h.Tensors {
-						byType[t.DType] += t.Bytes()
-						params += t.Bytes() / safetensors.DTypeSize(t.DType)
-						if tensors {
-							fmt.Fprintf(tw, "  %s\t%s\t%v\t%s\n", t.Name, t.DType, t.Shape, human(t.Bytes()))
-						}
-					}
-					fmt.Fprintf(tw, "  %d tensors\t%v\theader %s\t\n", len(h.Tensors), byType, human(h.DataFrom))
-				}
-				tw.Flush()
-				fmt.Printf("%d files, %s, %d parameters in safetensors\n", len(files), human(total), params)
-				return nil
-			})
-		},
-	}
-	cmd.Flags().BoolVar(&tensors, "tensors", false, "list every tensor")
 	return cmd
 }
 
@@ -260,6 +151,9 @@ leaves no published file; the same command again resumes each blob from its last
 				cache := &weights.Cache{Dir: dir, Quota: q}
 				rep, err := cache.Warmup(cmd.Context(), c, p, ref, bars.update)
 				bars.wait()
+				if errors.Is(err, context.Canceled) {
+					return fmt.Errorf("warmup interrupted: run the same command again to resume (no partial file was published)")
+				}
 				if err != nil {
 					return err
 				}
@@ -298,14 +192,31 @@ func newCache(g *globals) *cobra.Command {
   gd2fs cache gc --quota 500GiB --cache /nvme/hf`,
 	}
 	cmd.PersistentFlags().StringVar(&dir, "cache", envOr("HF_HUB_CACHE", ""), "cache folder (env HF_HUB_CACHE)")
+	var lsJSON bool
 	ls := &cobra.Command{
 		Use: "ls", Short: "List cached models, least recently used first", Args: cobra.NoArgs,
-		Example: "  gd2fs cache ls --cache /nvme/hf",
+		Example: "  gd2fs cache ls --cache /nvme/hf\n  HF_HUB_CACHE=/nvme/hf gd2fs cache ls --json",
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if dir == "" {
+				return usage(fmt.Errorf("no cache folder: give --cache DIR or set HF_HUB_CACHE"))
+			}
 			c := &weights.Cache{Dir: dir}
 			ms, err := c.List()
 			if err != nil {
 				return err
+			}
+			hit, fetched, cold := c.Stats()
+			if lsJSON {
+				out := cacheListJSON{Dir: dir, Models: []cachedModelJSON{}, HitBytes: hit, Fetched: fetched, ColdFilled: cold}
+				for _, m := range ms {
+					out.Models = append(out.Models, cachedModelJSON{Name: m.Name, Bytes: m.Bytes, LastUsed: m.LastUsed, Uses: m.Uses, InUse: m.InUse})
+				}
+				return printJSON(out)
+			}
+			if _, err := os.Stat(dir); os.IsNotExist(err) {
+				fmt.Printf("cache %s (no such folder yet: gd2fs warmup --cache %s creates it)\n", dir, dir)
+			} else {
+				fmt.Printf("cache %s\n", dir)
 			}
 			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "MODEL\tSIZE\tLAST USED\tUSES\tIN USE")
@@ -315,7 +226,6 @@ func newCache(g *globals) *cobra.Command {
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%v\n", m.Name, human(m.Bytes), m.LastUsed.Format("2006-01-02 15:04:05"), m.Uses, m.InUse)
 			}
 			tw.Flush()
-			hit, fetched, cold := c.Stats()
 			ratio := 0.0
 			if hit+fetched > 0 {
 				ratio = float64(hit) / float64(hit+fetched)
@@ -325,6 +235,7 @@ func newCache(g *globals) *cobra.Command {
 			return nil
 		},
 	}
+	ls.Flags().BoolVar(&lsJSON, "json", false, "print JSON: dir, models and the hit figures (snake_case fields)")
 	var force bool
 	rm := &cobra.Command{
 		Use: "rm MODEL...", Short: "Remove cached models (refused while a process has them open, unless --force)", Args: cobra.MinimumNArgs(1),
@@ -359,4 +270,33 @@ func newCache(g *globals) *cobra.Command {
 	gc.Flags().StringVar(&quota, "quota", "0", "size to shrink the cache to")
 	cmd.AddCommand(ls, rm, gc)
 	return cmd
+}
+
+// probeS3 asks the servers, by reading one byte of the smallest linked
+// file, whether they can fill linked chunks from S3 (a server fills the
+// whole chunk it holds, so the probe costs one chunk from S3, which a
+// first reader would fetch anyway), and says what it found.
+func probeS3(ctx context.Context, c *client.Client, fs []client.FileInfo) {
+	var probe *client.FileInfo
+	for i := range fs {
+		if fs[i].Size > 0 && (probe == nil || fs[i].Size < probe.Size) {
+			probe = &fs[i]
+		}
+	}
+	if probe == nil {
+		fmt.Fprintln(os.Stderr, "linked (no bytes to check the servers' S3 access with)")
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	f, err := c.Open(ctx, probe.Path)
+	if err == nil {
+		_, err = f.ReadAtContext(ctx, make([]byte, 1), 0)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "linked, but a server could not read %s from S3: %v\n"+
+			"servers fill linked files themselves: give them S3 access (gd2fs server --s3-endpoint ... or the AWS_* variables; gd2fs up --s3-endpoint ...)\n", probe.Path, err)
+		return
+	}
+	fmt.Fprintf(os.Stderr, "linked; checked: the servers read %s from S3\n", probe.Path)
 }

@@ -456,7 +456,11 @@ func (c *Client) do1(ctx context.Context, base, method, path string, body []byte
 		case isDialError(err):
 			o = untouched
 		}
-		return o, errs.New(errs.ErrUnavailable, "master %s unreachable: %w (is it running? start one with 'gd2fs up' or set --master)", base, err)
+		hint := "is it running? start one with 'gd2fs up' or set --master"
+		if isTLSError(err) {
+			hint = "TLS failed: check --tls-ca (GD2FS_TLS_CA) names the CA of the master's certificate, --tls-cert/--tls-key where it verifies clients, and https:// in --master"
+		}
+		return o, errs.New(errs.ErrUnavailable, "master %s unreachable: %w (%s)", base, err, hint)
 	}
 	defer resp.Body.Close()
 	c.answered.Store(true)
@@ -468,7 +472,11 @@ func (c *Client) do1(ctx context.Context, base, method, path string, body []byte
 			o = untouched
 		}
 		if json.Unmarshal(b, &e) != nil || e.Error == "" {
-			return o, errs.New(errs.ErrInternal, "master answered %s: %s", resp.Status, strings.TrimSpace(string(b)))
+			body := strings.TrimSpace(string(b))
+			if len(body) > 200 {
+				body = body[:200] + "…"
+			}
+			return o, errs.New(errs.ErrInternal, "%s answered %s without a gd2fs error: is it a gd2fs master? check --master (%s)", base, resp.Status, body)
 		}
 		return o, errs.FromCode(e.Code, e.Error)
 	}

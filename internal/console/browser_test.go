@@ -163,6 +163,13 @@ func TestConsoleBrowser(t *testing.T) {
 	want("#servers-up .value", "3 / 3")
 	want("#files .value", fmt.Sprint(st.Files))
 	want("#epoch .value", fmt.Sprint(st.Epoch))
+	// A DRAM figure never wraps between its number and its unit.
+	if n := eval(`/^[0-9.]+\u00a0[KMGT]?i?B \/ [0-9.]+\u00a0[KMGT]?i?B$/.test(document.querySelector("#dram .value").textContent) ? 1 : 0`); n != 1 {
+		t.Errorf("DRAM figure %q can break inside a figure", text("#dram .value"))
+	}
+	if n := eval(`document.querySelectorAll(".logout").length`); n != 1 {
+		t.Errorf("a cluster with a token: %d log out buttons, want 1", n)
+	}
 	if n := eval(`document.querySelectorAll("#servers tbody tr").length`); n != 3 {
 		t.Errorf("servers table: %d rows", n)
 	}
@@ -241,6 +248,13 @@ func TestConsoleBrowser(t *testing.T) {
 	}
 	fits("sessions")
 	shot("sessions")
+	// A session with reserved bytes and no commit says where its bytes are.
+	open("/ui/sessions?" + url.Values{"id": {reservedSession}}.Encode())
+	want("#session-tokens .value", "0")
+	want("#session-bytes .sub", "0 B committed")
+	if got := text("#session-files .sub"); !strings.Contains(got, "reserved by plans not committed") {
+		t.Errorf("reserved-only session: files say %q", got)
+	}
 
 	open("/ui/models")
 	want("#models-count .value", "2")
@@ -249,7 +263,10 @@ func TestConsoleBrowser(t *testing.T) {
 	if row < 0 {
 		t.Fatal("model.safetensors not listed")
 	}
-	want(fmt.Sprintf("#model-files tbody tr:nth-child(%d) td:nth-child(5)", row+1), "1.0 MiB (33.3%)")
+	want(fmt.Sprintf("#model-files tbody tr:nth-child(%d) td:nth-child(5)", row+1), "linked")
+	want(fmt.Sprintf("#model-files tbody tr:nth-child(%d) td:nth-child(6)", row+1), "1.0 MiB (33.3%)")
+	pulled := eval(`[...document.querySelectorAll("#model-files tbody tr")].findIndex(r => r.cells[1].textContent.includes("<img"))`)
+	want(fmt.Sprintf("#model-files tbody tr:nth-child(%d) td:nth-child(5)", pulled+1), "pulled")
 	want("#models-client-hit .value", "not reported")
 	if n := eval(`[...document.querySelectorAll("#model-files td")].filter(td => td.textContent.includes("<img src=x onerror=alert(1)>")).length`); n != 1 {
 		t.Errorf("hostile file name shown as text in %d cells, want 1", n)

@@ -73,6 +73,7 @@ type ModelFile struct {
 	Sealed      bool
 	Source      string // s3://bucket/key
 	SHA256      string
+	Linked      bool  // made by model link: S3 keeps the bytes (else pulled: copied in)
 	Warm        int64 // bytes of chunks a live server holds
 	WarmUnknown bool  // not checked (too many chunks this round)
 	FileID      int64 `json:"-"`

@@ -236,6 +236,9 @@ func TestConsoleServerDown(t *testing.T) {
 	if !strings.Contains(page, `<footer class="version">gd2fs `+version.Get().String()+`</footer>`) {
 		t.Error("cluster page has no version footer")
 	}
+	if strings.Contains(page, "log out") { // no token: nothing to log out of
+		t.Error("a cluster without a token shows log out")
+	}
 }
 
 // TestConsoleStandby: a second master on the same SQLite file is a standby;

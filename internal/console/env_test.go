@@ -28,6 +28,9 @@ var tiny = client.Layout{Model: "tiny", Layers: 2, KVHeads: 2, HeadDim: 8, DType
 // env is a real cluster (master, 3 servers with KV tiers, a fake S3 on
 // loopback) holding some files, KV blocks, sessions and a linked model, with
 // the console's samples taken around the activity.
+// reservedSession is planned and never committed: it owns bytes and no ranges.
+const reservedSession = "chat-reserved"
+
 type env struct {
 	c  *cluster.Cluster
 	cl *client.Client
@@ -38,7 +41,8 @@ type env struct {
 	sessions             []string
 	evilRanges           int
 	modelFiles           int
-	warmLinked           int64 // bytes of the linked model read (one chunk)
+
+	warmLinked int64 // bytes of the linked model read (one chunk)
 }
 
 func setup(t *testing.T) *env {
@@ -164,6 +168,13 @@ func setup(t *testing.T) *env {
 		turn(id, 100)
 		turn(id, 150)
 	}
+	// A session planned and never committed: it owns reserved bytes only.
+	rp, err := ss.Plan(ctx, reservedSession, client.PlanRequest{Model: "tiny", TokenIDs: make([]uint32, 16)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.plans++
+	e.evictions += len(rp.Evicted)
 	list, err := ss.List(ctx, "", 1000)
 	if err != nil {
 		t.Fatal(err)

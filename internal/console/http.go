@@ -194,7 +194,7 @@ func (c *Console) postLogin(w http.ResponseWriter, r *http.Request) {
 func (c *Console) view(ctx context.Context, page string, q url.Values) *View {
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	v := &View{Page: page, Updated: time.Now().UTC().Format("2006-01-02 15:04:05 UTC"), Version: version.Get().String()}
+	v := &View{Page: page, Updated: time.Now().UTC().Format("2006-01-02 15:04:05 UTC"), Version: version.Get().String(), LogOut: c.cfg.Token != ""}
 	for _, p := range pages {
 		v.Menu = append(v.Menu, MenuItem{Name: p.Name, Title: p.Title, Current: p.Name == page})
 		if p.Name == page {

@@ -198,11 +198,19 @@ func (c *Console) sessionDetail(ctx context.Context, v *View, id string) {
 		rt.Rows = append(rt.Rows, []Cell{txt(fmt.Sprintf("%d – %d", r.TokenStart, r.TokenStart+r.TokenLength)), txt(count(r.TokenLength)),
 			txt(r.KVURI), txt(count(r.KVStart)), txt(size(r.KVLength))})
 	}
+	var committed int64
+	for _, r := range s.Ranges {
+		committed += r.KVLength
+	}
+	filesSub := "holding committed ranges"
+	if s.Bytes > committed {
+		filesSub += "; " + size(s.Bytes-committed) + " more reserved by plans not committed (they expire)"
+	}
 	v.Sections = append(v.Sections, Section{ID: "session", Title: "Session " + s.ID, Stats: []Stat{
 		{ID: "session-model", Label: "model", Value: s.Model},
 		{ID: "session-tokens", Label: "tokens", Value: count(s.Tokens)},
-		{ID: "session-bytes", Label: "bytes", Value: size(s.Bytes)},
-		{ID: "session-files", Label: "files", Value: count(int64(len(files)))},
+		{ID: "session-bytes", Label: "bytes owned", Value: size(s.Bytes), Sub: size(committed) + " committed"},
+		{ID: "session-files", Label: "files", Value: count(int64(len(files))), Sub: filesSub},
 		{ID: "session-used", Label: "last used", Value: ago(s.LastUsed)},
 	}, Bar: bar, Table: rt})
 }
@@ -221,7 +229,7 @@ func (c *Console) modelsView(ctx context.Context, v *View, st api.Status) {
 	}
 	var total, warm int64
 	models := map[string]bool{}
-	t := &Table{ID: "model-files", Head: []string{"model", "file", "size", "state", "warm on servers", "sha256", "source"},
+	t := &Table{ID: "model-files", Head: []string{"model", "file", "size", "state", "kind", "warm on servers", "sha256", "source"},
 		Empty: "no linked or pulled model files (gd2fs model link / gd2fs model pull)"}
 	for _, f := range ms.Files {
 		models[f.Model] = true
@@ -231,10 +239,12 @@ func (c *Console) modelsView(ctx context.Context, v *View, st api.Status) {
 		switch {
 		case !f.Sealed:
 			state = "incomplete (pull in progress or interrupted)"
-		case f.SHA256 == "" && f.Source != "":
-			state = "linked"
-		case f.Source != "":
+		case f.SHA256 != "":
 			state = "verified"
+		}
+		kind := Cell{Text: "pulled", Title: "copied into the cluster by gd2fs model pull"}
+		if f.Linked {
+			kind = Cell{Text: "linked", Title: "gd2fs model link: S3 keeps the bytes; servers fill chunks on first read"}
 		}
 		w := Cell{Text: size(f.Warm)}
 		if f.WarmUnknown {
@@ -247,7 +257,7 @@ func (c *Console) modelsView(ctx context.Context, v *View, st api.Status) {
 			sum = Cell{Text: shortHash(f.SHA256), Title: f.SHA256, Class: "mono"}
 		}
 		t.Rows = append(t.Rows, []Cell{txt(f.Model), {Text: strings.TrimPrefix(f.Path, strings.TrimSuffix(f.Model, "/")+"/"), Title: f.Path},
-			txt(size(f.Size)), txt(state), w, sum, txt(f.Source)})
+			txt(size(f.Size)), txt(state), kind, w, sum, txt(f.Source)})
 	}
 	note := "Warm bytes are the chunks a live server holds (in DRAM or on disk), checked every 10s at most; S3 figures are what " +
 		"servers fetched to fill chunks of linked files, per server, since they started (per-file figures are not kept). " +

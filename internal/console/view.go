@@ -23,6 +23,7 @@ type View struct {
 	Search   *Search    `json:"search,omitempty"`
 	// Version is the build shown in the footer (gd2fs --version).
 	Version string `json:"version"`
+	LogOut  bool   `json:"log_out"` // the cluster has a token: there is a login to leave
 }
 
 // MenuItem is a link to a page.
@@ -269,7 +270,8 @@ func usedOf(used, capacity int64) string {
 	if capacity <= 0 && used == 0 {
 		return "–"
 	}
-	return size(used) + " / " + size(capacity)
+	// A figure never breaks between its number and its unit.
+	return strings.ReplaceAll(size(used), " ", "\u00a0") + " / " + strings.ReplaceAll(size(capacity), " ", "\u00a0")
 }
 
 func txt(s string) Cell { return Cell{Text: s} }

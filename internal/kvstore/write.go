@@ -62,7 +62,7 @@ func (s *Store) reserveLocked(key string, size int64, crc uint32, tomb bool) (*w
 	}
 	for s.diskUsed+need > s.cfg.DiskBytes {
 		if !s.evictSegmentLocked() {
-			return nil, errs.New(errs.ErrNoSpace, "KV disk tier full and nothing can be evicted (blocks in use): retry, or give the server a larger --disk")
+			return nil, errs.New(errs.ErrNoSpace, "KV disk tier full and nothing can be evicted (blocks in use): retry, or give the server a larger --kv-disk")
 		}
 	}
 	g, err := s.activeLocked(need)

@@ -164,7 +164,7 @@ func (s consoleSource) Models(ctx context.Context) (console.Models, error) {
 				continue
 			}
 			out.Files = append(out.Files, console.ModelFile{Model: path.Dir(e.Path), Path: e.Path, Size: e.File.Size,
-				Sealed: e.File.Sealed, Source: attrs["source"], SHA256: attrs["sha256"], FileID: e.File.ID})
+				Sealed: e.File.Sealed, Source: attrs["source"], SHA256: attrs["sha256"], Linked: attrs["linked"] != "", FileID: e.File.ID})
 		}
 	}
 	out.Truncated = len(dirs) > 0

@@ -36,6 +36,7 @@ var fuzzRoutes = []string{
 	"POST /v1/refill/{p...}",
 	"GET /readyz?probe={p}", // probes take no input; a stray query or body changes nothing
 	"GET /healthz?probe={p}",
+	"GET /v1/sessions/{p}/plans/{p}",
 }
 
 // FuzzHandlers sends arbitrary JSON bodies, paths and query figures to every
@@ -85,6 +86,9 @@ func FuzzHandlers(f *testing.F) {
 	seed(18, "l", `{"index":0,"failed":["s1"]}`)
 	seed(18, "l", `{"index":-1}`)
 	seed(18, "f", `{"index":9223372036854775807,"failed":[]}`)
+	seed(19, "1", ``)
+	seed(19, "-9223372036854775808", ``)
+	seed(19, "x%2F", ``)
 	// Names and text the store cannot hold (issue 22 findings 9, 10).
 	seed(0, "", `{"id":"x\u0000","addr":"127.0.0.1:1"}`)
 	seed(0, "", `{"id":"..","addr":"127.0.0.1:1"}`)

@@ -210,7 +210,7 @@ func (m *Master) auth(next http.HandlerFunc) http.HandlerFunc {
 			return
 		}
 		if m.cfg.Token != "" && !tokenOK(r, m.cfg.Token) {
-			writeErr(w, errs.New(errs.ErrUnauthorized, "wrong or missing cluster token: pass it with --token or GD2FS_TOKEN"))
+			writeErr(w, errs.New(errs.ErrUnauthorized, "wrong or missing cluster token: give the cluster's token with --token-file or GD2FS_TOKEN_FILE (or GD2FS_TOKEN)"))
 			return
 		}
 		next(w, r)

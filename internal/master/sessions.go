@@ -39,6 +39,7 @@ func (m *Master) sessionRoutes(h func(pattern string, fn func(r *http.Request) (
 	})
 	h("POST /v1/sessions/{id}/plan", m.plan)
 	h("POST /v1/sessions/{id}/commit", m.commitSession)
+	h("GET /v1/sessions/{id}/plans/{plan}", m.outstandingPlan) // session_plans.go
 	h("POST /v1/sessions/{id}/fork", func(r *http.Request) (any, error) {
 		var req api.ForkRequest
 		if err := readJSON(r, &req); err != nil {

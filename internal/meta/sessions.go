@@ -361,8 +361,8 @@ func (s *sqlStore) PlanSession(ctx context.Context, in PlanInput) (Plan, error) 
 			return err
 		}
 		now := in.Now.UnixNano()
-		if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM kv_plans WHERE created < ?`), in.Now.Add(-in.PlanTTL).UnixNano()); err != nil {
-			return wrapDB(err)
+		if err := s.expirePlansTx(ctx, tx, in.Dir, in.Now.Add(-in.PlanTTL).UnixNano()); err != nil { // plan_expiry.go
+			return err
 		}
 		l, err := s.layoutTx(ctx, tx, in.Model)
 		if err != nil {

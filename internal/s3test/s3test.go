@@ -7,6 +7,7 @@ package s3test
 import (
 	"bytes"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -38,10 +39,32 @@ type Server struct {
 
 // Start runs a server that accepts only accessKey (any key when empty).
 func Start(accessKey, secretKey string) *Server {
+	s := newServer(accessKey, secretKey)
+	s.srv.Start()
+	s.URL = s.srv.URL
+	return s
+}
+
+// StartOn is Start on a given address (host:port; port 0 picks one), for
+// a local S3 a person runs by hand (gd2fs-bench s3).
+func StartOn(addr, accessKey, secretKey string) (*Server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	s := newServer(accessKey, secretKey)
+	s.srv.Listener.Close()
+	s.srv.Listener = ln
+	s.srv.Start()
+	s.URL = s.srv.URL
+	return s, nil
+}
+
+func newServer(accessKey, secretKey string) *Server {
 	s := &Server{AccessKey: accessKey, SecretKey: secretKey, backend: s3mem.New(), turn: make(chan struct{}, 1)}
 	s.failAfter.Store(-1)
 	fake := gofakes3.New(s.backend, gofakes3.WithAutoBucket(false)).Server()
-	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	s.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.requests.Add(1)
 		if s.down.Load() {
 			http.Error(w, "down for the test", http.StatusServiceUnavailable)
@@ -66,7 +89,6 @@ func Start(accessKey, secretKey string) *Server {
 		}
 		fake.ServeHTTP(w, r)
 	}))
-	s.URL = s.srv.URL
 	return s
 }
 

@@ -45,7 +45,7 @@ func (s *Server) serveData(nc net.Conn, br *bufio.Reader) {
 	}
 	if s.cfg.Token != "" && subtle.ConstantTimeCompare(tok, []byte(s.cfg.Token)) != 1 {
 		s.metrics.errors.WithLabelValues("hello", "unauthorized").Inc()
-		dc.reply(h, errs.New(errs.ErrUnauthorized, "wrong cluster token: pass the cluster's token (--token or GD2FS_TOKEN)"))
+		dc.reply(h, errs.New(errs.ErrUnauthorized, "wrong cluster token: give the cluster's token with --token-file or GD2FS_TOKEN_FILE (or GD2FS_TOKEN)"))
 		return
 	}
 	s.ln.Authenticated(nc) // no longer first to go when the port is full

@@ -367,6 +367,9 @@ func (c *committer) stop() error {
 	return c.err
 }
 
+// LinkedAttr marks a file that model link made (its bytes stay in S3).
+const LinkedAttr = "linked"
+
 // Link registers every object under s3uri as a linked file under dst: no
 // bytes move; servers fill chunks from S3 on first read.
 func Link(ctx context.Context, c *client.Client, src *cold.Source, s3uri, dst string, o client.LinkOptions) ([]client.FileInfo, error) {
@@ -378,6 +381,11 @@ func Link(ctx context.Context, c *client.Client, src *cold.Source, s3uri, dst st
 	for _, ob := range objs {
 		fi, err := c.Link(ctx, path.Join(dst, strings.TrimPrefix(ob.Key, prefix)), "s3://"+bucket+"/"+ob.Key, ob.Size, ob.ETag, o)
 		if err != nil {
+			return out, err
+		}
+		// Marked so the console and model inspect can tell it from a
+		// pulled file, which has the same source and, once checked, sha256.
+		if err := c.SetAttrs(ctx, fi.Path, map[string]string{LinkedAttr: "s3"}); err != nil {
 			return out, err
 		}
 		out = append(out, fi)

@@ -29,7 +29,7 @@ from . import _lib
 from ._buffers import Pinned
 from ._engine import Client, _int, resolve_path
 from ._hashes import _ids as _hash_ids
-from .errors import NotFound
+from .errors import NotFound, OutOfRange
 
 Buffer = Any  # bytes-like, numpy array or torch tensor
 PtrOrBuffer = Union[int, Buffer]
@@ -327,20 +327,30 @@ class Connection:
         fh = self._call("gd2fs_file_open", path.encode(), mode.encode(), _opts(pool, chunk_size))
         return File(self, path, mode, fh)
 
-    def read_into(self, path: str, buffer: PtrOrBuffer, offset: int = 0, size: Optional[int] = None) -> int:
+    def read_into(self, path: str, buffer: PtrOrBuffer, offset: int = 0, size: Optional[int] = None,
+                  *, partial: bool = False) -> int:
         """Read ``path`` at ``offset`` straight into ``buffer`` (or ``size``
-        bytes at an address); returns the bytes read (fewer at the end)."""
+        bytes at an address) and return the bytes read: all of the buffer,
+        or ``OutOfRange`` is raised when the file ends before it is full (a
+        short or empty file would otherwise leave a tensor half stale with
+        nothing said). ``partial=True`` accepts fewer bytes at the end of
+        the file and returns how many (0 at or past the end)."""
         path = resolve_path(path, self.client)
         offset = _int("offset", offset, 0)
         with _one(buffer, size, True, "buffer") as p:
-            return self._call("gd2fs_read_into", path.encode(), offset, p.addrs[0], p.sizes[0])
+            want = p.sizes[0]
+            n = self._call("gd2fs_read_into", path.encode(), offset, p.addrs[0], want)
+        if n < want and not partial:
+            raise OutOfRange(f"{path}: read {n} of {want} bytes at offset {offset}: the file ends at byte {offset + n}"
+                             " (pass partial=True to accept a short read)")
+        return n
 
     def read(self, path: str, size: int = -1, offset: int = 0) -> bytes:
         """Read ``size`` bytes (the rest of the file when negative)."""
         if size < 0:
             size = max(0, int(self.stat(path)["size"]) - offset)
         buf = bytearray(size)
-        n = self.read_into(path, buf, offset)
+        n = self.read_into(path, buf, offset, partial=True)
         return bytes(buf[:n])
 
     def write(self, path: str, buffer: Buffer, offset: int = 0, pool: Optional[str] = None) -> int:

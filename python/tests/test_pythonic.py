@@ -278,3 +278,23 @@ def test_threads_share_a_connection(conn):
         t.join(60)
     assert not any(t.is_alive() for t in ts)
     assert not failures, failures
+
+
+def test_read_into_short_file_raises(conn):
+    """A read that cannot fill the buffer raises OutOfRange (issue 25 item
+    19), unless partial=True asks for what there is."""
+    p = "/files/" + uuid.uuid4().hex
+    conn.write(p, b"0123456789")
+    buf = bytearray(16)
+    with pytest.raises(pygd2fs.OutOfRange, match="read 10 of 16 bytes"):
+        conn.read_into(p, buf)
+    with pytest.raises(pygd2fs.OutOfRange, match="read 0 of 4 bytes at offset 10"):
+        conn.read_into(p, bytearray(4), offset=10)
+    empty = "/files/" + uuid.uuid4().hex
+    conn.write(empty, b"")
+    with pytest.raises(pygd2fs.OutOfRange):
+        conn.read_into(empty, torch.zeros(8, dtype=torch.uint8))
+    assert conn.read_into(p, buf, partial=True) == 10 and bytes(buf[:10]) == b"0123456789"
+    assert conn.read_into(p, bytearray(4), offset=10, partial=True) == 0
+    assert conn.read_into(p, bytearray(0)) == 0
+    assert conn.read(p, 100) == b"0123456789"

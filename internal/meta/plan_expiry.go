@@ -1,0 +1,100 @@
+package meta
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+
+	"github.com/gd2fs/gd2fs/errs"
+)
+
+// Plans never committed expire (PlanInput.PlanTTL), and so do their
+// reservations: a plan reserves its fresh bytes at the end of a session
+// file, and a session planned many times and never committed would
+// otherwise own those bytes for ever (counted in its size and against the
+// session quota). A session file that no committed range and no plan
+// still outstanding uses is removed with its reservation, and the
+// session's next plan starts a new file.
+//
+// Reserved bytes are never handed back for reuse within a file: an engine
+// still writing an expired plan's range (hung past the TTL) would write
+// into the range of the plan that reused it, and that session would then
+// serve its bytes as a hit. A removed file takes such a late write nowhere
+// (the write fails), so no reader ever sees it. An expired reservation in
+// a file that also holds committed ranges stays reserved and goes with the
+// file.
+
+// expirePlansTx deletes the plans created before before (Unix ns) and
+// removes the session files they leave unused; dir is where session files
+// live (PlanInput.Dir).
+func (s *sqlStore) expirePlansTx(ctx context.Context, tx *sql.Tx, dir string, before int64) error {
+	rows, err := tx.QueryContext(ctx, s.q(`SELECT DISTINCT path FROM kv_plans WHERE created < ? AND path <> ''`), before)
+	if err != nil {
+		return wrapDB(err)
+	}
+	var paths []string
+	for rows.Next() {
+		var p string
+		if err := rows.Scan(&p); err != nil {
+			rows.Close()
+			return wrapDB(err)
+		}
+		paths = append(paths, p)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return wrapDB(err)
+	}
+	if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM kv_plans WHERE created < ?`), before); err != nil {
+		return wrapDB(err)
+	}
+	for _, p := range paths {
+		var used int64
+		if err := tx.QueryRowContext(ctx, s.q(`SELECT (SELECT COUNT(*) FROM kv_ranges WHERE path = ?) + (SELECT COUNT(*) FROM kv_plans WHERE path = ?)`), p, p).Scan(&used); err != nil {
+			return wrapDB(err)
+		}
+		if used > 0 {
+			continue
+		}
+		var owner string
+		var seq int64
+		err := tx.QueryRowContext(ctx, s.q(`SELECT f.session_id, s.file_seq FROM kv_files f JOIN kv_sessions s ON s.id = f.session_id WHERE f.path = ?`), p).Scan(&owner, &seq)
+		if errors.Is(err, sql.ErrNoRows) {
+			continue // gone with its session
+		}
+		if err != nil {
+			return wrapDB(err)
+		}
+		if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM kv_files WHERE path = ?`), p); err != nil {
+			return wrapDB(err)
+		}
+		if err := s.removeFileTx(ctx, tx, p); err != nil && !errors.Is(err, errs.ErrNotFound) {
+			return err
+		}
+		if sessionFile(dir, owner, seq) == p { // its current file: the next plan starts a new one
+			if _, err := tx.ExecContext(ctx, s.q(`UPDATE kv_sessions SET file_seq = 0 WHERE id = ?`), owner); err != nil {
+				return wrapDB(err)
+			}
+		}
+	}
+	return nil
+}
+
+// PlanReader is implemented by stores that can show an outstanding plan's
+// fresh range (the CLI's session write asks for it by plan id).
+type PlanReader interface {
+	OutstandingPlan(ctx context.Context, session string, planID int64) (Range, error)
+}
+
+// OutstandingPlan returns the fresh range plan planID of session reserved,
+// or errs.ErrNotFound when there is no such plan outstanding (committed,
+// expired, or never made).
+func (s *sqlStore) OutstandingPlan(ctx context.Context, session string, planID int64) (Range, error) {
+	var r Range
+	err := s.db.QueryRowContext(ctx, s.q(`SELECT token_start, token_length, path, kv_start, kv_length FROM kv_plans WHERE id = ? AND session_id = ?`), planID, session).
+		Scan(&r.TokenStart, &r.TokenLength, &r.Path, &r.KVStart, &r.KVLength)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Range{}, errs.New(errs.ErrNotFound, "no outstanding plan %d for session %s (plans expire, and commit once): plan again", planID, session)
+	}
+	return r, wrapDB(err)
+}
