@@ -90,9 +90,9 @@ type Config struct {
 
 // Console serves the pages and keeps the samples.
 type Console struct {
-	cfg Config
-	src Source
-	key []byte // cookie value: HMAC of the token
+	cfg    Config
+	src    Source
+	logins logins // log-ins and their cookies (sessions.go)
 
 	mu      sync.Mutex
 	samples []sample // oldest first
@@ -121,11 +121,7 @@ func New(cfg Config) *Console {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	c := &Console{cfg: cfg, src: cfg.Source}
-	if cfg.Token != "" {
-		c.key = cookieValue(cfg.Token)
-	}
-	return c
+	return &Console{cfg: cfg, src: cfg.Source}
 }
 
 // Run takes a sample every Interval until ctx ends.

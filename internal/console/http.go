@@ -3,16 +3,14 @@ package console
 import (
 	"bytes"
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
 	"crypto/subtle"
 	"embed"
-	"encoding/hex"
 	"encoding/json"
 	"html/template"
 	"io/fs"
 	"net/http"
 	"net/url"
+	"path"
 	"strings"
 	"time"
 
@@ -27,14 +25,6 @@ var tmpl = template.Must(template.New("").Funcs(template.FuncMap{
 }).ParseFS(files, "templates/*.html"))
 
 const cookieName = "gd2fs_console"
-
-// cookieValue is what the session cookie holds: an HMAC of the token, so a
-// leaked cookie does not reveal the token the API accepts.
-func cookieValue(token string) []byte {
-	h := hmac.New(sha256.New, []byte(token))
-	h.Write([]byte("gd2fs console cookie v1"))
-	return []byte(hex.EncodeToString(h.Sum(nil)))
-}
 
 // pages are the console's pages, in menu order.
 var pages = []struct{ Name, Title string }{
@@ -56,6 +46,9 @@ func (c *Console) Handler() http.Handler {
 	})
 	mux.HandleFunc("POST /ui/login", c.postLogin)
 	mux.HandleFunc("POST /ui/logout", func(w http.ResponseWriter, r *http.Request) {
+		if ck, err := r.Cookie(cookieName); err == nil {
+			c.logins.end(ck.Value) // the cookie is dead even if the browser keeps it
+		}
 		http.SetCookie(w, &http.Cookie{Name: cookieName, Value: "", Path: "/ui/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
 		http.Redirect(w, r, "/ui/login", http.StatusSeeOther)
 	})
@@ -109,7 +102,7 @@ func (c *Console) authed(w http.ResponseWriter, r *http.Request) bool {
 	if c.cfg.Token == "" {
 		return true
 	}
-	if ck, err := r.Cookie(cookieName); err == nil && subtle.ConstantTimeCompare([]byte(ck.Value), c.key) == 1 {
+	if ck, err := r.Cookie(cookieName); err == nil && c.logins.valid(ck.Value, time.Now()) {
 		return true
 	}
 	if a := r.Header.Get("Authorization"); a != "" && subtle.ConstantTimeCompare([]byte(a), []byte("Bearer "+c.cfg.Token)) == 1 {
@@ -149,8 +142,8 @@ func stripToken(q url.Values) string {
 }
 
 func (c *Console) setCookie(w http.ResponseWriter, r *http.Request) {
-	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: string(c.key), Path: "/ui/", HttpOnly: true,
-		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil, MaxAge: int((7 * 24 * time.Hour).Seconds())})
+	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: c.logins.start(time.Now()), Path: "/ui/", HttpOnly: true,
+		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil, MaxAge: int(cookieLife.Seconds())})
 }
 
 // login renders the login form; next is where to go after it.
@@ -164,10 +157,25 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request, code int, msg st
 	tmpl.ExecuteTemplate(w, "login.html", map[string]any{"Next": next, "Error": msg, "NoToken": c.cfg.Token == ""})
 }
 
-// safeNext keeps a redirect target inside the console.
+// safeNext keeps a redirect target inside the console: a path under /ui/
+// once its dot segments (escaped ones too) are resolved, no host, no
+// scheme; anything else goes to the cluster page (issue 22 finding 13:
+// /ui/../../metrics left the console).
 func safeNext(s string) string {
+	const home = "/ui/cluster"
 	if !strings.HasPrefix(s, "/ui/") || strings.HasPrefix(s, "//") || strings.ContainsAny(s, "\\\r\n") {
-		return "/ui/cluster"
+		return home
+	}
+	u, err := url.Parse(s)
+	if err != nil || u.Scheme != "" || u.Host != "" || u.User != nil {
+		return home
+	}
+	clean := path.Clean(u.Path)
+	if !strings.HasPrefix(clean+"/", "/ui/") || clean == "/ui" {
+		return home
+	}
+	if clean != u.Path && !(strings.HasSuffix(u.Path, "/") && clean+"/" == u.Path) {
+		return home // dot segments or doubled slashes: not a link the console makes
 	}
 	return s
 }
