@@ -8,10 +8,13 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gd2fs/gd2fs/errs"
 	"github.com/gd2fs/gd2fs/internal/api"
+	"github.com/gd2fs/gd2fs/internal/authlimit"
 )
 
 // Browsers (docs/security.md, "Browsers"). A web page the user opens can
@@ -37,6 +40,9 @@ import (
 //     until then it is the first to be closed when the connection limit
 //     is reached, one address holds at most MaxConnsPerIP of them, and
 //     none waits more than PreAuthTimeout for a read.
+//   - Wrong tokens (authlimit): an address that sent more than a few is
+//     answered 429 without its token being checked, and failures are
+//     logged once a minute per address.
 //   - A heartbeat, which re-points a server's address, must carry the
 //     X-GD2FS-Role: server header (api.Client.Role) when the cluster has no
 //     token: a header a page cannot add cross-origin without a preflight
@@ -90,6 +96,7 @@ func hostOK(host string, allowed map[string]bool) bool {
 func (m *Master) protect(next http.Handler) http.Handler {
 	allowed := m.allowedHosts()
 	cop := http.NewCrossOriginProtection()
+	guesses := authlimit.New("master HTTP", m.log)
 	refuse := func(w http.ResponseWriter, status int, kind error, format string, args ...any) {
 		writeJSON(w, status, api.Error{Error: fmt.Sprintf(format, args...), Code: errs.Code(kind)})
 	}
@@ -117,8 +124,22 @@ func (m *Master) protect(next http.Handler) http.Handler {
 				return
 			}
 		}
-		if strings.HasPrefix(r.URL.Path, "/v1/") && (m.cfg.Token == "" || tokenOK(r, m.cfg.Token)) {
-			if c, ok := r.Context().Value(connKey{}).(net.Conn); ok && m.guard != nil {
+		if strings.HasPrefix(r.URL.Path, "/v1/") {
+			authed := m.cfg.Token == ""
+			if !authed {
+				host := authlimit.Host(r.RemoteAddr)
+				if ok, retry := guesses.Allow(host); !ok {
+					m.metrics.refused("throttled")
+					w.Header().Set("Retry-After", strconv.Itoa(int(retry/time.Second)+1))
+					refuse(w, http.StatusTooManyRequests, errs.ErrUnauthorized, "too many requests with a wrong token from %s: wait %s, and pass the right token (--token-file or GD2FS_TOKEN)", host, retry.Round(time.Millisecond))
+					return
+				}
+				if authed = tokenOK(r, m.cfg.Token); !authed {
+					m.metrics.refused("token")
+					guesses.Fail(host)
+				}
+			}
+			if c, ok := r.Context().Value(connKey{}).(net.Conn); ok && authed && m.guard != nil {
 				m.guard.Authenticated(c)
 			}
 		}

@@ -1,6 +1,7 @@
 package master
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -100,5 +101,19 @@ func TestBrowserForgeries(t *testing.T) {
 	mt := startMaster(t, Config{Token: testToken})
 	if code, out := raw(t, mt, "POST", "/v1/servers/heartbeat", `{"id":"s","addr":"127.0.0.1:9"}`, "Content-Type", json, "Authorization", "Bearer "+testToken, "Host", "gd2fs.example"); code != 200 {
 		t.Errorf("token heartbeat under a DNS name: %d %s", code, out)
+	}
+}
+
+// TestTokenGuessesThrottled: past a burst of wrong tokens an address is
+// answered 429 without its token being checked (issue 22 finding 14).
+func TestTokenGuessesThrottled(t *testing.T) {
+	m := startMaster(t, Config{Token: testToken})
+	codes := map[int]int{}
+	for i := range 40 {
+		code, _ := raw(t, m, "GET", "/v1/status", "", "Authorization", fmt.Sprintf("Bearer guess-%d", i))
+		codes[code]++
+	}
+	if codes[401] < 5 || codes[401] > 20 || codes[429] < 20 {
+		t.Fatalf("40 wrong tokens in a burst were answered %v: want about 10 checked (401), the rest 429", codes)
 	}
 }

@@ -3,6 +3,7 @@ package resp
 import (
 	"crypto/subtle"
 	"errors"
+	"github.com/gd2fs/gd2fs/internal/authlimit"
 	"strconv"
 	"strings"
 
@@ -572,11 +573,21 @@ func (c *conn) dbsize(args [][]byte) error {
 }
 
 // checkToken compares a password with the cluster token in constant time.
+// An address that failed too often is refused without a comparison for a
+// while (authlimit): AUTH on one connection allowed ~300k guesses a second.
 func (c *conn) checkToken(pass []byte) bool {
 	if c.s.cfg.Token == "" {
 		return true // a cluster without a token accepts anyone, as the binary protocol does
 	}
-	return subtle.ConstantTimeCompare(pass, []byte(c.s.cfg.Token)) == 1
+	host := authlimit.Host(c.nc.RemoteAddr().String())
+	if ok, _ := c.s.guesses.Allow(host); !ok {
+		return false
+	}
+	if subtle.ConstantTimeCompare(pass, []byte(c.s.cfg.Token)) == 1 {
+		return true
+	}
+	c.s.guesses.Fail(host)
+	return false
 }
 
 func (c *conn) setAuthed(ok bool) {

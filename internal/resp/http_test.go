@@ -1,6 +1,7 @@
 package resp_test
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -41,4 +42,20 @@ func TestHTTPToRESPClosed(t *testing.T) {
 	// A value that looks like an HTTP version is still just a value.
 	eq(t, "SET", r.do("SET", "k", "/", "HTTP/1.1"), "-ERR syntax error\r\n")
 	eq(t, "SET value", r.do("SET", "HTTP/1.1", "HTTP/1.1"), "+OK\r\n")
+}
+
+// TestAuthGuessesThrottled: one connection cannot try AUTH passwords at
+// full speed: past a burst every AUTH is refused unchecked, the right one
+// included, until the budget refills (issue 22 finding 14).
+func TestAuthGuessesThrottled(t *testing.T) {
+	c := startCluster(t, 1, "tok")
+	r := dial(t, c.RESP[0].Addr())
+	for i := range 30 {
+		if got := r.do("AUTH", fmt.Sprint("guess-", i)); !strings.HasPrefix(got, "-WRONGPASS") {
+			t.Fatalf("wrong password %d: %q", i, got)
+		}
+	}
+	if got := r.do("AUTH", "tok"); strings.HasPrefix(got, "+OK") {
+		t.Fatal("the right password was checked right after 30 wrong ones from the same address")
+	}
 }

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gd2fs/gd2fs/internal/authlimit"
 	"github.com/gd2fs/gd2fs/internal/netguard"
 )
 
@@ -48,6 +49,7 @@ type MemoryInfo struct {
 // Server serves Redis clients.
 type Server struct {
 	cfg     Config
+	guesses *authlimit.Limiter // failed AUTH by address
 	ln      *netguard.Listener // survives EMFILE; the client limit is ours (Redis's error text)
 	ctx     context.Context
 	cancel  context.CancelFunc
@@ -105,7 +107,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("resp: listen on %s: %w (is a Redis or another gd2fs using the port?)", cfg.Listen, err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Server{cfg: cfg, ln: netguard.New(ln, 0, cfg.Log), ctx: ctx, cancel: cancel, start: time.Now(), conns: map[*conn]struct{}{}}, nil
+	return &Server{cfg: cfg, guesses: authlimit.New("RESP", cfg.Log), ln: netguard.New(ln, 0, cfg.Log), ctx: ctx, cancel: cancel, start: time.Now(), conns: map[*conn]struct{}{}}, nil
 }
 
 // Addr is the listening address.

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"crypto/subtle"
 	"errors"
+	"github.com/gd2fs/gd2fs/internal/authlimit"
 	"net"
 	"os"
 	"time"
@@ -43,7 +44,14 @@ func (s *Server) serveData(nc net.Conn, br *bufio.Reader) {
 		dc.reply(h, err)
 		return
 	}
+	host := authlimit.Host(nc.RemoteAddr().String())
+	if ok, retry := s.guesses.Allow(host); s.cfg.Token != "" && !ok {
+		s.metrics.errors.WithLabelValues("hello", "throttled").Inc()
+		dc.reply(h, errs.New(errs.ErrUnauthorized, "too many hellos with a wrong token from %s: wait %s", host, retry.Round(time.Millisecond)))
+		return
+	}
 	if s.cfg.Token != "" && subtle.ConstantTimeCompare(tok, []byte(s.cfg.Token)) != 1 {
+		s.guesses.Fail(host)
 		s.metrics.errors.WithLabelValues("hello", "unauthorized").Inc()
 		dc.reply(h, errs.New(errs.ErrUnauthorized, "wrong cluster token: give the cluster's token with --token-file or GD2FS_TOKEN_FILE (or GD2FS_TOKEN)"))
 		return

@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/gd2fs/gd2fs/internal/api"
+	"github.com/gd2fs/gd2fs/internal/authlimit"
 	"github.com/gd2fs/gd2fs/internal/cold"
 	"github.com/gd2fs/gd2fs/internal/kvstore"
 	"github.com/gd2fs/gd2fs/internal/netguard"
@@ -89,6 +90,7 @@ type Server struct {
 	health                 health // what /readyz answers from (health.go)
 
 	ms          atomic.Pointer[api.Membership]
+	guesses     *authlimit.Limiter // hellos with a wrong token, by address
 	refreshMu   sync.Mutex
 	lastRefresh time.Time // of the membership on a client's epoch; under refreshMu
 	mu          sync.Mutex
@@ -158,9 +160,10 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{
 		cfg: cfg, log: cfg.Log.With("server", cfg.ID), store: st, kv: kv, cold: cs, fills: filler{inflight: map[uint64]*fill{}}, ln: ln,
-		peers:  tcp.NewPool(tcp.Options{Token: cfg.Token, Name: "server-" + cfg.ID, Streams: 2, TLS: cfg.ClientTLS}),
-		httpLn: newChanListener(ln.Addr()),
-		conns:  make(map[net.Conn]struct{}),
+		peers:   tcp.NewPool(tcp.Options{Token: cfg.Token, Name: "server-" + cfg.ID, Streams: 2, TLS: cfg.ClientTLS}),
+		httpLn:  newChanListener(ln.Addr()),
+		guesses: authlimit.New("data server", cfg.Log),
+		conns:   make(map[net.Conn]struct{}),
 	}
 	s.life, s.stop = context.WithCancel(context.Background())
 	s.metrics = newMetrics(s)

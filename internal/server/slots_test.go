@@ -2,13 +2,17 @@ package server
 
 import (
 	"bufio"
+	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gd2fs/gd2fs/internal/tcp"
 )
 
 // TestHTTPConnsFirstOut: HTTP keep-alive connections (which never say
@@ -39,5 +43,26 @@ func TestHTTPConnsFirstOut(t *testing.T) {
 	c.SetReadDeadline(time.Now().Add(20 * time.Second))
 	if _, err := io.Copy(io.Discard, c); errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatal("an idle HTTP connection outlived HelloTimeout")
+	}
+}
+
+// TestHelloGuessesThrottled: past a burst of hellos with a wrong token an
+// address is refused without its token being checked (issue 22 finding 14).
+func TestHelloGuessesThrottled(t *testing.T) {
+	s, _ := startLimited(t, Config{Token: "right"})
+	ctx := context.Background()
+	for i := range 30 {
+		if c, err := tcp.Dial(ctx, s.Addr(), tcp.Options{Name: "guess", Token: fmt.Sprint("guess-", i)}, ""); err == nil {
+			c.Close()
+			t.Fatalf("guess %d accepted", i)
+		}
+	}
+	c, err := tcp.Dial(ctx, s.Addr(), tcp.Options{Name: "right", Token: "right"}, "")
+	if err == nil {
+		c.Close()
+		t.Fatal("the right token was checked right after 30 wrong ones from the same address")
+	}
+	if !strings.Contains(err.Error(), "too many") {
+		t.Fatalf("throttled hello: %v", err)
 	}
 }
