@@ -136,6 +136,9 @@ func (g *globals) resolve() error {
 	if g.serverTLS, err = g.tls.Server(); err != nil {
 		return err
 	}
+	for _, p := range tlsconf.Problems(g.serverTLS, time.Now()) {
+		fmt.Fprintln(os.Stderr, "gd2fs: warning: --tls-cert:", p)
+	}
 	if g.clientTLS, err = g.tls.Client(); err != nil {
 		return err
 	}

@@ -3,6 +3,8 @@ package master
 import (
 	"context"
 	"fmt"
+	stdlog "log"
+	"log/slog"
 	"mime"
 	"net"
 	"net/http"
@@ -10,6 +12,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gd2fs/gd2fs/errs"
@@ -153,4 +156,50 @@ type connKey struct{}
 // to mark it authenticated.
 func connContext(ctx context.Context, c net.Conn) context.Context {
 	return context.WithValue(ctx, connKey{}, c)
+}
+
+// quietLog is the HTTP server's error log: lines go to log at most once per
+// quietEvery per kind (the text before the first ':' after the address),
+// with the count of those left out; every failed TLS handshake of a scanner
+// was one unthrottled line (issue 22 finding 16).
+func quietLog(log *slog.Logger) *stdlog.Logger {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return stdlog.New(&quietWriter{log: log, last: map[string]time.Time{}, held: map[string]int{}}, "", 0)
+}
+
+const quietEvery = 10 * time.Second
+
+type quietWriter struct {
+	log  *slog.Logger
+	mu   sync.Mutex
+	last map[string]time.Time
+	held map[string]int
+}
+
+func (q *quietWriter) Write(b []byte) (int, error) {
+	line := strings.TrimSpace(string(b))
+	kind := line
+	if i := strings.Index(kind, " from "); i > 0 {
+		kind = kind[:i] // "http: TLS handshake error"
+	}
+	if len(kind) > 64 {
+		kind = kind[:64]
+	}
+	now := time.Now()
+	q.mu.Lock()
+	if len(q.last) > 1024 {
+		q.last, q.held = map[string]time.Time{}, map[string]int{}
+	}
+	if t, ok := q.last[kind]; ok && now.Sub(t) < quietEvery {
+		q.held[kind]++
+		q.mu.Unlock()
+		return len(b), nil
+	}
+	n := q.held[kind]
+	q.last[kind], q.held[kind] = now, 0
+	q.mu.Unlock()
+	q.log.Warn(line, "similar_lines_left_out", n)
+	return len(b), nil
 }

@@ -3,11 +3,15 @@ package master
 import (
 	"fmt"
 	"io"
+	"log/slog"
+	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/gd2fs/gd2fs/internal/api"
+	"github.com/gd2fs/gd2fs/internal/tlsconf"
 )
 
 // raw sends one request with exactly the headers given (name, value pairs;
@@ -115,5 +119,51 @@ func TestTokenGuessesThrottled(t *testing.T) {
 	}
 	if codes[401] < 5 || codes[401] > 20 || codes[429] < 20 {
 		t.Fatalf("40 wrong tokens in a burst were answered %v: want about 10 checked (401), the rest 429", codes)
+	}
+}
+
+// lockedBuf is a log sink the master's goroutines may share.
+type lockedBuf struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuf) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestHandshakeErrorsQuiet: failed TLS handshakes are logged once per
+// interval with a count, not one line each (issue 22 finding 16).
+func TestHandshakeErrorsQuiet(t *testing.T) {
+	fs, err := tlsconf.TestCA(t.TempDir(), "node")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stls, err := fs["node"].Server()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs lockedBuf
+	m := startMaster(t, Config{TLS: stls, Log: slog.New(slog.NewTextHandler(&logs, nil))})
+	addr := strings.TrimPrefix(m.URL(), "https://")
+	for range 20 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+		io.Copy(io.Discard, c) // until the master closes it
+		c.Close()
+	}
+	if n := strings.Count(logs.String(), "TLS handshake error"); n < 1 || n > 2 {
+		t.Fatalf("20 failed handshakes logged %d lines:\n%s", n, logs.String())
 	}
 }

@@ -52,7 +52,8 @@ func (c *Config) fillLimits() {
 
 func newHTTPServer(h http.Handler, cfg Config) *http.Server {
 	return &http.Server{Handler: h, ReadHeaderTimeout: min(ReadHeaderTimeout, cfg.ReadTimeout), ReadTimeout: cfg.ReadTimeout,
-		WriteTimeout: WriteTimeout, IdleTimeout: cfg.IdleTimeout, MaxHeaderBytes: MaxHeaderBytes, ConnContext: connContext}
+		WriteTimeout: WriteTimeout, IdleTimeout: cfg.IdleTimeout, MaxHeaderBytes: MaxHeaderBytes, ConnContext: connContext,
+		ErrorLog: quietLog(cfg.Log)}
 }
 
 // readJSON is the one JSON decoder of every handler: a body of at most
