@@ -307,6 +307,9 @@ func (m *Master) commit(r *http.Request) (any, error) {
 		// failover): already done.
 		return fileOut(f), nil
 	}
+	if err := m.checkCommit(r.Context(), f, req); err != nil { // validate.go
+		return nil, err
+	}
 	f, err = m.meta.Commit(r.Context(), f.ID, req.Size, req.Lengths, req.Seal, time.Now().UTC())
 	if err != nil {
 		return nil, err

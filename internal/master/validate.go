@@ -1,10 +1,12 @@
 package master
 
 import (
+	"context"
 	"net"
 
 	"github.com/gd2fs/gd2fs/errs"
 	"github.com/gd2fs/gd2fs/internal/api"
+	"github.com/gd2fs/gd2fs/internal/meta"
 	"github.com/gd2fs/gd2fs/internal/nspath"
 )
 
@@ -26,6 +28,41 @@ func checkHeartbeat(hb api.Heartbeat) error {
 		if err := nspath.CheckText("heartbeat", s); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// checkCommit refuses a file commit that claims bytes no server can hold
+// (issue 22 finding 15: 10 bytes never written, with chunk indexes -1 and
+// 99999, were accepted, and a later read waited for a server that never
+// had them): every length must be of a chunk the file has allocated and
+// within its chunk size, and the size must not reach past the bytes the
+// chunks' lengths (stored, or in this commit) account for.
+func (m *Master) checkCommit(ctx context.Context, f meta.File, req api.CommitRequest) error {
+	if f.Sealed || (len(req.Lengths) == 0 && req.Size <= f.Size) {
+		return nil // the store answers "sealed"; or a seal, or a commit of what is known
+	}
+	chunks, err := m.meta.Chunks(ctx, f.ID)
+	if err != nil {
+		return err
+	}
+	have := make(map[int64]int64, len(chunks))
+	var extent int64
+	for _, c := range chunks {
+		have[c.Index] = c.Length
+		extent = max(extent, c.Index*f.ChunkSize+c.Length)
+	}
+	for idx, n := range req.Lengths {
+		if _, ok := have[idx]; !ok {
+			return errs.New(errs.ErrBadRequest, "commit of %s: chunk %d was never allocated (alloc it and write it first)", f.Path, idx)
+		}
+		if n < 0 || n > f.ChunkSize {
+			return errs.New(errs.ErrBadRequest, "commit of %s: chunk %d length %d is outside 0..%d", f.Path, idx, n, f.ChunkSize)
+		}
+		extent = max(extent, idx*f.ChunkSize+n)
+	}
+	if req.Size > max(extent, f.Size) {
+		return errs.New(errs.ErrBadRequest, "commit of %s: size %d reaches past the %d bytes its chunks hold", f.Path, req.Size, max(extent, f.Size))
 	}
 	return nil
 }

@@ -50,3 +50,22 @@ func testNamesRefused(t *testing.T, ms meta.Store) {
 		t.Fatalf("a refused heartbeat left a server: %s", ans)
 	}
 }
+
+// TestCommitClaimsOnlyHeldBytes: a commit cannot claim chunks never
+// allocated, indexes out of range, or a size past what its chunks hold
+// (issue 22 finding 15).
+func TestCommitClaimsOnlyHeldBytes(t *testing.T) {
+	m := startMaster(t, Config{Token: testToken})
+	heartbeatAs(t, m, "s1", "127.0.0.1:1")
+	want(t, m, 200, "PUT", "/v1/files/f", `{"pool":"perf","chunk_size":65536}`)
+	want(t, m, 400, "POST", "/v1/commit/f", `{"size":10,"lengths":{"-1":5,"99999":5}}`)
+	want(t, m, 400, "POST", "/v1/commit/f", `{"size":10}`)
+	want(t, m, 200, "POST", "/v1/alloc/f", `{"indexes":[0]}`)
+	want(t, m, 400, "POST", "/v1/commit/f", `{"size":10,"lengths":{"0":70000}}`)
+	want(t, m, 400, "POST", "/v1/commit/f", `{"size":100,"lengths":{"0":10}}`)
+	want(t, m, 200, "POST", "/v1/commit/f", `{"size":10,"lengths":{"0":10}}`)
+	want(t, m, 200, "POST", "/v1/commit/f", `{"size":10,"seal":true}`)
+	if _, ans := call(t, m, "GET", "/v1/files/f", ""); !strings.Contains(ans, `"size":10`) {
+		t.Fatalf("after the commits: %s", ans)
+	}
+}
