@@ -35,7 +35,14 @@ var pages = []struct{ Name, Title string }{
 func (c *Console) Handler() http.Handler {
 	mux := http.NewServeMux()
 	static, _ := fs.Sub(files, "static")
-	mux.Handle("GET /ui/static/", http.StripPrefix("/ui/static/", http.FileServerFS(static)))
+	files := http.StripPrefix("/ui/static/", http.FileServerFS(static))
+	mux.HandleFunc("GET /ui/static/", func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/") { // files only, no listing (issue 22 finding 17)
+			http.NotFound(w, r)
+			return
+		}
+		files.ServeHTTP(w, r)
+	})
 	mux.HandleFunc("GET /ui/{$}", func(w http.ResponseWriter, r *http.Request) {
 		if c.authed(w, r) {
 			http.Redirect(w, r, "/ui/cluster", http.StatusFound)

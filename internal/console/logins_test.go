@@ -73,3 +73,21 @@ func TestSafeNext(t *testing.T) {
 		}
 	}
 }
+
+// TestStaticNoListing: /ui/static/ serves files, not a listing of them
+// (issue 22 finding 17).
+func TestStaticNoListing(t *testing.T) {
+	e := setup(t)
+	for _, p := range []string{"/ui/static/"} {
+		r := get(t, e.url(p), nil)
+		r.Body.Close()
+		if r.StatusCode != 404 {
+			t.Errorf("GET %s: %d, want 404", p, r.StatusCode)
+		}
+	}
+	r := get(t, e.url("/ui/static/console.js"), nil)
+	r.Body.Close()
+	if r.StatusCode != 200 {
+		t.Errorf("console.js: %d", r.StatusCode)
+	}
+}

@@ -116,8 +116,8 @@ func (m *Master) link(r *http.Request) (any, error) {
 	if err := readJSON(r, &req); err != nil {
 		return nil, err
 	}
-	if !strings.HasPrefix(req.Source, "s3://") {
-		return nil, errs.New(errs.ErrBadRequest, "link needs an s3:// source and a size")
+	if err := checkS3Source(req.Source); err != nil { // validate.go
+		return nil, err
 	}
 	if err := meta.CheckSize(req.Size); err != nil {
 		return nil, err

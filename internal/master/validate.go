@@ -3,6 +3,7 @@ package master
 import (
 	"context"
 	"net"
+	"strings"
 
 	"github.com/gd2fs/gd2fs/errs"
 	"github.com/gd2fs/gd2fs/internal/api"
@@ -63,6 +64,47 @@ func (m *Master) checkCommit(ctx context.Context, f meta.File, req api.CommitReq
 	}
 	if req.Size > max(extent, f.Size) {
 		return errs.New(errs.ErrBadRequest, "commit of %s: size %d reaches past the %d bytes its chunks hold", f.Path, req.Size, max(extent, f.Size))
+	}
+	return nil
+}
+
+// checkS3Source is the rule for a link's source (issue 22 finding 17:
+// s3://../../etc/passwd was accepted): s3://BUCKET/KEY with a bucket name
+// of letters, digits, '.', '-', '_' (not "." or ".."; S3-compatible stores
+// differ in the rest), and a key of printable UTF-8 with no "." or ".."
+// segment.
+func checkS3Source(uri string) error {
+	rest, ok := strings.CutPrefix(uri, "s3://")
+	bucket, key, _ := strings.Cut(rest, "/")
+	bad := func(why string) error {
+		return errs.New(errs.ErrBadRequest, "link source %.200q: %s; want s3://BUCKET/KEY", uri, why)
+	}
+	if !ok {
+		return bad("not an s3:// URI")
+	}
+	if bucket == "" || bucket == "." || bucket == ".." || len(bucket) > 255 {
+		return bad("no bucket name")
+	}
+	for _, c := range bucket {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '-' || c == '_') {
+			return bad("a bucket name is letters, digits, '.', '-' and '_'")
+		}
+	}
+	if key == "" {
+		return bad("no key")
+	}
+	if err := nspath.CheckText("link source", key); err != nil {
+		return err
+	}
+	for _, seg := range strings.Split(key, "/") {
+		if seg == "." || seg == ".." {
+			return bad("'.' and '..' are not key segments")
+		}
+	}
+	for _, c := range key {
+		if c < 0x20 || c == 0x7f {
+			return bad("control characters in the key")
+		}
 	}
 	return nil
 }

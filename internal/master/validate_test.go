@@ -2,6 +2,7 @@ package master
 
 import (
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -67,5 +68,17 @@ func TestCommitClaimsOnlyHeldBytes(t *testing.T) {
 	want(t, m, 200, "POST", "/v1/commit/f", `{"size":10,"seal":true}`)
 	if _, ans := call(t, m, "GET", "/v1/files/f", ""); !strings.Contains(ans, `"size":10`) {
 		t.Fatalf("after the commits: %s", ans)
+	}
+}
+
+// TestLinkSourceRule: a link's source is s3://BUCKET/KEY with a real bucket
+// name and no dot segments (issue 22 finding 17).
+func TestLinkSourceRule(t *testing.T) {
+	m := startMaster(t, Config{Token: testToken})
+	for _, src := range []string{"s3://../../etc/passwd", "s3://b/../x", "s3://bucket/a/./b", "s3://b%2F/k", "s3://../k", "s3://bucket/", "http://bucket/k", "s3://bucket/a\u0001b"} {
+		want(t, m, 400, "POST", "/v1/link/l", `{"source":`+strconv.Quote(src)+`,"size":10}`)
+	}
+	if err := checkS3Source("s3://my-bucket.example/models/llama/model-00001.safetensors"); err != nil {
+		t.Fatal(err)
 	}
 }

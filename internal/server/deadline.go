@@ -1,6 +1,9 @@
 package server
 
 import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"net/http"
 	"time"
 )
 
@@ -81,4 +84,21 @@ func (s *Server) unhealthy() string {
 		return "accept failing: " + err.Error()
 	}
 	return ""
+}
+
+// debugAuth serves next only to a request with the cluster token as a
+// bearer token (compared in constant time over digests), when there is one.
+func debugAuth(token string, next http.Handler) http.Handler {
+	if token == "" {
+		return next
+	}
+	want := sha256.Sum256([]byte("Bearer " + token))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got := sha256.Sum256([]byte(r.Header.Get("Authorization")))
+		if subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
+			http.Error(w, "debug endpoints need the cluster token: Authorization: Bearer TOKEN", http.StatusUnauthorized)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }

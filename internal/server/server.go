@@ -184,9 +184,11 @@ func New(cfg Config) (*Server, error) {
 	mux.Handle("/metrics", s.metrics.handler())
 	s.healthRoutes(mux) // /healthz, /readyz: health.go
 	if cfg.Debug {
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/gc", func(w http.ResponseWriter, r *http.Request) {
+		// Behind the token (issue 22 finding 17): a profile shows memory
+		// and a GC costs the whole server.
+		mux.Handle("/debug/pprof/", debugAuth(cfg.Token, http.HandlerFunc(pprof.Index)))
+		mux.Handle("/debug/pprof/profile", debugAuth(cfg.Token, http.HandlerFunc(pprof.Profile)))
+		mux.Handle("/debug/gc", debugAuth(cfg.Token, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			start := time.Now()
 			runtime.GC()
 			el := time.Since(start)
@@ -194,7 +196,7 @@ func New(cfg Config) (*Server, error) {
 			runtime.ReadMemStats(&ms)
 			fmt.Fprintf(w, "{\"gc_seconds\": %g, \"heap_alloc\": %d, \"heap_objects\": %d, \"num_gc\": %d, \"last_pause_seconds\": %g}\n",
 				el.Seconds(), ms.HeapAlloc, ms.HeapObjects, ms.NumGC, float64(ms.PauseNs[(ms.NumGC+255)%256])/1e9)
-		})
+		})))
 	}
 	s.httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: cfg.HelloTimeout, ReadTimeout: cfg.PayloadTimeout,
 		WriteTimeout: cfg.PayloadTimeout, IdleTimeout: min(cfg.IdleTimeout, cfg.HelloTimeout), MaxHeaderBytes: 64 << 10}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"strings"
 	"testing"
@@ -64,5 +65,28 @@ func TestHelloGuessesThrottled(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "too many") {
 		t.Fatalf("throttled hello: %v", err)
+	}
+}
+
+// TestDebugNeedsToken: --debug's pprof and GC endpoints on the data port
+// answer only the cluster token (issue 22 finding 17).
+func TestDebugNeedsToken(t *testing.T) {
+	s, _ := startLimited(t, Config{Token: "right", Debug: true})
+	for _, c := range []struct {
+		auth string
+		code int
+	}{{"", 401}, {"Bearer wrong", 401}, {"Bearer right", 200}} {
+		req, _ := http.NewRequest("GET", "http://"+s.Addr()+"/debug/pprof/", nil)
+		if c.auth != "" {
+			req.Header.Set("Authorization", c.auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != c.code {
+			t.Fatalf("pprof with %q: %d, want %d", c.auth, resp.StatusCode, c.code)
+		}
 	}
 }
