@@ -30,7 +30,7 @@ func (s *Store) checkInvariants() error {
 			return fmt.Errorf("segment %d still referenced %d times", g.id, g.refs)
 		}
 		segs[g] = true
-		disk += g.size
+		disk += g.size + g.charge
 		if g.gone {
 			return fmt.Errorf("segment %d is gone but still listed", g.id)
 		}

@@ -90,26 +90,40 @@ type Stats struct {
 	PolicySwitches                            int64  // times "auto" changed it
 }
 
+// entryRAM is what one index entry costs in memory besides its key: the
+// entry, its map slot and its place in its segment's key list (measured by
+// TestIndexBytesPerKey: about 205 bytes of heap with a 25-byte key, rounded
+// up). It is counted against the disk tier with every record
+// (indexCharge), so the index of many tiny blocks is bounded by --disk as
+// their bytes are (issue 22 finding 5: 300k 1-byte SETs cost ~510 B of RSS
+// each while the tier was 4% full).
+const entryRAM = 256
+
+// indexCharge is the memory one block's index entry holds.
+func indexCharge(key string) int64 { return entryRAM + int64(len(key)) }
+
 type entry struct {
+	// Fields ordered by size, so padding costs nothing (112 bytes, was
+	// 136; entryRAM counts it).
 	key  string
 	fp   uint64 // the key's fingerprint, for the ghosts and the miniatures (policy.go, duel.go)
 	size int64
-	crc  uint32
 
 	// DRAM copy.
 	pages []int32
 	q     *list.List // small or main; nil when not in DRAM
 	elem  *list.Element
-	freq  uint8
-	pins  int
 
 	// Disk copy.
-	seg      *segment
-	off      int64  // record start
-	diskRead bool   // read since written to this segment
-	pend     *write // a disk write of this block in flight (write.go)
+	seg  *segment
+	off  int64  // record start
+	pend *write // a disk write of this block in flight (write.go)
 
-	dead bool // deleted or replaced; pages freed when unpinned
+	crc      uint32
+	pins     int32 // reads of the DRAM copy in flight
+	freq     uint8
+	diskRead bool // read since written to this segment
+	dead     bool // deleted or replaced; pages freed when unpinned
 }
 
 // Store is safe for concurrent use.

@@ -33,14 +33,15 @@ const (
 )
 
 type segment struct {
-	id   uint64
-	path string
-	f    *os.File
-	size int64 // bytes appended
-	live int64 // value bytes of live entries
-	keys []string
-	refs int
-	gone bool
+	id     uint64
+	path   string
+	f      *os.File
+	size   int64 // bytes appended
+	charge int64 // the index RAM its records cost (indexCharge), counted with size against DiskBytes
+	live   int64 // value bytes of live entries
+	keys   []string
+	refs   int
+	gone   bool
 }
 
 func encodeHeader(h []byte, key string, vlen int64, vcrc uint32, tomb bool) {
@@ -98,7 +99,7 @@ func (s *Store) evictSegmentLocked() bool {
 	}
 	old := s.segs[0]
 	s.segs = s.segs[1:]
-	s.diskUsed -= old.size
+	s.diskUsed -= old.size + old.charge
 	old.gone = true
 	old.refs++ // held while the moves below are reserved
 	dropSegmentFile(old)
@@ -184,8 +185,11 @@ func (s *Store) load() error {
 			return err
 		}
 		s.scan(g, st.Size())
+		for _, k := range g.keys {
+			g.charge += indexCharge(k)
+		}
 		s.segs = append(s.segs, g)
-		s.diskUsed += g.size
+		s.diskUsed += g.size + g.charge
 		s.nextSeg = id + 1
 	}
 	return nil

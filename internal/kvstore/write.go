@@ -57,10 +57,11 @@ func (s *Store) reserveLocked(key string, size int64, crc uint32, tomb bool) (*w
 	if !tomb {
 		need += size
 	}
-	if need > s.cfg.DiskBytes {
+	charge := indexCharge(key) // the RAM of its index entry counts too
+	if need+charge > s.cfg.DiskBytes {
 		return nil, errs.New(errs.ErrNoSpace, "KV disk tier of %d bytes cannot hold a %d-byte block", s.cfg.DiskBytes, need)
 	}
-	for s.diskUsed+need > s.cfg.DiskBytes {
+	for s.diskUsed+need+charge > s.cfg.DiskBytes {
 		if !s.evictSegmentLocked() {
 			return nil, errs.New(errs.ErrNoSpace, "KV disk tier full and nothing can be evicted (blocks in use): retry, or give the server a larger --kv-disk")
 		}
@@ -74,8 +75,9 @@ func (s *Store) reserveLocked(key string, size int64, crc uint32, tomb bool) (*w
 		w.size = 0
 	}
 	g.size += need
+	g.charge += charge
 	g.refs++
-	s.diskUsed += need
+	s.diskUsed += need + charge
 	s.queue = append(s.queue, w)
 	return w, nil
 }
