@@ -103,6 +103,8 @@ func FuzzHandlers(f *testing.F) {
 	seed(14, "s", `{"new_id":".."}`)
 	seed(15, "a\x00", ``)
 	seed(17, "\xff", ``)
+	seed(6, "l3", `{"source":"s3://../../etc/passwd","size":10}`)
+	seed(5, "f", `{"size":10,"lengths":{"-1":5,"99999":5}}`)
 	for v := 1; v <= 4; v++ { // the web page's variants of a heartbeat and a create
 		seed(uint8(v*len(fuzzRoutes)), "", `{"id":"s1","addr":"10.66.66.66:1"}`)
 		seed(uint8(v*len(fuzzRoutes)+1), "f", `{"pool":"perf"}`)
