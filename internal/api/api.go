@@ -307,6 +307,11 @@ func EscapePath(p string) string {
 	return strings.Join(parts, "/")
 }
 
+// RequestIDParam is the query parameter naming a session plan or fork
+// request, so that a repeat (a connection cut mid-request, a failover) is
+// answered as the first was: POST /v1/sessions/{id}/plan?request_id=R.
+const RequestIDParam = "request_id"
+
 // Idempotent reports whether sending method path twice has the effect of
 // sending it once, so that Do may repeat it after a failure that leaves
 // unknown whether the master applied it (a connection cut mid-request by a
@@ -316,8 +321,10 @@ func EscapePath(p string) string {
 // the same size is a no-op), linking (a repeat finds the link), attributes,
 // directories (mkdir -p), heartbeats, deletes (Do turns a repeat's
 // not_found into success), and session commits (the master answers a repeat
-// of a session's last commit as done). Session plans and forks are not: they
-// are sent again only when the master surely did not get them.
+// of a session's last commit as done), and session plans and forks that
+// carry a request_id (RequestIDParam: the master answers a repeat with the
+// plan it made, or the fork as done). Plans and forks without one are sent
+// again only when the master surely did not get them.
 func Idempotent(method, path string) bool {
 	switch method {
 	case http.MethodGet, http.MethodHead, http.MethodPut:
@@ -325,8 +332,13 @@ func Idempotent(method, path string) bool {
 	case http.MethodDelete:
 		return strings.HasPrefix(path, "/v1/files/")
 	case http.MethodPost:
-		if strings.HasPrefix(path, "/v1/sessions/") && strings.HasSuffix(path, "/commit") {
+		p, q, hasQuery := strings.Cut(path, "?")
+		if strings.HasPrefix(p, "/v1/sessions/") && strings.HasSuffix(p, "/commit") {
 			return true
+		}
+		if hasQuery && strings.HasPrefix(p, "/v1/sessions/") && (strings.HasSuffix(p, "/plan") || strings.HasSuffix(p, "/fork")) {
+			v, err := url.ParseQuery(q)
+			return err == nil && v.Get(RequestIDParam) != ""
 		}
 		for _, p := range []string{"/v1/alloc/", "/v1/commit/", "/v1/link/", "/v1/servers/heartbeat"} {
 			if strings.HasPrefix(path, p) {

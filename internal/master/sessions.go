@@ -44,7 +44,11 @@ func (m *Master) sessionRoutes(h func(pattern string, fn func(r *http.Request) (
 		if err := readJSON(r, &req); err != nil {
 			return nil, err
 		}
-		if err := m.sessions.ForkSession(r.Context(), r.PathValue("id"), req.NewID, time.Now()); err != nil {
+		rid, err := requestID(r)
+		if err != nil {
+			return nil, err
+		}
+		if err := m.sessions.ForkSession(r.Context(), r.PathValue("id"), req.NewID, rid, time.Now()); err != nil {
 			return nil, err
 		}
 		s, err := m.sessions.Session(r.Context(), req.NewID)
@@ -141,6 +145,10 @@ func (m *Master) plan(r *http.Request) (any, error) {
 	if len(req.Flags) > 0 && !engine {
 		return nil, errs.New(errs.ErrBadRequest, "plan flags are passed to an engine in kvcache_params: give them with format vllm")
 	}
+	rid, err := requestID(r)
+	if err != nil {
+		return nil, err
+	}
 	prefixes := make([]string, len(req.Prefixes))
 	for i, p := range req.Prefixes {
 		var err error
@@ -153,18 +161,20 @@ func (m *Master) plan(r *http.Request) (any, error) {
 		TokenIDs: req.TokenIDs, BlockHashes: req.BlockHashes, UnsafeCountOnly: req.UnsafeCountOnly,
 		DecodeTokens: req.DecodeTokens, NewFile: req.NewFile, Dir: "/kv-sessions", Pool: m.cfg.SessionPool,
 		ChunkSize: DefaultChunkSize, Quota: m.cfg.SessionQuota, PlanTTL: 10 * time.Minute, Now: time.Now(), Aligned: engine,
-		Place: m.sessionPlacer(r, engine),
+		Place: m.sessionPlacer(r, engine), RequestID: rid,
 	})
 	if err != nil {
 		return nil, err
 	}
 	prompt := p.Prefill + p.Cached // prompt_tokens may be left out with token_ids
-	m.plans.record(prompt, p.Cached, p.Evicted)
-	if len(p.Evicted) > 0 {
-		m.metrics.evictions.Add(float64(len(p.Evicted)))
+	if !p.Repeat {                 // a repeat was counted the first time
+		m.plans.record(prompt, p.Cached, p.Evicted)
+		if len(p.Evicted) > 0 {
+			m.metrics.evictions.Add(float64(len(p.Evicted)))
+		}
+		m.metrics.plans.Inc()
+		m.metrics.cachedTokens.Add(float64(p.Cached))
 	}
-	m.metrics.plans.Inc()
-	m.metrics.cachedTokens.Add(float64(p.Cached))
 	if engine {
 		out := api.EnginePlan{PlanID: p.ID, CachedTokens: p.Cached, VerifiedTokens: p.Verified, PrefillTokens: p.Prefill, DecodeTokens: p.Decode,
 			LoadBytes: p.Load, Evicted: p.Evicted, KVCacheParams: api.KVCacheParams{ID: r.PathValue("id"),
@@ -202,6 +212,21 @@ func (m *Master) localPath(p string) (string, error) {
 		p = u.Path
 	}
 	return nspath.Clean(p)
+}
+
+// requestID is a plan's or fork's request id (api.RequestIDParam), which
+// makes a repeat of it answer as the first did; "" when there is none.
+func requestID(r *http.Request) (string, error) {
+	id := r.URL.Query().Get(api.RequestIDParam)
+	if len(id) > 128 {
+		return "", errs.New(errs.ErrBadRequest, "request_id of %d bytes: at most 128", len(id))
+	}
+	for _, c := range id {
+		if c <= ' ' || c == 0x7f {
+			return "", errs.New(errs.ErrBadRequest, "request_id %q: printable characters only", id)
+		}
+	}
+	return id, nil
 }
 
 // checkURISafe refuses session ids that cannot stand unescaped in a kv_uri

@@ -3,6 +3,7 @@ package meta
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -91,6 +92,10 @@ type PlanInput struct {
 	// range (placed by Place) and return them in FreshChunks, so the
 	// engine writes with no master call (turns.go).
 	Place PlaceFunc
+	// RequestID names the request: a plan repeated with the same id (a
+	// connection cut, a failover to another master) while the first is
+	// outstanding is answered with the first plan (Plan.Repeat).
+	RequestID string
 }
 
 // Plan says which token ranges are stored and where the new KV goes, in
@@ -113,6 +118,8 @@ type Plan struct {
 	// holding its bytes, when the plan was asked to allocate them (Place).
 	FreshFile   File
 	FreshChunks []Chunk
+	// Repeat: the answer to an earlier request with the same RequestID.
+	Repeat bool `json:"-"`
 }
 
 var sessionSchema = []string{
@@ -164,6 +171,13 @@ var sessionColumns = []struct{ table, column, ddl string }{
 	// split_at: where the plan cut its fresh range in two (freshSplit; 0:
 	// not cut); token_length and kv_length are those of both parts.
 	{"kv_plans", "split_at", "BIGINT NOT NULL DEFAULT 0"},
+	// Plans and forks safe to repeat (issue 29): a plan's request id and
+	// its answer (JSON of Plan), so a repeat after a cut or a failover gets
+	// the same plan, not a second reservation; a fork's request id on the
+	// session it made, so a repeat is answered as done.
+	{"kv_plans", "request_id", "TEXT NOT NULL DEFAULT ''"},
+	{"kv_plans", "answer", "TEXT NOT NULL DEFAULT ''"},
+	{"kv_sessions", "fork_request", "TEXT NOT NULL DEFAULT ''"},
 }
 
 // lockSessions serialises the transactions that change sessions on
@@ -364,6 +378,21 @@ func (s *sqlStore) PlanSession(ctx context.Context, in PlanInput) (Plan, error) 
 		if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM kv_plans WHERE created < ?`), in.Now.Add(-in.PlanTTL).UnixNano()); err != nil {
 			return wrapDB(err)
 		}
+		if in.RequestID != "" {
+			var answer string
+			err := tx.QueryRowContext(ctx, s.q(`SELECT answer FROM kv_plans WHERE session_id = ? AND request_id = ?`), in.Session, in.RequestID).Scan(&answer)
+			switch {
+			case err == nil:
+				if err := json.Unmarshal([]byte(answer), &p); err != nil {
+					return errs.New(errs.ErrInternal, "stored answer of plan request %q: %v", in.RequestID, err)
+				}
+				p.Repeat = true
+				return nil
+			case !errors.Is(err, sql.ErrNoRows):
+				return wrapDB(err)
+			}
+			// Not outstanding (never made, committed or expired): a new plan.
+		}
 		l, err := s.layoutTx(ctx, tx, in.Model)
 		if err != nil {
 			return err
@@ -448,6 +477,15 @@ func (s *sqlStore) PlanSession(ctx context.Context, in PlanInput) (Plan, error) 
 			hash_from, hashes, planned_tokens, split_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`), p.ID, in.Session, fr.TokenStart, fr.TokenLength, fr.Path, fr.KVStart, fr.KVLength,
 			sess.tokens, sess.version, now, hashFrom, hashes, planned, split); err != nil {
 			return wrapDB(err)
+		}
+		if in.RequestID != "" {
+			answer, err := json.Marshal(p)
+			if err != nil {
+				return errs.New(errs.ErrInternal, "plan answer: %v", err)
+			}
+			if _, err := tx.ExecContext(ctx, s.q(`UPDATE kv_plans SET request_id = ?, answer = ? WHERE id = ?`), in.RequestID, string(answer), p.ID); err != nil {
+				return wrapDB(err)
+			}
 		}
 		_, err = tx.ExecContext(ctx, s.q(`UPDATE kv_sessions SET last_used = ? WHERE id = ?`), now, in.Session)
 		return wrapDB(err)
@@ -812,7 +850,9 @@ func (s *sqlStore) replaceRangesTx(ctx context.Context, tx *sql.Tx, id string, l
 }
 
 // ForkSession makes dst share src's ranges (no bytes are copied).
-func (s *sqlStore) ForkSession(ctx context.Context, src, dst string, now time.Time) error {
+// A fork with a request id that finds dst made by a fork of the same id
+// (the first attempt applied, its answer lost) is answered as done.
+func (s *sqlStore) ForkSession(ctx context.Context, src, dst, requestID string, now time.Time) error {
 	if err := checkSessionID(dst); err != nil {
 		return err
 	}
@@ -833,10 +873,17 @@ func (s *sqlStore) ForkSession(ctx context.Context, src, dst string, now time.Ti
 		if _, exists, err := s.sessionTx(ctx, tx, dst); err != nil {
 			return err
 		} else if exists {
+			var made string
+			if err := tx.QueryRowContext(ctx, s.q(`SELECT fork_request FROM kv_sessions WHERE id = ?`), dst).Scan(&made); err != nil {
+				return wrapDB(err)
+			}
+			if requestID != "" && made == requestID {
+				return nil // a repeat of the fork that made it
+			}
 			return errs.New(errs.ErrExists, "session %s already exists", dst)
 		}
-		if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO kv_sessions (id, model, tokens, last_used, created, file_seq, hashes, hashed_tokens) VALUES (?, ?, ?, ?, ?, 0, ?, ?)`),
-			dst, sess.model, sess.tokens, now.UnixNano(), now.UnixNano(), encodeHashes(sess.hashes), sess.hashed); err != nil {
+		if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO kv_sessions (id, model, tokens, last_used, created, file_seq, hashes, hashed_tokens, fork_request) VALUES (?, ?, ?, ?, ?, 0, ?, ?, ?)`),
+			dst, sess.model, sess.tokens, now.UnixNano(), now.UnixNano(), encodeHashes(sess.hashes), sess.hashed, requestID); err != nil {
 			return wrapDB(err)
 		}
 		_, err = tx.ExecContext(ctx, s.q(`INSERT INTO kv_ranges (session_id, token_start, token_length, path, kv_start, kv_length)
