@@ -619,26 +619,33 @@ type EnginePlan struct {
 	CachedTokens  int64         `json:"cached_tokens"`
 	// VerifiedTokens: the prompt's leading tokens whose content matched
 	// what the session stored (the whole prompt on counts alone).
-	VerifiedTokens int64    `json:"verified_tokens"`
-	PrefillTokens  int64    `json:"prefill_tokens"`
-	DecodeTokens   int64    `json:"decode_tokens"`
-	LoadBytes      int64    `json:"load_bytes"`
-	HitRate        float64  `json:"hit_rate"`
-	Evicted        []string `json:"evicted_sessions,omitempty"`
+	VerifiedTokens int64 `json:"verified_tokens"`
+	// Shortened says why the stored part ends before what the session
+	// holds for the prompt: "server_down" (bytes on a server that is down;
+	// an engine is never sent there), ShortenedTokens by how many tokens.
+	Shortened       string   `json:"shortened,omitempty"`
+	ShortenedTokens int64    `json:"shortened_tokens,omitempty"`
+	PrefillTokens   int64    `json:"prefill_tokens"`
+	DecodeTokens    int64    `json:"decode_tokens"`
+	LoadBytes       int64    `json:"load_bytes"`
+	HitRate         float64  `json:"hit_rate"`
+	Evicted         []string `json:"evicted_sessions,omitempty"`
 }
 
 // Plan is the answer: exactly which ranges are stored and where new KV goes.
 type Plan struct {
-	PlanID         int64     `json:"plan_id"`
-	Stored         []KVRange `json:"stored_kv_cache"`
-	Fresh          []KVRange `json:"fresh_kv_cache"`
-	CachedTokens   int64     `json:"cached_tokens"`
-	VerifiedTokens int64     `json:"verified_tokens"` // as in EnginePlan
-	PrefillTokens  int64     `json:"prefill_tokens"`
-	DecodeTokens   int64     `json:"decode_tokens"`
-	LoadBytes      int64     `json:"load_bytes"`
-	HitRate        float64   `json:"hit_rate"`
-	Evicted        []string  `json:"evicted_sessions,omitempty"`
+	PlanID          int64     `json:"plan_id"`
+	Stored          []KVRange `json:"stored_kv_cache"`
+	Fresh           []KVRange `json:"fresh_kv_cache"`
+	CachedTokens    int64     `json:"cached_tokens"`
+	VerifiedTokens  int64     `json:"verified_tokens"`            // as in EnginePlan
+	Shortened       string    `json:"shortened,omitempty"`        // as in EnginePlan
+	ShortenedTokens int64     `json:"shortened_tokens,omitempty"` // as in EnginePlan
+	PrefillTokens   int64     `json:"prefill_tokens"`
+	DecodeTokens    int64     `json:"decode_tokens"`
+	LoadBytes       int64     `json:"load_bytes"`
+	HitRate         float64   `json:"hit_rate"`
+	Evicted         []string  `json:"evicted_sessions,omitempty"`
 	// FreshFiles: the files of the fresh ranges with the chunks that hold
 	// their bytes, already allocated, so a client writes them with no
 	// master call and commits with Written (docs/kv-cache.md, "What a turn

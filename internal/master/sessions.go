@@ -161,7 +161,7 @@ func (m *Master) plan(r *http.Request) (any, error) {
 		TokenIDs: req.TokenIDs, BlockHashes: req.BlockHashes, UnsafeCountOnly: req.UnsafeCountOnly,
 		DecodeTokens: req.DecodeTokens, NewFile: req.NewFile, Dir: "/kv-sessions", Pool: m.cfg.SessionPool,
 		ChunkSize: DefaultChunkSize, Quota: m.cfg.SessionQuota, PlanTTL: 10 * time.Minute, Now: time.Now(), Aligned: engine,
-		Place: m.sessionPlacer(r, engine), RequestID: rid,
+		Place: m.sessionPlacer(r, engine), RequestID: rid, Reachable: m.reachable(),
 	})
 	if err != nil {
 		return nil, err
@@ -174,9 +174,13 @@ func (m *Master) plan(r *http.Request) (any, error) {
 		}
 		m.metrics.plans.Inc()
 		m.metrics.cachedTokens.Add(float64(p.Cached))
+		if p.Shortened != "" {
+			m.metrics.shortened.WithLabelValues(p.Shortened).Inc()
+		}
 	}
 	if engine {
 		out := api.EnginePlan{PlanID: p.ID, CachedTokens: p.Cached, VerifiedTokens: p.Verified, PrefillTokens: p.Prefill, DecodeTokens: p.Decode,
+			Shortened: p.Shortened, ShortenedTokens: p.ShortenedTokens,
 			LoadBytes: p.Load, Evicted: p.Evicted, KVCacheParams: api.KVCacheParams{ID: r.PathValue("id"),
 				Stored: m.rangesAs(p.Stored, m.engineURI), Fresh: m.rangesAs(p.Fresh, m.engineURI), LoadThreshold: req.LoadThreshold,
 				Flags: req.Flags}}
@@ -186,6 +190,7 @@ func (m *Master) plan(r *http.Request) (any, error) {
 		return out, nil
 	}
 	out := api.Plan{PlanID: p.ID, Stored: m.rangesOut(p.Stored), Fresh: m.rangesOut(p.Fresh), CachedTokens: p.Cached, VerifiedTokens: p.Verified,
+		Shortened: p.Shortened, ShortenedTokens: p.ShortenedTokens,
 		PrefillTokens: p.Prefill, DecodeTokens: p.Decode, LoadBytes: p.Load, Evicted: p.Evicted}
 	if len(p.FreshChunks) > 0 {
 		f := fileOut(p.FreshFile)
@@ -212,6 +217,19 @@ func (m *Master) localPath(p string) (string, error) {
 		p = u.Path
 	}
 	return nspath.Clean(p)
+}
+
+// reachable is what a plan asks of the data servers (meta.PlanInput.Reachable):
+// whether the server heartbeats. A server the master has never heard of
+// (none of its chunks' replicas could be) counts as down.
+func (m *Master) reachable() func(string) bool {
+	m.mu.Lock()
+	up := make(map[string]bool, len(m.servers))
+	for id, s := range m.servers {
+		up[id] = s.up || s.presumed // presumed: a new leader before their first heartbeat
+	}
+	m.mu.Unlock()
+	return func(id string) bool { return up[id] }
 }
 
 // requestID is a plan's or fork's request id (api.RequestIDParam), which

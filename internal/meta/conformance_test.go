@@ -108,6 +108,7 @@ func TestConformance(t *testing.T) {
 				{"session-engine", testSessionEngine},
 				{"session-content", testSessionContent},
 				{"session-repeats", testSessionRepeats},
+				{"session-down-server", testSessionDownServer},
 				{"lead", testLead},
 				{"names", testNames},
 			} {

@@ -272,3 +272,59 @@ func testSessionRepeats(t *testing.T, s Store) {
 	mustIs(t, s.ForkSession(ctx, "r1", "r1f", "fork-2", now), errs.ErrExists)
 	mustIs(t, s.ForkSession(ctx, "r1", "r1f", "", now), errs.ErrExists)
 }
+
+// testSessionDownServer: a plan's stored part ends before the first range
+// with bytes only on servers that are down (an engine is never sent to
+// them); the ranges stay in the session and are planned again once the
+// server is back.
+func testSessionDownServer(t *testing.T, s Store) {
+	ctx := context.Background()
+	if err := s.PutLayout(ctx, llama); err != nil {
+		t.Fatal(err)
+	}
+	on := func(server string) PlaceFunc {
+		return func(fileID, idx int64) ([]string, error) { return []string{server}, nil }
+	}
+	turn := func(prompt int, server string, newFile bool) Plan {
+		t.Helper()
+		in := planIn("d1", int64(prompt))
+		in.UnsafeCountOnly, in.TokenIDs, in.Place, in.NewFile = false, ids(1, prompt), on(server), newFile
+		p, err := s.PlanSession(ctx, in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.CommitSession(ctx, CommitInput{Session: "d1", PlanID: p.ID, Written: true, Now: now}); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	turn(32, "s1", false) // tokens 0..32 on s1
+	turn(64, "s2", true)  // tokens 32..64 in another file, on s2
+	plan := func(reachable func(string) bool) Plan {
+		t.Helper()
+		in := planIn("d1", 80)
+		in.UnsafeCountOnly, in.TokenIDs, in.Reachable = false, ids(1, 80), reachable
+		p, err := s.PlanSession(ctx, in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	if p := plan(func(string) bool { return true }); p.Cached != 64 || p.Shortened != "" {
+		t.Fatalf("all up: %+v", p)
+	}
+	if p := plan(func(id string) bool { return id != "s2" }); p.Cached != 32 || p.Shortened != "server_down" || p.ShortenedTokens != 32 ||
+		len(p.Fresh) == 0 || p.Fresh[0].TokenStart != 32 {
+		t.Fatalf("s2 down: %+v", p)
+	}
+	if p := plan(func(id string) bool { return id != "s1" }); p.Cached != 0 || p.Shortened != "server_down" || p.ShortenedTokens != 64 {
+		t.Fatalf("s1 down: %+v", p)
+	}
+	// The ranges are still the session's: back up, planned again.
+	if sess, _ := s.Session(ctx, "d1"); sess.Tokens != 64 || len(sess.Ranges) != 2 {
+		t.Fatalf("session after shortened plans: %+v", sess)
+	}
+	if p := plan(nil); p.Cached != 64 {
+		t.Fatalf("back up: %+v", p)
+	}
+}

@@ -92,6 +92,10 @@ type PlanInput struct {
 	// range (placed by Place) and return them in FreshChunks, so the
 	// engine writes with no master call (turns.go).
 	Place PlaceFunc
+	// Reachable says whether a data server is up; the stored part of the
+	// plan ends before the first range with a chunk whose every replica is
+	// on a server that is not (Plan.Shortened). nil: not checked.
+	Reachable func(serverID string) bool
 	// RequestID names the request: a plan repeated with the same id (a
 	// connection cut, a failover to another master) while the first is
 	// outstanding is answered with the first plan (Plan.Repeat).
@@ -120,6 +124,12 @@ type Plan struct {
 	FreshChunks []Chunk
 	// Repeat: the answer to an earlier request with the same RequestID.
 	Repeat bool `json:"-"`
+	// Shortened says why the stored part ends before what the session
+	// holds for the prompt ("server_down": bytes on a server that is down;
+	// those ranges stay in the session until a commit replaces them), and
+	// ShortenedTokens by how many tokens.
+	Shortened       string
+	ShortenedTokens int64
 }
 
 var sessionSchema = []string{
@@ -433,6 +443,19 @@ func (s *sqlStore) PlanSession(ctx context.Context, in PlanInput) (Plan, error) 
 		} else {
 			p.Stored, p.Cached = storedFor(l, ranges, valid)
 		}
+		if in.Reachable != nil {
+			for i, r := range p.Stored {
+				down, err := s.unreachableTx(ctx, tx, in.Reachable, r)
+				if err != nil {
+					return err
+				}
+				if down {
+					p.Shortened, p.ShortenedTokens = "server_down", p.Cached-r.TokenStart
+					p.Stored, p.Cached = p.Stored[:i], r.TokenStart
+					break
+				}
+			}
+		}
 		for _, r := range p.Stored {
 			p.Load += r.KVLength
 		}
@@ -449,6 +472,13 @@ func (s *sqlStore) PlanSession(ctx context.Context, in PlanInput) (Plan, error) 
 			fr.TokenLength = fresh
 			for _, part := range splitFresh(l, fr, split) {
 				fr.KVLength += part.KVLength
+			}
+			// Fresh bytes go to servers that are up: not into the tail
+			// chunk of a session file on a server that is down.
+			if in.Reachable != nil && sess.fileSeq != 0 && !in.NewFile {
+				if in.NewFile, err = s.tailDownTx(ctx, tx, in, sess); err != nil {
+					return err
+				}
 			}
 			if fr.Path, fr.KVStart, err = s.reserveTx(ctx, tx, in, &sess, fr.KVLength); err != nil {
 				return err
@@ -491,6 +521,63 @@ func (s *sqlStore) PlanSession(ctx context.Context, in PlanInput) (Plan, error) 
 		return wrapDB(err)
 	})
 	return p, err
+}
+
+// unreachableTx reports whether some byte of r lies in a chunk whose every
+// replica is on a server reachable says is not up. A chunk with no replica
+// recorded is not judged (a linked file's chunks fill from the cold tier).
+func (s *sqlStore) unreachableTx(ctx context.Context, tx *sql.Tx, reachable func(string) bool, r Range) (bool, error) {
+	f, err := s.fileBy(ctx, tx, "path", r.Path)
+	if err != nil {
+		return false, err
+	}
+	if f.ChunkSize <= 0 || r.KVLength <= 0 {
+		return false, nil
+	}
+	first, last := r.KVStart/f.ChunkSize, (r.KVStart+r.KVLength-1)/f.ChunkSize
+	rows, err := tx.QueryContext(ctx, s.q(`SELECT c.idx, p.server_id FROM chunks c JOIN replicas p ON p.chunk_id = c.id
+		WHERE c.file_id = ? AND c.idx >= ? AND c.idx <= ?`), f.ID, first, last)
+	if err != nil {
+		return false, wrapDB(err)
+	}
+	defer rows.Close()
+	held, up := map[int64]bool{}, map[int64]bool{}
+	for rows.Next() {
+		var idx int64
+		var server string
+		if err := rows.Scan(&idx, &server); err != nil {
+			return false, wrapDB(err)
+		}
+		held[idx] = true
+		if reachable(server) {
+			up[idx] = true
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return false, wrapDB(err)
+	}
+	for idx := range held {
+		if !up[idx] {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// tailDownTx reports whether the session's current file ends in a chunk
+// whose every replica is on a server that is down, where a fresh range
+// appended to it would begin.
+func (s *sqlStore) tailDownTx(ctx context.Context, tx *sql.Tx, in PlanInput, sess sessionRow) (bool, error) {
+	path := sessionFile(in.Dir, in.Session, sess.fileSeq)
+	var reserved int64
+	err := tx.QueryRowContext(ctx, s.q(`SELECT reserved FROM kv_files WHERE path = ?`), path).Scan(&reserved)
+	if errors.Is(err, sql.ErrNoRows) || (err == nil && reserved == 0) {
+		return false, nil
+	}
+	if err != nil {
+		return false, wrapDB(err)
+	}
+	return s.unreachableTx(ctx, tx, in.Reachable, Range{Path: path, KVStart: reserved - 1, KVLength: 1})
 }
 
 // createSessionTx creates a session whose first ranges are its prefixes.
