@@ -204,7 +204,7 @@ func TestRouter(t *testing.T) {
 	if e.last()["kv_transfer_params"] != nil {
 		t.Fatalf("planned without token ids: %v", e.last())
 	}
-	unsafe := httptest.NewServer(New(Config{Upstream: u, Model: "m", Planner: cl.Sessions(), UnsafeCountOnly: true}))
+	unsafe := httptest.NewServer(New(Config{Upstream: u, Model: "m", Planner: cl.Sessions(), UnsafeCountOnly: true, SharedSessions: true}))
 	defer unsafe.Close()
 	ureq, _ := http.NewRequest("POST", unsafe.URL+"/v1/completions", strings.NewReader(fmt.Sprintf(`{"model":"m","prompt":%q,"max_tokens":2}`, words(9))))
 	ureq.Header.Set("X-Session-ID", "chat-u")

@@ -31,7 +31,7 @@ func TestRouterCountsShortenedPlans(t *testing.T) {
 	defer up.Close()
 	u, _ := url.Parse(up.URL)
 	st := &shortening{}
-	front := httptest.NewServer(New(Config{Upstream: u, Model: "m", Planner: st}))
+	front := httptest.NewServer(New(Config{Upstream: u, Model: "m", Planner: st, SharedSessions: true}))
 	defer front.Close()
 	req, _ := http.NewRequest("POST", front.URL+"/v1/completions", strings.NewReader(`{"model":"m","prompt":"a b c d e","max_tokens":1}`))
 	req.Header.Set("X-Session-ID", "chat-7")
