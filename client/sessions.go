@@ -58,6 +58,13 @@ func (c *Client) Sessions() *Sessions { return &Sessions{c: c} }
 
 func esc(s string) string { return url.PathEscape(s) }
 
+// planPath is a plan's path with a request id of its own, so the call is
+// repeated through a failover like every other master call: a repeat is
+// answered with the plan the first made (no second reservation).
+func planPath(id string) string {
+	return "/v1/sessions/" + esc(id) + "/plan?" + api.RequestIDParam + "=" + requestID()
+}
+
 // SetLayout registers (or replaces) the KV layout of model.
 func (s *Sessions) SetLayout(ctx context.Context, l Layout) error {
 	return s.c.api.Do(ctx, "PUT", "/v1/models/"+esc(l.Model)+"/layout", l, nil)
@@ -95,7 +102,7 @@ func (s *Sessions) RegisterPrefixIDs(ctx context.Context, path, model string, id
 // UnsafeCountOnly (counts alone: wrong KV after an edited message).
 func (s *Sessions) Plan(ctx context.Context, id string, req PlanRequest) (Plan, error) {
 	var p Plan
-	err := s.c.api.Do(ctx, "POST", "/v1/sessions/"+esc(id)+"/plan", req, &p)
+	err := s.c.api.Do(ctx, "POST", planPath(id), req, &p)
 	return p, err
 }
 
@@ -117,7 +124,7 @@ func (s *Sessions) PlanEngine(ctx context.Context, id string, req PlanRequest) (
 		req.Format = "vllm"
 	}
 	var p EnginePlan
-	err := s.c.api.Do(ctx, "POST", "/v1/sessions/"+esc(id)+"/plan", req, &p)
+	err := s.c.api.Do(ctx, "POST", planPath(id), req, &p)
 	return p, err
 }
 
@@ -136,7 +143,7 @@ func (s *Sessions) CommitSaved(ctx context.Context, id string, planID int64, sav
 // Fork makes newID a session sharing id's stored ranges, without copying bytes.
 func (s *Sessions) Fork(ctx context.Context, id, newID string) (Session, error) {
 	var out Session
-	err := s.c.api.Do(ctx, "POST", "/v1/sessions/"+esc(id)+"/fork", api.ForkRequest{NewID: newID}, &out)
+	err := s.c.api.Do(ctx, "POST", "/v1/sessions/"+esc(id)+"/fork?"+api.RequestIDParam+"="+requestID(), api.ForkRequest{NewID: newID}, &out)
 	return out, err
 }
 

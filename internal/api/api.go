@@ -307,6 +307,11 @@ func EscapePath(p string) string {
 	return strings.Join(parts, "/")
 }
 
+// RequestIDParam is the query parameter naming a session plan or fork
+// request, so that a repeat (a connection cut mid-request, a failover) is
+// answered as the first was: POST /v1/sessions/{id}/plan?request_id=R.
+const RequestIDParam = "request_id"
+
 // Idempotent reports whether sending method path twice has the effect of
 // sending it once, so that Do may repeat it after a failure that leaves
 // unknown whether the master applied it (a connection cut mid-request by a
@@ -316,8 +321,10 @@ func EscapePath(p string) string {
 // the same size is a no-op), linking (a repeat finds the link), attributes,
 // directories (mkdir -p), heartbeats, deletes (Do turns a repeat's
 // not_found into success), and session commits (the master answers a repeat
-// of a session's last commit as done). Session plans and forks are not: they
-// are sent again only when the master surely did not get them.
+// of a session's last commit as done), and session plans and forks that
+// carry a request_id (RequestIDParam: the master answers a repeat with the
+// plan it made, or the fork as done). Plans and forks without one are sent
+// again only when the master surely did not get them.
 func Idempotent(method, path string) bool {
 	switch method {
 	case http.MethodGet, http.MethodHead, http.MethodPut:
@@ -325,8 +332,13 @@ func Idempotent(method, path string) bool {
 	case http.MethodDelete:
 		return strings.HasPrefix(path, "/v1/files/")
 	case http.MethodPost:
-		if strings.HasPrefix(path, "/v1/sessions/") && strings.HasSuffix(path, "/commit") {
+		p, q, hasQuery := strings.Cut(path, "?")
+		if strings.HasPrefix(p, "/v1/sessions/") && strings.HasSuffix(p, "/commit") {
 			return true
+		}
+		if hasQuery && strings.HasPrefix(p, "/v1/sessions/") && (strings.HasSuffix(p, "/plan") || strings.HasSuffix(p, "/fork")) {
+			v, err := url.ParseQuery(q)
+			return err == nil && v.Get(RequestIDParam) != ""
 		}
 		for _, p := range []string{"/v1/alloc/", "/v1/commit/", "/v1/link/", "/v1/servers/heartbeat"} {
 			if strings.HasPrefix(path, p) {
@@ -615,26 +627,33 @@ type EnginePlan struct {
 	CachedTokens  int64         `json:"cached_tokens"`
 	// VerifiedTokens: the prompt's leading tokens whose content matched
 	// what the session stored (the whole prompt on counts alone).
-	VerifiedTokens int64    `json:"verified_tokens"`
-	PrefillTokens  int64    `json:"prefill_tokens"`
-	DecodeTokens   int64    `json:"decode_tokens"`
-	LoadBytes      int64    `json:"load_bytes"`
-	HitRate        float64  `json:"hit_rate"`
-	Evicted        []string `json:"evicted_sessions,omitempty"`
+	VerifiedTokens int64 `json:"verified_tokens"`
+	// Shortened says why the stored part ends before what the session
+	// holds for the prompt: "server_down" (bytes on a server that is down;
+	// an engine is never sent there), ShortenedTokens by how many tokens.
+	Shortened       string   `json:"shortened,omitempty"`
+	ShortenedTokens int64    `json:"shortened_tokens,omitempty"`
+	PrefillTokens   int64    `json:"prefill_tokens"`
+	DecodeTokens    int64    `json:"decode_tokens"`
+	LoadBytes       int64    `json:"load_bytes"`
+	HitRate         float64  `json:"hit_rate"`
+	Evicted         []string `json:"evicted_sessions,omitempty"`
 }
 
 // Plan is the answer: exactly which ranges are stored and where new KV goes.
 type Plan struct {
-	PlanID         int64     `json:"plan_id"`
-	Stored         []KVRange `json:"stored_kv_cache"`
-	Fresh          []KVRange `json:"fresh_kv_cache"`
-	CachedTokens   int64     `json:"cached_tokens"`
-	VerifiedTokens int64     `json:"verified_tokens"` // as in EnginePlan
-	PrefillTokens  int64     `json:"prefill_tokens"`
-	DecodeTokens   int64     `json:"decode_tokens"`
-	LoadBytes      int64     `json:"load_bytes"`
-	HitRate        float64   `json:"hit_rate"`
-	Evicted        []string  `json:"evicted_sessions,omitempty"`
+	PlanID          int64     `json:"plan_id"`
+	Stored          []KVRange `json:"stored_kv_cache"`
+	Fresh           []KVRange `json:"fresh_kv_cache"`
+	CachedTokens    int64     `json:"cached_tokens"`
+	VerifiedTokens  int64     `json:"verified_tokens"`            // as in EnginePlan
+	Shortened       string    `json:"shortened,omitempty"`        // as in EnginePlan
+	ShortenedTokens int64     `json:"shortened_tokens,omitempty"` // as in EnginePlan
+	PrefillTokens   int64     `json:"prefill_tokens"`
+	DecodeTokens    int64     `json:"decode_tokens"`
+	LoadBytes       int64     `json:"load_bytes"`
+	HitRate         float64   `json:"hit_rate"`
+	Evicted         []string  `json:"evicted_sessions,omitempty"`
 	// FreshFiles: the files of the fresh ranges with the chunks that hold
 	// their bytes, already allocated, so a client writes them with no
 	// master call and commits with Written (docs/kv-cache.md, "What a turn

@@ -150,6 +150,14 @@ func TestDoCutRequests(t *testing.T) {
 		t.Fatalf("a cut session plan was repeated (%d calls) or did not fail: %v", calls.Load(), err)
 	}
 	calls.Store(0)
+	if err := c.Do(ctx, "POST", "/v1/sessions/s/plan?request_id=r1", struct{}{}, nil); err != nil || calls.Load() != 2 {
+		t.Fatalf("a cut session plan with a request id: %v after %d calls", err, calls.Load())
+	}
+	calls.Store(0)
+	if err := c.Do(ctx, "POST", "/v1/sessions/s/fork?request_id=r1", struct{}{}, nil); err != nil || calls.Load() != 2 {
+		t.Fatalf("a cut fork with a request id: %v after %d calls", err, calls.Load())
+	}
+	calls.Store(0)
 	if err := c.Do(ctx, "POST", "/v1/commit/a", struct{}{}, &struct{}{}); err != nil || calls.Load() != 2 {
 		t.Fatalf("a cut commit: %v after %d calls", err, calls.Load())
 	}
@@ -178,6 +186,12 @@ func TestIdempotent(t *testing.T) {
 		{"POST", "/v1/sessions/s/plan", false},
 		{"POST", "/v1/sessions/s/commit", true},
 		{"POST", "/v1/sessions/s/fork", false},
+		{"POST", "/v1/sessions/s/plan?request_id=r1", true},
+		{"POST", "/v1/sessions/s/fork?request_id=r1", true},
+		{"POST", "/v1/sessions/s/plan?request_id=", false},
+		{"POST", "/v1/sessions/s/plan?x=1", false},
+		{"POST", "/v1/sessions/s/commit?request_id=r1", true},
+		{"POST", "/v1/prefixes?request_id=r1", false},
 		{"POST", "/v1/prefixes", false},
 		{"DELETE", "/v1/sessions/s", false},
 		{"PUT", "/v1/models/m/layout", false},

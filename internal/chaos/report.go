@@ -72,8 +72,8 @@ func (c *cluster) report(st *Stats, m *model, steps []*step, sw sweep, before, a
 	p("")
 	p("### Operations by outcome")
 	p("")
-	p("| kind | ok | clean miss | unavailable | other error | WRONG BYTES | LOST ACK | slowest |")
-	p("|---|---|---|---|---|---|---|---|")
+	p("| kind | ok | clean miss | shortened plan | unavailable | other error | WRONG BYTES | LOST ACK | slowest |")
+	p("|---|---|---|---|---|---|---|---|---|")
 	for k := range nKinds {
 		row := "| " + k.String() + " |"
 		for o := range nOutcomes {

@@ -41,6 +41,7 @@ type Outcome int
 const (
 	OK          Outcome = iota
 	Miss                // a clean miss: not found where losing data is allowed
+	Shortened           // a plan whose stored part the master cut short (a server down): it works, with less cached
 	Unavailable         // errs.ErrUnavailable, a timeout, a refused or reset connection
 	Other               // any other error: not an integrity violation, but worth reading
 	WrongBytes          // a read returned bytes that were never written there: fatal
@@ -48,7 +49,7 @@ const (
 	nOutcomes
 )
 
-var outcomeNames = [nOutcomes]string{"ok", "clean miss", "unavailable", "other error", "WRONG BYTES", "LOST ACK"}
+var outcomeNames = [nOutcomes]string{"ok", "clean miss", "shortened", "unavailable", "other error", "WRONG BYTES", "LOST ACK"}
 
 func (o Outcome) String() string { return outcomeNames[o] }
 

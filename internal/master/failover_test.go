@@ -133,3 +133,29 @@ func TestRepeatedCreateAndSeal(t *testing.T) {
 	want(t, m, 200, "POST", "/v1/commit/f", `{"size":0,"seal":true}`)
 	want(t, m, 409, "POST", "/v1/commit/f", `{"size":10,"seal":true}`)
 }
+
+// A plan or a fork repeated with its request id (a client retrying across a
+// failover, the first answer lost) gets the first answer: the same plan id
+// and fresh bytes, the fork as done; another request id is another request.
+func TestRepeatedPlanAndFork(t *testing.T) {
+	m := startMaster(t, Config{Token: testToken})
+	want(t, m, 200, "PUT", "/v1/models/m/layout", `{"layers":2,"kv_heads":1,"head_dim":4,"dtype":"fp16","page_tokens":4,"layout":"layer_first"}`)
+	plan := func(rid string) api.Plan {
+		t.Helper()
+		code, body := call(t, m, "POST", "/v1/sessions/s/plan?request_id="+rid, `{"model":"m","token_ids":[1,2,3,4,5,6]}`)
+		var p api.Plan
+		if code != 200 || json.Unmarshal([]byte(body), &p) != nil {
+			t.Fatalf("plan %s: %d %s", rid, code, body)
+		}
+		return p
+	}
+	a, b, c := plan("r1"), plan("r1"), plan("r2")
+	if a.PlanID != b.PlanID || a.Fresh[0] != b.Fresh[0] || c.PlanID == a.PlanID || c.Fresh[0].KVStart == a.Fresh[0].KVStart {
+		t.Fatalf("plans %+v %+v %+v", a, b, c)
+	}
+	want(t, m, 400, "POST", "/v1/sessions/s/plan?request_id="+strings.Repeat("x", 200), `{"model":"m","token_ids":[1]}`)
+	want(t, m, 200, "POST", "/v1/sessions/s/fork?request_id=f1", `{"new_id":"s2"}`)
+	want(t, m, 200, "POST", "/v1/sessions/s/fork?request_id=f1", `{"new_id":"s2"}`)
+	want(t, m, 409, "POST", "/v1/sessions/s/fork?request_id=f2", `{"new_id":"s2"}`)
+	want(t, m, 409, "POST", "/v1/sessions/s/fork", `{"new_id":"s2"}`)
+}

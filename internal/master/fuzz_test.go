@@ -37,6 +37,8 @@ var fuzzRoutes = []string{
 	"GET /readyz?probe={p}", // probes take no input; a stray query or body changes nothing
 	"GET /healthz?probe={p}",
 	"GET /v1/sessions/{p}/plans/{p}",
+	"POST /v1/sessions/s/plan?request_id={p}",
+	"POST /v1/sessions/s/fork?request_id={p}",
 }
 
 // FuzzHandlers sends arbitrary JSON bodies, paths and query figures to every
@@ -81,6 +83,11 @@ func FuzzHandlers(f *testing.F) {
 	seed(12, "s", `{"model":"m","prompt_tokens":40,"format":"vllm","flags":{"prefill-only":true,"x":[1]}}`)
 	seed(13, "s", `{"kvcache_params":{"id":"s","flags":{"prefill-only":true},"zz":{},"fresh_kvcache":[{"token_start":0,"token_length":16,"kv_uri":"gd2fs://local/kv-sessions/s/kv-1","kv_start":0,"kv_length":1,"y":2}]}}`)
 	seed(14, "s", `{"new_id":"s/2"}`)
+	seed(19, "r1", `{"model":"m","token_ids":[1,2,3]}`)
+	seed(19, "r1", `{"model":"m","token_ids":[1,2,3]}`) // a repeat
+	seed(19, "\x00\n", `{"model":"m","token_ids":[1]}`)
+	seed(20, "f1", `{"new_id":"s9"}`)
+	seed(20, "f1", `{"new_id":"s9"}`)
 	seed(17, "abc", ``)
 	seed(17, "-1", ``)
 	seed(18, "l", `{"index":0,"failed":["s1"]}`)

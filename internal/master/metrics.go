@@ -21,6 +21,8 @@ type metrics struct {
 	plans, cachedTokens, commitFailures prometheus.Counter
 	// Requests refused before any handler (guard.go), by reason.
 	refusals *prometheus.CounterVec
+	// Plans whose stored part was cut short, by reason (server_down).
+	shortened *prometheus.CounterVec
 }
 
 func newMetrics(m *Master) *metrics {
@@ -41,6 +43,8 @@ func newMetrics(m *Master) *metrics {
 		commitFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "gd2fs_master_session_commit_failures_total", Help: "Session commits refused."}),
 		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gd2fs_master_refused_total",
 			Help: "Requests refused before any handler: wrong Host, cross-origin, not JSON, heartbeat without the server role, wrong token."}, []string{"reason"}),
+		shortened: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gd2fs_master_session_plans_shortened_total",
+			Help: "Plans whose stored part ends early, by reason (server_down: stored bytes on a server that is down)."}, []string{"reason"}),
 	}
 	up := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gd2fs_master_servers_up", Help: "Servers heartbeating."}, func() float64 {
 		m.mu.Lock()
@@ -58,7 +62,7 @@ func newMetrics(m *Master) *metrics {
 		defer m.mu.Unlock()
 		return float64(m.epoch)
 	})
-	x.reg.MustRegister(x.requests, x.latency, x.repairs, x.refills, x.evictions, x.plans, x.cachedTokens, x.commitFailures, x.refusals, up, epoch, collectors.NewGoCollector(),
+	x.reg.MustRegister(x.requests, x.latency, x.repairs, x.refills, x.evictions, x.plans, x.cachedTokens, x.commitFailures, x.refusals, x.shortened, up, epoch, collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return x
 }

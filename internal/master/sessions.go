@@ -45,7 +45,11 @@ func (m *Master) sessionRoutes(h func(pattern string, fn func(r *http.Request) (
 		if err := readJSON(r, &req); err != nil {
 			return nil, err
 		}
-		if err := m.sessions.ForkSession(r.Context(), r.PathValue("id"), req.NewID, time.Now()); err != nil {
+		rid, err := requestID(r)
+		if err != nil {
+			return nil, err
+		}
+		if err := m.sessions.ForkSession(r.Context(), r.PathValue("id"), req.NewID, rid, time.Now()); err != nil {
 			return nil, err
 		}
 		s, err := m.sessions.Session(r.Context(), req.NewID)
@@ -142,6 +146,10 @@ func (m *Master) plan(r *http.Request) (any, error) {
 	if len(req.Flags) > 0 && !engine {
 		return nil, errs.New(errs.ErrBadRequest, "plan flags are passed to an engine in kvcache_params: give them with format vllm")
 	}
+	rid, err := requestID(r)
+	if err != nil {
+		return nil, err
+	}
 	prefixes := make([]string, len(req.Prefixes))
 	for i, p := range req.Prefixes {
 		var err error
@@ -154,20 +162,26 @@ func (m *Master) plan(r *http.Request) (any, error) {
 		TokenIDs: req.TokenIDs, BlockHashes: req.BlockHashes, UnsafeCountOnly: req.UnsafeCountOnly,
 		DecodeTokens: req.DecodeTokens, NewFile: req.NewFile, Dir: "/kv-sessions", Pool: m.cfg.SessionPool,
 		ChunkSize: DefaultChunkSize, Quota: m.cfg.SessionQuota, PlanTTL: 10 * time.Minute, Now: time.Now(), Aligned: engine,
-		Place: m.sessionPlacer(r, engine),
+		Place: m.sessionPlacer(r, engine), RequestID: rid, Reachable: m.reachable(),
 	})
 	if err != nil {
 		return nil, err
 	}
 	prompt := p.Prefill + p.Cached // prompt_tokens may be left out with token_ids
-	m.plans.record(prompt, p.Cached, p.Evicted)
-	if len(p.Evicted) > 0 {
-		m.metrics.evictions.Add(float64(len(p.Evicted)))
+	if !p.Repeat {                 // a repeat was counted the first time
+		m.plans.record(prompt, p.Cached, p.Evicted)
+		if len(p.Evicted) > 0 {
+			m.metrics.evictions.Add(float64(len(p.Evicted)))
+		}
+		m.metrics.plans.Inc()
+		m.metrics.cachedTokens.Add(float64(p.Cached))
+		if p.Shortened != "" {
+			m.metrics.shortened.WithLabelValues(p.Shortened).Inc()
+		}
 	}
-	m.metrics.plans.Inc()
-	m.metrics.cachedTokens.Add(float64(p.Cached))
 	if engine {
 		out := api.EnginePlan{PlanID: p.ID, CachedTokens: p.Cached, VerifiedTokens: p.Verified, PrefillTokens: p.Prefill, DecodeTokens: p.Decode,
+			Shortened: p.Shortened, ShortenedTokens: p.ShortenedTokens,
 			LoadBytes: p.Load, Evicted: p.Evicted, KVCacheParams: api.KVCacheParams{ID: r.PathValue("id"),
 				Stored: m.rangesAs(p.Stored, m.engineURI), Fresh: m.rangesAs(p.Fresh, m.engineURI), LoadThreshold: req.LoadThreshold,
 				Flags: req.Flags}}
@@ -177,6 +191,7 @@ func (m *Master) plan(r *http.Request) (any, error) {
 		return out, nil
 	}
 	out := api.Plan{PlanID: p.ID, Stored: m.rangesOut(p.Stored), Fresh: m.rangesOut(p.Fresh), CachedTokens: p.Cached, VerifiedTokens: p.Verified,
+		Shortened: p.Shortened, ShortenedTokens: p.ShortenedTokens,
 		PrefillTokens: p.Prefill, DecodeTokens: p.Decode, LoadBytes: p.Load, Evicted: p.Evicted}
 	if len(p.FreshChunks) > 0 {
 		f := fileOut(p.FreshFile)
@@ -203,6 +218,34 @@ func (m *Master) localPath(p string) (string, error) {
 		p = u.Path
 	}
 	return nspath.Clean(p)
+}
+
+// reachable is what a plan asks of the data servers (meta.PlanInput.Reachable):
+// whether the server heartbeats. A server the master has never heard of
+// (none of its chunks' replicas could be) counts as down.
+func (m *Master) reachable() func(string) bool {
+	m.mu.Lock()
+	up := make(map[string]bool, len(m.servers))
+	for id, s := range m.servers {
+		up[id] = s.up || s.presumed // presumed: a new leader before their first heartbeat
+	}
+	m.mu.Unlock()
+	return func(id string) bool { return up[id] }
+}
+
+// requestID is a plan's or fork's request id (api.RequestIDParam), which
+// makes a repeat of it answer as the first did; "" when there is none.
+func requestID(r *http.Request) (string, error) {
+	id := r.URL.Query().Get(api.RequestIDParam)
+	if len(id) > 128 {
+		return "", errs.New(errs.ErrBadRequest, "request_id of %d bytes: at most 128", len(id))
+	}
+	for _, c := range id {
+		if c <= ' ' || c == 0x7f {
+			return "", errs.New(errs.ErrBadRequest, "request_id %q: printable characters only", id)
+		}
+	}
+	return id, nil
 }
 
 // checkURISafe refuses session ids that cannot stand unescaped in a kv_uri

@@ -107,6 +107,8 @@ func TestConformance(t *testing.T) {
 				{"session-quota", testSessionQuota},
 				{"session-engine", testSessionEngine},
 				{"session-content", testSessionContent},
+				{"session-repeats", testSessionRepeats},
+				{"session-down-server", testSessionDownServer},
 				{"lead", testLead},
 				{"names", testNames},
 			} {
@@ -468,10 +470,10 @@ func testSessions(t *testing.T, s Store) {
 	mustIs(t, err, errs.ErrBadRequest)
 
 	// Fork shares ranges; the fork's new KV goes to its own file.
-	if err := s.ForkSession(ctx, "s1", "s2", now); err != nil {
+	if err := s.ForkSession(ctx, "s1", "s2", "", now); err != nil {
 		t.Fatal(err)
 	}
-	mustIs(t, s.ForkSession(ctx, "s1", "s2", now), errs.ErrExists)
+	mustIs(t, s.ForkSession(ctx, "s1", "s2", "", now), errs.ErrExists)
 	f2, _ := s.PlanSession(ctx, planIn("s2", 170))
 	if f2.Cached != 150 || len(f2.Stored) != 3 || f2.Fresh[0].Path == a.Fresh[0].Path {
 		t.Fatalf("fork plan %+v", f2)

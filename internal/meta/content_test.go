@@ -124,7 +124,7 @@ func testSessionContent(t *testing.T, s Store) {
 	edit2 := edited(next, 49)             // inside the partial block
 	run(plan("c2", "llama", edit2, 0), 0) // layer_first: the whole range goes
 	// A fork holds the same hashes.
-	if err := s.ForkSession(ctx, "c2", "c2f", now); err != nil {
+	if err := s.ForkSession(ctx, "c2", "c2f", "", now); err != nil {
 		t.Fatal(err)
 	}
 	run(plan("c2f", "llama", next, 0), 50)
@@ -221,5 +221,110 @@ func TestVerified(t *testing.T) {
 	}
 	if got := verified(pt, nil, 0, prompt{n: 8, hashes: kvlayout.BlockHashes(sess[:8], pt)}); got != 0 {
 		t.Errorf("a session without hashes vouched for %d tokens", got)
+	}
+}
+
+// testSessionRepeats: a plan or fork sent again with the same request id
+// (its answer lost to a cut, or to a failover to another master reading the
+// same database) gets the first answer: the same plan id and reservation,
+// no second one; the fork is answered as done. Without an id, a repeated
+// fork is refused as a duplicate and a repeated plan is a second plan.
+func testSessionRepeats(t *testing.T, s Store) {
+	ctx := context.Background()
+	if err := s.PutLayout(ctx, llama); err != nil {
+		t.Fatal(err)
+	}
+	in := planIn("r1", 40)
+	in.UnsafeCountOnly, in.TokenIDs, in.RequestID = false, ids(1, 40), "req-1"
+	a, err := s.PlanSession(ctx, in)
+	if err != nil || a.Repeat {
+		t.Fatalf("first plan: %+v %v", a, err)
+	}
+	b, err := s.PlanSession(ctx, in)
+	if err != nil || !b.Repeat || b.ID != a.ID || len(b.Fresh) != len(a.Fresh) || b.Fresh[0] != a.Fresh[0] || b.Cached != a.Cached {
+		t.Fatalf("repeat: %+v %v, first %+v", b, err, a)
+	}
+	sess, _ := s.Session(ctx, "r1")
+	if sess.Bytes != a.Fresh[0].KVLength {
+		t.Fatalf("a repeated plan reserved again: %d bytes owned, the plan %d", sess.Bytes, a.Fresh[0].KVLength)
+	}
+	in.RequestID = "req-2" // another request: another plan
+	c, err := s.PlanSession(ctx, in)
+	if err != nil || c.ID == a.ID || c.Repeat {
+		t.Fatalf("another request id: %+v %v", c, err)
+	}
+	written(t, s, a)
+	if _, err := s.CommitSession(ctx, CommitInput{Session: "r1", PlanID: a.ID, Now: now}); err != nil {
+		t.Fatal(err)
+	}
+	// Committed: no longer outstanding, so the same id plans anew.
+	in.RequestID = "req-1"
+	d, err := s.PlanSession(ctx, in)
+	if err != nil || d.Repeat || d.ID == a.ID || d.Cached != 40 {
+		t.Fatalf("after the commit: %+v %v", d, err)
+	}
+	if err := s.ForkSession(ctx, "r1", "r1f", "fork-1", now); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ForkSession(ctx, "r1", "r1f", "fork-1", now); err != nil {
+		t.Fatalf("repeated fork: %v", err)
+	}
+	mustIs(t, s.ForkSession(ctx, "r1", "r1f", "fork-2", now), errs.ErrExists)
+	mustIs(t, s.ForkSession(ctx, "r1", "r1f", "", now), errs.ErrExists)
+}
+
+// testSessionDownServer: a plan's stored part ends before the first range
+// with bytes only on servers that are down (an engine is never sent to
+// them); the ranges stay in the session and are planned again once the
+// server is back.
+func testSessionDownServer(t *testing.T, s Store) {
+	ctx := context.Background()
+	if err := s.PutLayout(ctx, llama); err != nil {
+		t.Fatal(err)
+	}
+	on := func(server string) PlaceFunc {
+		return func(fileID, idx int64) ([]string, error) { return []string{server}, nil }
+	}
+	turn := func(prompt int, server string, newFile bool) Plan {
+		t.Helper()
+		in := planIn("d1", int64(prompt))
+		in.UnsafeCountOnly, in.TokenIDs, in.Place, in.NewFile = false, ids(1, prompt), on(server), newFile
+		p, err := s.PlanSession(ctx, in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.CommitSession(ctx, CommitInput{Session: "d1", PlanID: p.ID, Written: true, Now: now}); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	turn(32, "s1", false) // tokens 0..32 on s1
+	turn(64, "s2", true)  // tokens 32..64 in another file, on s2
+	plan := func(reachable func(string) bool) Plan {
+		t.Helper()
+		in := planIn("d1", 80)
+		in.UnsafeCountOnly, in.TokenIDs, in.Reachable = false, ids(1, 80), reachable
+		p, err := s.PlanSession(ctx, in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	if p := plan(func(string) bool { return true }); p.Cached != 64 || p.Shortened != "" {
+		t.Fatalf("all up: %+v", p)
+	}
+	if p := plan(func(id string) bool { return id != "s2" }); p.Cached != 32 || p.Shortened != "server_down" || p.ShortenedTokens != 32 ||
+		len(p.Fresh) == 0 || p.Fresh[0].TokenStart != 32 {
+		t.Fatalf("s2 down: %+v", p)
+	}
+	if p := plan(func(id string) bool { return id != "s1" }); p.Cached != 0 || p.Shortened != "server_down" || p.ShortenedTokens != 64 {
+		t.Fatalf("s1 down: %+v", p)
+	}
+	// The ranges are still the session's: back up, planned again.
+	if sess, _ := s.Session(ctx, "d1"); sess.Tokens != 64 || len(sess.Ranges) != 2 {
+		t.Fatalf("session after shortened plans: %+v", sess)
+	}
+	if p := plan(nil); p.Cached != 64 {
+		t.Fatalf("back up: %+v", p)
 	}
 }

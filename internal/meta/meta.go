@@ -141,7 +141,7 @@ type Sessions interface {
 	PutPrefix(ctx context.Context, p Prefix) error
 	PlanSession(ctx context.Context, in PlanInput) (Plan, error)
 	CommitSession(ctx context.Context, in CommitInput) (Session, error)
-	ForkSession(ctx context.Context, src, dst string, now time.Time) error
+	ForkSession(ctx context.Context, src, dst, requestID string, now time.Time) error
 	DeleteSession(ctx context.Context, id string) error
 	Session(ctx context.Context, id string) (Session, error)
 	Sessions(ctx context.Context, after string, limit int) ([]Session, error)

@@ -26,8 +26,8 @@ func testNames(t *testing.T, s Store) {
 	if _, err := s.PlanSession(ctx, planIn("ok", 10)); err != nil {
 		t.Fatal(err)
 	}
-	mustIs(t, s.ForkSession(ctx, "ok", "..", now), errs.ErrBadRequest)
-	mustIs(t, s.ForkSession(ctx, "ok\x00", "x", now), errs.ErrBadRequest)
+	mustIs(t, s.ForkSession(ctx, "ok", "..", "", now), errs.ErrBadRequest)
+	mustIs(t, s.ForkSession(ctx, "ok\x00", "x", "", now), errs.ErrBadRequest)
 	for _, id := range []string{"a\x00b", "a\xffb"} {
 		_, err := s.Session(ctx, id)
 		mustIs(t, err, errs.ErrBadRequest)

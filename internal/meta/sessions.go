@@ -3,6 +3,7 @@ package meta
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -91,6 +92,14 @@ type PlanInput struct {
 	// range (placed by Place) and return them in FreshChunks, so the
 	// engine writes with no master call (turns.go).
 	Place PlaceFunc
+	// Reachable says whether a data server is up; the stored part of the
+	// plan ends before the first range with a chunk whose every replica is
+	// on a server that is not (Plan.Shortened). nil: not checked.
+	Reachable func(serverID string) bool
+	// RequestID names the request: a plan repeated with the same id (a
+	// connection cut, a failover to another master) while the first is
+	// outstanding is answered with the first plan (Plan.Repeat).
+	RequestID string
 }
 
 // Plan says which token ranges are stored and where the new KV goes, in
@@ -113,6 +122,14 @@ type Plan struct {
 	// holding its bytes, when the plan was asked to allocate them (Place).
 	FreshFile   File
 	FreshChunks []Chunk
+	// Repeat: the answer to an earlier request with the same RequestID.
+	Repeat bool `json:"-"`
+	// Shortened says why the stored part ends before what the session
+	// holds for the prompt ("server_down": bytes on a server that is down;
+	// those ranges stay in the session until a commit replaces them), and
+	// ShortenedTokens by how many tokens.
+	Shortened       string
+	ShortenedTokens int64
 }
 
 var sessionSchema = []string{
@@ -164,6 +181,13 @@ var sessionColumns = []struct{ table, column, ddl string }{
 	// split_at: where the plan cut its fresh range in two (freshSplit; 0:
 	// not cut); token_length and kv_length are those of both parts.
 	{"kv_plans", "split_at", "BIGINT NOT NULL DEFAULT 0"},
+	// Plans and forks safe to repeat (issue 29): a plan's request id and
+	// its answer (JSON of Plan), so a repeat after a cut or a failover gets
+	// the same plan, not a second reservation; a fork's request id on the
+	// session it made, so a repeat is answered as done.
+	{"kv_plans", "request_id", "TEXT NOT NULL DEFAULT ''"},
+	{"kv_plans", "answer", "TEXT NOT NULL DEFAULT ''"},
+	{"kv_sessions", "fork_request", "TEXT NOT NULL DEFAULT ''"},
 }
 
 // lockSessions serialises the transactions that change sessions on
@@ -364,6 +388,21 @@ func (s *sqlStore) PlanSession(ctx context.Context, in PlanInput) (Plan, error) 
 		if err := s.expirePlansTx(ctx, tx, in.Dir, in.Now.Add(-in.PlanTTL).UnixNano()); err != nil { // plan_expiry.go
 			return err
 		}
+		if in.RequestID != "" {
+			var answer string
+			err := tx.QueryRowContext(ctx, s.q(`SELECT answer FROM kv_plans WHERE session_id = ? AND request_id = ?`), in.Session, in.RequestID).Scan(&answer)
+			switch {
+			case err == nil:
+				if err := json.Unmarshal([]byte(answer), &p); err != nil {
+					return errs.New(errs.ErrInternal, "stored answer of plan request %q: %v", in.RequestID, err)
+				}
+				p.Repeat = true
+				return nil
+			case !errors.Is(err, sql.ErrNoRows):
+				return wrapDB(err)
+			}
+			// Not outstanding (never made, committed or expired): a new plan.
+		}
 		l, err := s.layoutTx(ctx, tx, in.Model)
 		if err != nil {
 			return err
@@ -404,6 +443,19 @@ func (s *sqlStore) PlanSession(ctx context.Context, in PlanInput) (Plan, error) 
 		} else {
 			p.Stored, p.Cached = storedFor(l, ranges, valid)
 		}
+		if in.Reachable != nil {
+			for i, r := range p.Stored {
+				down, err := s.unreachableTx(ctx, tx, in.Reachable, r)
+				if err != nil {
+					return err
+				}
+				if down {
+					p.Shortened, p.ShortenedTokens = "server_down", p.Cached-r.TokenStart
+					p.Stored, p.Cached = p.Stored[:i], r.TokenStart
+					break
+				}
+			}
+		}
 		for _, r := range p.Stored {
 			p.Load += r.KVLength
 		}
@@ -420,6 +472,13 @@ func (s *sqlStore) PlanSession(ctx context.Context, in PlanInput) (Plan, error) 
 			fr.TokenLength = fresh
 			for _, part := range splitFresh(l, fr, split) {
 				fr.KVLength += part.KVLength
+			}
+			// Fresh bytes go to servers that are up: not into the tail
+			// chunk of a session file on a server that is down.
+			if in.Reachable != nil && sess.fileSeq != 0 && !in.NewFile {
+				if in.NewFile, err = s.tailDownTx(ctx, tx, in, sess); err != nil {
+					return err
+				}
 			}
 			if fr.Path, fr.KVStart, err = s.reserveTx(ctx, tx, in, &sess, fr.KVLength); err != nil {
 				return err
@@ -449,10 +508,76 @@ func (s *sqlStore) PlanSession(ctx context.Context, in PlanInput) (Plan, error) 
 			sess.tokens, sess.version, now, hashFrom, hashes, planned, split); err != nil {
 			return wrapDB(err)
 		}
+		if in.RequestID != "" {
+			answer, err := json.Marshal(p)
+			if err != nil {
+				return errs.New(errs.ErrInternal, "plan answer: %v", err)
+			}
+			if _, err := tx.ExecContext(ctx, s.q(`UPDATE kv_plans SET request_id = ?, answer = ? WHERE id = ?`), in.RequestID, string(answer), p.ID); err != nil {
+				return wrapDB(err)
+			}
+		}
 		_, err = tx.ExecContext(ctx, s.q(`UPDATE kv_sessions SET last_used = ? WHERE id = ?`), now, in.Session)
 		return wrapDB(err)
 	})
 	return p, err
+}
+
+// unreachableTx reports whether some byte of r lies in a chunk whose every
+// replica is on a server reachable says is not up. A chunk with no replica
+// recorded is not judged (a linked file's chunks fill from the cold tier).
+func (s *sqlStore) unreachableTx(ctx context.Context, tx *sql.Tx, reachable func(string) bool, r Range) (bool, error) {
+	f, err := s.fileBy(ctx, tx, "path", r.Path)
+	if err != nil {
+		return false, err
+	}
+	if f.ChunkSize <= 0 || r.KVLength <= 0 {
+		return false, nil
+	}
+	first, last := r.KVStart/f.ChunkSize, (r.KVStart+r.KVLength-1)/f.ChunkSize
+	rows, err := tx.QueryContext(ctx, s.q(`SELECT c.idx, p.server_id FROM chunks c JOIN replicas p ON p.chunk_id = c.id
+		WHERE c.file_id = ? AND c.idx >= ? AND c.idx <= ?`), f.ID, first, last)
+	if err != nil {
+		return false, wrapDB(err)
+	}
+	defer rows.Close()
+	held, up := map[int64]bool{}, map[int64]bool{}
+	for rows.Next() {
+		var idx int64
+		var server string
+		if err := rows.Scan(&idx, &server); err != nil {
+			return false, wrapDB(err)
+		}
+		held[idx] = true
+		if reachable(server) {
+			up[idx] = true
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return false, wrapDB(err)
+	}
+	for idx := range held {
+		if !up[idx] {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// tailDownTx reports whether the session's current file ends in a chunk
+// whose every replica is on a server that is down, where a fresh range
+// appended to it would begin.
+func (s *sqlStore) tailDownTx(ctx context.Context, tx *sql.Tx, in PlanInput, sess sessionRow) (bool, error) {
+	path := sessionFile(in.Dir, in.Session, sess.fileSeq)
+	var reserved int64
+	err := tx.QueryRowContext(ctx, s.q(`SELECT reserved FROM kv_files WHERE path = ?`), path).Scan(&reserved)
+	if errors.Is(err, sql.ErrNoRows) || (err == nil && reserved == 0) {
+		return false, nil
+	}
+	if err != nil {
+		return false, wrapDB(err)
+	}
+	return s.unreachableTx(ctx, tx, in.Reachable, Range{Path: path, KVStart: reserved - 1, KVLength: 1})
 }
 
 // createSessionTx creates a session whose first ranges are its prefixes.
@@ -812,7 +937,9 @@ func (s *sqlStore) replaceRangesTx(ctx context.Context, tx *sql.Tx, id string, l
 }
 
 // ForkSession makes dst share src's ranges (no bytes are copied).
-func (s *sqlStore) ForkSession(ctx context.Context, src, dst string, now time.Time) error {
+// A fork with a request id that finds dst made by a fork of the same id
+// (the first attempt applied, its answer lost) is answered as done.
+func (s *sqlStore) ForkSession(ctx context.Context, src, dst, requestID string, now time.Time) error {
 	if err := checkSessionID(dst); err != nil {
 		return err
 	}
@@ -833,10 +960,17 @@ func (s *sqlStore) ForkSession(ctx context.Context, src, dst string, now time.Ti
 		if _, exists, err := s.sessionTx(ctx, tx, dst); err != nil {
 			return err
 		} else if exists {
+			var made string
+			if err := tx.QueryRowContext(ctx, s.q(`SELECT fork_request FROM kv_sessions WHERE id = ?`), dst).Scan(&made); err != nil {
+				return wrapDB(err)
+			}
+			if requestID != "" && made == requestID {
+				return nil // a repeat of the fork that made it
+			}
 			return errs.New(errs.ErrExists, "session %s already exists", dst)
 		}
-		if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO kv_sessions (id, model, tokens, last_used, created, file_seq, hashes, hashed_tokens) VALUES (?, ?, ?, ?, ?, 0, ?, ?)`),
-			dst, sess.model, sess.tokens, now.UnixNano(), now.UnixNano(), encodeHashes(sess.hashes), sess.hashed); err != nil {
+		if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO kv_sessions (id, model, tokens, last_used, created, file_seq, hashes, hashed_tokens, fork_request) VALUES (?, ?, ?, ?, ?, 0, ?, ?, ?)`),
+			dst, sess.model, sess.tokens, now.UnixNano(), now.UnixNano(), encodeHashes(sess.hashes), sess.hashed, requestID); err != nil {
 			return wrapDB(err)
 		}
 		_, err = tx.ExecContext(ctx, s.q(`INSERT INTO kv_ranges (session_id, token_start, token_length, path, kv_start, kv_length)

@@ -348,7 +348,7 @@ func runSessionProperty(t *testing.T, s Store, plans, workers int, seed uint64) 
 				switch op := r.IntN(12); {
 				case op == 0 && m != nil: // fork
 					nid := newName()
-					if err := s.ForkSession(ctx, id, nid, tick()); err != nil {
+					if err := s.ForkSession(ctx, id, nid, "", tick()); err != nil {
 						if errors.Is(err, errs.ErrNotFound) { // evicted meanwhile
 							delete(sessions, id)
 							continue

@@ -90,7 +90,7 @@ type Router struct {
 	reg   *prometheus.Registry
 	order turnOrder
 	m     struct {
-		requests                         *prometheus.CounterVec
+		requests, shortened              *prometheus.CounterVec
 		plans, misses, commits, failures prometheus.Counter
 		cachedTokens, prefillTokens      prometheus.Counter
 		untenanted, unparsed             prometheus.Counter
@@ -131,6 +131,8 @@ func New(cfg Config) *Router {
 	r.m.plans = c("plans_total", "Plans made for requests with a session.")
 	r.m.misses = c("store_misses_total", "Requests with a session forwarded without kv_transfer_params because the store failed.")
 	r.m.commits = c("commits_total", "Commits made of what the engine saved.")
+	r.m.shortened = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gd2fs_router_plans_shortened_total",
+		Help: "Plans whose stored part the store cut short, by reason (server_down: stored bytes on a server that is down)."}, []string{"reason"})
 	r.m.failures = c("commit_failures_total", "Commits the store refused or could not make.")
 	r.m.cachedTokens = c("cached_tokens_total", "Prompt tokens the plans found stored (prefill the engine saved).")
 	r.m.prefillTokens = c("prefill_tokens_total", "Prompt tokens left for the engine to prefill.")
@@ -138,7 +140,7 @@ func New(cfg Config) *Router {
 	r.m.unparsed = c("answers_unparsed_total", "Answers longer than --max-answer passed on without looking for what the engine saved.")
 	r.m.planSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "gd2fs_router_plan_seconds",
 		Help: "Time to count tokens and plan.", Buckets: prometheus.ExponentialBuckets(100e-6, 2, 14)})
-	r.reg.MustRegister(r.m.requests, r.m.plans, r.m.misses, r.m.commits, r.m.failures, r.m.cachedTokens, r.m.prefillTokens, r.m.planSeconds, r.m.untenanted, r.m.unparsed)
+	r.reg.MustRegister(r.m.requests, r.m.shortened, r.m.plans, r.m.misses, r.m.commits, r.m.failures, r.m.cachedTokens, r.m.prefillTokens, r.m.planSeconds, r.m.untenanted, r.m.unparsed)
 	return r
 }
 
@@ -241,6 +243,9 @@ func (r *Router) plan(ctx context.Context, path, session string, doc map[string]
 	}
 	r.m.plans.Inc()
 	r.m.cachedTokens.Add(float64(p.CachedTokens))
+	if p.Shortened != "" {
+		r.m.shortened.WithLabelValues(p.Shortened).Inc()
+	}
 	r.m.prefillTokens.Add(float64(p.PrefillTokens))
 	return p, true
 }

@@ -243,7 +243,7 @@ def loop(binary):
 
 def chat(url, session, prompt, max_tokens=8):
     req = urllib.request.Request(url + "/v1/completions", data=json.dumps(
-        {"model": MODEL, "prompt": prompt, "max_tokens": max_tokens}).encode(), headers={"X-Session-ID": session})
+        {"model": MODEL, "prompt": prompt, "max_tokens": max_tokens}).encode(), headers={"X-Session-ID": session, "Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=60) as r:
         return json.load(r)
 
