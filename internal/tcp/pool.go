@@ -3,10 +3,12 @@ package tcp
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"hash/fnv"
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/gd2fs/gd2fs/errs"
 	"github.com/gd2fs/gd2fs/internal/wire"
@@ -82,6 +84,13 @@ func (p *Pool) Get(ctx context.Context, addr string) (*Conn, error) {
 	p.mu.Unlock()
 	c, err := Dial(ctx, addr, p.opts, p.localFor(addr, i))
 	if err != nil {
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			// Nothing listens there: the other streams to addr are dead
+			// too (the server stopped or restarted), even where their
+			// read loops have not seen the close yet; a request sent on
+			// one of them would fail. Forget them so the next call dials.
+			p.forget(addr)
+		}
 		return nil, err
 	}
 	p.mu.Lock()
@@ -90,8 +99,26 @@ func (p *Pool) Get(ctx context.Context, addr string) (*Conn, error) {
 		c.Close()
 		return nil, errs.New(errs.ErrUnavailable, "tcp: pool closed")
 	}
-	p.conns[addr][i] = c
+	cs = p.conns[addr]
+	if cs == nil { // forgotten while this one dialled
+		cs = make([]*Conn, p.opts.Streams)
+		p.conns[addr] = cs
+	}
+	cs[i] = c
 	return c, nil
+}
+
+// forget closes and drops every stream to addr.
+func (p *Pool) forget(addr string) {
+	p.mu.Lock()
+	cs := p.conns[addr]
+	delete(p.conns, addr)
+	p.mu.Unlock()
+	for _, c := range cs {
+		if c != nil {
+			c.Close()
+		}
+	}
 }
 
 // Do sends req to addr on one of its streams.
