@@ -216,6 +216,9 @@ type CommitRequest struct {
 // Listing is a directory's entries.
 type Listing struct {
 	Entries []File `json:"entries"`
+	// Next, when set, is the ?after= of the next page: the listing was cut
+	// at ?limit= entries.
+	Next string `json:"next,omitempty"`
 }
 
 // Status is the cluster overview.

@@ -17,6 +17,7 @@ package console
 
 import (
 	"context"
+	"github.com/gd2fs/gd2fs/internal/authlimit"
 	"log/slog"
 	"sync"
 	"time"
@@ -90,9 +91,10 @@ type Config struct {
 
 // Console serves the pages and keeps the samples.
 type Console struct {
-	cfg    Config
-	src    Source
-	logins logins // log-ins and their cookies (sessions.go)
+	cfg     Config
+	src     Source
+	logins  logins             // log-ins and their cookies (sessions.go)
+	guesses *authlimit.Limiter // wrong tokens by address (log-in form, ?token=)
 
 	mu      sync.Mutex
 	samples []sample // oldest first
@@ -121,7 +123,7 @@ func New(cfg Config) *Console {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Console{cfg: cfg, src: cfg.Source}
+	return &Console{cfg: cfg, src: cfg.Source, guesses: authlimit.New("console", cfg.Log)}
 }
 
 // Run takes a sample every Interval until ctx ends.

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gd2fs/gd2fs/internal/authlimit"
 	"github.com/gd2fs/gd2fs/internal/version"
 )
 
@@ -117,15 +118,15 @@ func (c *Console) authed(w http.ResponseWriter, r *http.Request) bool {
 	}
 	q := r.URL.Query()
 	if t := q.Get("token"); t != "" {
-		if subtle.ConstantTimeCompare([]byte(t), []byte(c.cfg.Token)) == 1 {
-			c.setCookie(w, r)
-			q.Del("token")
-			u := *r.URL
-			u.RawQuery = q.Encode()
-			http.Redirect(w, r, u.RequestURI(), http.StatusSeeOther)
+		if !c.tokenGuess(r, t) {
+			c.deny(w, r, "wrong token, or too many wrong ones from this address: wait a few seconds")
 			return false
 		}
-		c.deny(w, r, "wrong token")
+		c.setCookie(w, r)
+		q.Del("token")
+		u := *r.URL
+		u.RawQuery = q.Encode()
+		http.Redirect(w, r, u.RequestURI(), http.StatusSeeOther)
 		return false
 	}
 	c.deny(w, r, "")
@@ -194,9 +195,9 @@ func (c *Console) postLogin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	next := safeNext(r.PostForm.Get("next"))
-	if c.cfg.Token != "" && subtle.ConstantTimeCompare([]byte(r.PostForm.Get("token")), []byte(c.cfg.Token)) != 1 {
+	if c.cfg.Token != "" && !c.tokenGuess(r, r.PostForm.Get("token")) {
 		r.URL.RawQuery = url.Values{"next": {next}}.Encode()
-		c.login(w, r, http.StatusUnauthorized, "wrong token")
+		c.login(w, r, http.StatusUnauthorized, "wrong token, or too many wrong ones from this address: wait a few seconds")
 		return
 	}
 	if c.cfg.Token != "" {
@@ -236,4 +237,18 @@ func (c *Console) view(ctx context.Context, page string, q url.Values) *View {
 		c.modelsView(ctx, v, st)
 	}
 	return v
+}
+
+// tokenGuess checks a token typed in the log-in form or given as ?token=,
+// slowed per address after a few wrong ones (authlimit).
+func (c *Console) tokenGuess(r *http.Request, t string) bool {
+	host := authlimit.Host(r.RemoteAddr)
+	if ok, _ := c.guesses.Allow(host); !ok {
+		return false
+	}
+	if subtle.ConstantTimeCompare([]byte(t), []byte(c.cfg.Token)) == 1 {
+		return true
+	}
+	c.guesses.Fail(host)
+	return false
 }

@@ -1,6 +1,7 @@
 package console_test
 
 import (
+	"fmt"
 	"net/http"
 	"net/url"
 	"testing"
@@ -89,5 +90,29 @@ func TestStaticNoListing(t *testing.T) {
 	r.Body.Close()
 	if r.StatusCode != 200 {
 		t.Errorf("console.js: %d", r.StatusCode)
+	}
+}
+
+// TestLoginGuessesThrottled: the log-in form stops checking tokens from an
+// address after a burst of wrong ones (issue 22 finding 14).
+func TestLoginGuessesThrottled(t *testing.T) {
+	e := setup(t)
+	for i := range 30 {
+		r, err := noRedirect.PostForm(e.url("/ui/login"), url.Values{"token": {fmt.Sprint("guess-", i)}, "next": {"/ui/kv"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Body.Close()
+		if r.StatusCode != 401 {
+			t.Fatalf("guess %d: %d", i, r.StatusCode)
+		}
+	}
+	r, err := noRedirect.PostForm(e.url("/ui/login"), url.Values{"token": {token}, "next": {"/ui/kv"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Body.Close()
+	if r.StatusCode != 401 {
+		t.Fatalf("the right token was checked right after 30 wrong ones: %d", r.StatusCode)
 	}
 }

@@ -326,7 +326,11 @@ func (m *Master) list(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := api.Listing{Entries: make([]api.File, 0, len(es))}
+	es, next, err := pageEntries(r, es) // validate.go: ?after=&limit=
+	if err != nil {
+		return nil, err
+	}
+	out := api.Listing{Entries: make([]api.File, 0, len(es)), Next: next}
 	for _, e := range es {
 		if e.IsDir {
 			out.Entries = append(out.Entries, api.File{Path: e.Path, IsDir: true})

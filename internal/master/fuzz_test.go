@@ -39,6 +39,7 @@ var fuzzRoutes = []string{
 	"GET /v1/sessions/{p}/plans/{p}",
 	"POST /v1/sessions/s/plan?request_id={p}",
 	"POST /v1/sessions/s/fork?request_id={p}",
+	"GET /v1/list/d?limit={p}&after={p}",
 }
 
 // FuzzHandlers sends arbitrary JSON bodies, paths and query figures to every
@@ -111,6 +112,8 @@ func FuzzHandlers(f *testing.F) {
 	seed(15, "a\x00", ``)
 	seed(17, "\xff", ``)
 	seed(6, "l3", `{"source":"s3://../../etc/passwd","size":10}`)
+	seed(24, "5", ``) // GET /v1/list/d?limit=&after=
+	seed(24, "\xff", ``)
 	seed(5, "f", `{"size":10,"lengths":{"-1":5,"99999":5}}`)
 	for v := 1; v <= 4; v++ { // the web page's variants of a heartbeat and a create
 		seed(uint8(v*len(fuzzRoutes)), "", `{"id":"s1","addr":"10.66.66.66:1"}`)

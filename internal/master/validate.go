@@ -3,10 +3,13 @@ package master
 import (
 	"context"
 	"net"
+	"net/http"
+	"sort"
 	"strings"
 
 	"github.com/gd2fs/gd2fs/errs"
 	"github.com/gd2fs/gd2fs/internal/api"
+	"github.com/gd2fs/gd2fs/internal/limits"
 	"github.com/gd2fs/gd2fs/internal/meta"
 	"github.com/gd2fs/gd2fs/internal/nspath"
 )
@@ -107,4 +110,29 @@ func checkS3Source(uri string) error {
 		}
 	}
 	return nil
+}
+
+// pageEntries cuts a listing to ?limit= entries (1 … limits.MaxListLimit;
+// absent: all, as before) whose paths sort after ?after=, and says the
+// ?after= of the next page when there is one (issue 22 finding 17: 11.5k
+// entries were one 1.3 MB answer).
+func pageEntries(r *http.Request, es []meta.Entry) ([]meta.Entry, string, error) {
+	limit, err := queryInt(r, "limit", 0, 1, limits.MaxListLimit)
+	if err != nil {
+		return nil, "", err
+	}
+	after := r.URL.Query().Get("after")
+	if err := nspath.CheckText("?after", after); err != nil {
+		return nil, "", err
+	}
+	if limit == 0 && after == "" {
+		return es, "", nil
+	}
+	sort.Slice(es, func(i, j int) bool { return es[i].Path < es[j].Path })
+	i := sort.Search(len(es), func(i int) bool { return es[i].Path > after })
+	es = es[i:]
+	if limit == 0 || len(es) <= limit {
+		return es, "", nil
+	}
+	return es[:limit], es[limit-1].Path, nil
 }

@@ -1,11 +1,15 @@
 package master
 
 import (
+	"encoding/json"
+	"fmt"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/gd2fs/gd2fs/internal/api"
 	"github.com/gd2fs/gd2fs/internal/meta"
 	"github.com/gd2fs/gd2fs/internal/meta/metatest"
 )
@@ -81,4 +85,37 @@ func TestLinkSourceRule(t *testing.T) {
 	if err := checkS3Source("s3://my-bucket.example/models/llama/model-00001.safetensors"); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestListPages: ?limit= and ?after= page a directory; without them the
+// whole listing comes as before (issue 22 finding 17).
+func TestListPages(t *testing.T) {
+	m := startMaster(t, Config{Token: testToken})
+	for i := range 25 {
+		want(t, m, 200, "PUT", fmt.Sprintf("/v1/files/d/f%02d", i), `{"pool":"perf"}`)
+	}
+	var got []string
+	after := ""
+	for pages := 0; ; pages++ {
+		code, ans := call(t, m, "GET", "/v1/list/d?limit=10&after="+url.QueryEscape(after), "")
+		var l api.Listing
+		if code != 200 || json.Unmarshal([]byte(ans), &l) != nil || len(l.Entries) > 10 || pages > 3 {
+			t.Fatalf("page %d: %d %s", pages, code, ans)
+		}
+		for _, e := range l.Entries {
+			got = append(got, e.Path)
+		}
+		if l.Next == "" {
+			break
+		}
+		after = l.Next
+	}
+	if len(got) != 25 || got[0] != "/d/f00" || got[24] != "/d/f24" {
+		t.Fatalf("paged listing: %v", got)
+	}
+	if _, ans := call(t, m, "GET", "/v1/list/d", ""); strings.Count(ans, `"path"`) != 25 {
+		t.Fatalf("unpaged listing: %s", ans)
+	}
+	want(t, m, 400, "GET", "/v1/list/d?limit=0", "")
+	want(t, m, 400, "GET", "/v1/list/d?after=%FF", "")
 }

@@ -162,19 +162,22 @@ func (r *Router) sessionID(req *http.Request, doc map[string]json.RawMessage) (i
 // bytes to load and where to save (a client's own would name any file,
 // another session's included). A body that is a JSON object loses the key
 // (whatever its spelling: the decoder unescapes keys, and of duplicated keys
-// keeps one); a form upload (multipart or urlencoded) is passed on as it is;
-// anything else is refused, since the engine's JSON parser might read a
-// body the router's cannot (NaN, say) and find params in it. doc is nil
-// for a body that is not JSON.
+// keeps one), whatever its Content-Type; a form upload (multipart or
+// urlencoded) that is not JSON is passed on as it is; anything else is
+// refused, since the engine's JSON parser might read a body the router's
+// cannot (NaN, say) and find params in it. doc is nil for a body that is
+// not JSON.
 func stripTransferParams(contentType string, body []byte) (out []byte, doc map[string]json.RawMessage, err error) {
-	if mt, _, _ := mime.ParseMediaType(contentType); mt == "multipart/form-data" || mt == "application/x-www-form-urlencoded" {
-		return body, nil, nil
-	}
 	if len(strings.TrimSpace(string(body))) == 0 {
 		return body, nil, nil
 	}
-	if err := json.Unmarshal(body, &doc); err != nil || doc == nil {
-		return nil, nil, fmt.Errorf("gd2fs router: the request body is not a JSON object (%v): send one", err)
+	// JSON first, whatever the type says: clients (Python's urllib) send
+	// JSON bodies as application/x-www-form-urlencoded.
+	if jerr := json.Unmarshal(body, &doc); jerr != nil || doc == nil {
+		if mt, _, _ := mime.ParseMediaType(contentType); mt == "multipart/form-data" || mt == "application/x-www-form-urlencoded" {
+			return body, nil, nil // a form upload
+		}
+		return nil, nil, fmt.Errorf("gd2fs router: the request body is not a JSON object (%v): send one", jerr)
 	}
 	if _, ok := doc["kv_transfer_params"]; !ok {
 		return body, doc, nil

@@ -210,6 +210,14 @@ func TestStripTransferParams(t *testing.T) {
 				t.Fatalf("%s: the engine got %v, not the router's plan", name, kp)
 			}
 		}
+		// A JSON body labelled as a form (Python's urllib does that) is
+		// still JSON: planned, and cleaned.
+		if code, _ := g.post("/v1/completions", `{"prompt":"a b c d e",`+evil+`}`, "X-Session-ID", "F", "Content-Type", "application/x-www-form-urlencoded"); code != 200 {
+			t.Fatalf("%s: form-typed JSON: %d", name, code)
+		}
+		if kp := g.kvParams(); (name == "down") != (kp == nil) || kp != nil && kp["id"] != "F" {
+			t.Fatalf("%s: form-typed JSON planned %v", name, kp)
+		}
 		// Other paths are cleaned too.
 		g.post("/v1/responses", `{"input":"a",`+evil+`}`)
 		if g.e.last()["kv_transfer_params"] != nil {
