@@ -89,6 +89,12 @@ func FuzzHandlers(f *testing.F) {
 	seed(19, "\x00\n", `{"model":"m","token_ids":[1]}`)
 	seed(20, "f1", `{"new_id":"s9"}`)
 	seed(20, "f1", `{"new_id":"s9"}`)
+	// Issue 28's inputs: the sglang format (flags refused), kv_inner and
+	// hybrid layouts (kv_layers); ids and a count that disagree.
+	seed(12, "s", `{"model":"m","prompt_tokens":16,"token_ids":[1,2],"format":"sglang","flags":{"a":true}}`)
+	seed(12, "s", `{"model":"m","token_ids":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17],"format":"sglang","load_threshold":-1}`)
+	seed(10, "h", `{"layers":32,"kv_layers":40,"kv_heads":8,"head_dim":128,"dtype":"bf16","page_tokens":16,"layout":"kv_inner","tp_size":3}`)
+	seed(10, "h", `{"layers":4,"kv_layers":2,"kv_heads":2,"head_dim":4,"dtype":"fp8","page_tokens":1,"layout":"kv_inner","tp_size":2,"replicated":true}`)
 	seed(17, "abc", ``)
 	seed(17, "-1", ``)
 	seed(18, "l", `{"index":0,"failed":["s1"]}`)

@@ -85,9 +85,11 @@ func storedAligned(l Layout, ranges []Range, n, valid int64) (stored []Range, ca
 
 // checkSaved checks what an engine reports it saved of a plan's fresh
 // range fr: segments that follow each other from fr's first token, whole
-// pages (but for one that ends exactly where fr ends), sized by the layout,
-// in fr's file, inside fr's reserved bytes and not overlapping.
-func checkSaved(l Layout, fr Range, saved []Range) error {
+// pages (but for one that ends exactly where fr ends, or at split, where
+// the plan cut fr: an engine that saved exactly the plan's fresh ranges),
+// sized by the layout, in fr's file, inside fr's reserved bytes and not
+// overlapping.
+func checkSaved(l Layout, fr Range, split int64, saved []Range) error {
 	pt := int64(l.PageTokens)
 	at, kvAt := fr.TokenStart, fr.KVStart
 	for i, s := range saved {
@@ -98,7 +100,7 @@ func checkSaved(l Layout, fr Range, saved []Range) error {
 			return errs.New(errs.ErrBadRequest, "saved segment %d starts at token %d; it must continue at %d (segments in order, no gaps or overlaps)", i, s.TokenStart, at)
 		case s.TokenLength < 1 || s.TokenLength > fr.TokenStart+fr.TokenLength-at:
 			return errs.New(errs.ErrBadRequest, "saved segment %d has %d tokens; the plan reserved tokens %d to %d", i, s.TokenLength, fr.TokenStart, fr.TokenStart+fr.TokenLength)
-		case s.TokenLength%pt != 0 && s.TokenStart+s.TokenLength != fr.TokenStart+fr.TokenLength:
+		case s.TokenLength%pt != 0 && s.TokenStart+s.TokenLength != fr.TokenStart+fr.TokenLength && (split == 0 || s.TokenStart+s.TokenLength != split):
 			return errs.New(errs.ErrBadRequest, "saved segment %d has %d tokens, not whole blocks of %d", i, s.TokenLength, pt)
 		case s.KVLength != l.RangeBytes(s.TokenLength):
 			return errs.New(errs.ErrBadRequest, "saved segment %d: %d tokens take %d bytes in this layout, not %d", i, s.TokenLength, l.RangeBytes(s.TokenLength), s.KVLength)

@@ -835,7 +835,7 @@ func (s *sqlStore) CommitSession(ctx context.Context, in CommitInput) (Session, 
 			if fr.TokenLength > 0 {
 				fresh = splitFresh(l, fr, split)
 			}
-		} else if err := checkSaved(l, fr, fresh); err != nil {
+		} else if err := checkSaved(l, fr, split, fresh); err != nil {
 			return errs.New(errs.ErrBadRequest, "commit of plan %d: %v; nothing recorded", planID, err)
 		}
 		for _, r := range fresh {

@@ -255,14 +255,23 @@ func (r *Router) plan(ctx context.Context, path, session string, doc map[string]
 // {"count": n, "max_model_len": m, "tokens": [...]}. Without UnsafeCountOnly
 // an answer without the ids is an error (the plan could not check content).
 func (r *Router) tokenize(ctx context.Context, path string, doc map[string]json.RawMessage) ([]uint32, int64, error) {
+	if err := tokenizable(doc); err != nil {
+		return nil, 0, err
+	}
 	q := map[string]json.RawMessage{}
-	for _, k := range []string{"model", "messages", "prompt", "add_generation_prompt", "chat_template", "add_special_tokens"} {
+	// Every field of vLLM's TokenizeChatRequest that shapes the prompt: the
+	// ids must be those of the prompt the engine runs, or the plan's content
+	// check compares the wrong thing (a chat whose tools change would be
+	// served KV computed with the old ones).
+	for _, k := range []string{"model", "messages", "prompt", "add_generation_prompt", "chat_template", "add_special_tokens",
+		"tools", "chat_template_kwargs", "continue_final_message", "mm_processor_kwargs", "media_io_kwargs"} {
 		if v, ok := doc[k]; ok {
 			q[k] = v
 		}
 	}
 	if path == "/v1/chat/completions" {
-		if _, ok := q["add_generation_prompt"]; !ok {
+		var cont bool
+		if _, ok := q["add_generation_prompt"]; !ok && (json.Unmarshal(q["continue_final_message"], &cont) != nil || !cont) {
 			q["add_generation_prompt"] = json.RawMessage("true")
 		}
 	}
@@ -454,4 +463,53 @@ func (r *Router) commit(session string, plan client.EnginePlan, saved *savedPara
 		return
 	}
 	r.m.commits.Inc()
+}
+
+// tokenizable refuses (a miss: the request goes on without cache) a request
+// whose prompt has content its token ids do not show, so that a content
+// check on the ids could pass KV computed for other content: media parts
+// (an image's placeholder tokens are the same for every image), documents
+// and reasoning_effort (they shape the chat template, and vLLM's /tokenize
+// does not take them), and tools the engine may leave out of the prompt
+// (tool_choice "none").
+func tokenizable(doc map[string]json.RawMessage) error {
+	for _, k := range []string{"documents", "reasoning_effort"} {
+		if v, ok := doc[k]; ok && string(v) != "null" {
+			return fmt.Errorf("tokenize: the request's %s shapes the prompt and /tokenize does not take it; no plan", k)
+		}
+	}
+	var choice string
+	if json.Unmarshal(doc["tool_choice"], &choice) == nil && choice == "none" {
+		if v, ok := doc["tools"]; ok && string(v) != "null" {
+			return fmt.Errorf("tokenize: tools with tool_choice none (the engine may leave them out of the prompt); no plan")
+		}
+	}
+	raw, ok := doc["messages"]
+	if !ok {
+		return nil
+	}
+	var msgs []struct {
+		Content json.RawMessage `json:"content"`
+	}
+	if err := json.Unmarshal(raw, &msgs); err != nil {
+		return fmt.Errorf("tokenize: messages: %w", err)
+	}
+	for i, m := range msgs {
+		c := bytes.TrimSpace(m.Content)
+		if len(c) == 0 || c[0] != '[' {
+			continue // a string, or none
+		}
+		var parts []struct {
+			Type string `json:"type"`
+		}
+		if err := json.Unmarshal(c, &parts); err != nil {
+			return fmt.Errorf("tokenize: message %d content: %w", i, err)
+		}
+		for _, p := range parts {
+			if p.Type != "text" {
+				return fmt.Errorf("tokenize: message %d has a %q part, whose content its token ids do not show; no plan", i, p.Type)
+			}
+		}
+	}
+	return nil
 }
