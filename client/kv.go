@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -277,7 +278,8 @@ func (kv *KV) DeleteByPrefix(ctx context.Context, prefix string) (int64, error) 
 	var mu sync.Mutex
 	var first error
 	var wg sync.WaitGroup
-	for _, mem := range m.Members {
+	// Draining servers still hold blocks until they moved: delete there too.
+	for _, mem := range append(slices.Clone(m.Members), m.Draining...) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

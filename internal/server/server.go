@@ -69,6 +69,9 @@ type Config struct {
 	// ClientTLS is how this server dials its peers and the master (nil:
 	// plain TCP and http://).
 	TLS, ClientTLS *tls.Config
+	// KVMoveRate bounds the bytes per second the background move of KV
+	// blocks after a membership change copies (default DefaultKVMoveRate).
+	KVMoveRate int64
 }
 
 // Server is a running data server.
@@ -91,6 +94,7 @@ type Server struct {
 
 	ms          atomic.Pointer[api.Membership]
 	guesses     *authlimit.Limiter // hellos with a wrong token, by address
+	kvm         kvMoves // KV blocks moving after membership changes (kvmove.go)
 	refreshMu   sync.Mutex
 	lastRefresh time.Time // of the membership on a client's epoch; under refreshMu
 	mu          sync.Mutex
