@@ -374,3 +374,69 @@ func step(ctx context.Context, kv *client.KV, key string, m *keyModel, op int) e
 	}
 	return nil
 }
+
+// TestKVLostServerIsCleanMiss: a server that dies takes its one-copy blocks
+// with it; they are misses (counted as lost by their new owners), never
+// errors or wrong bytes, and every other block still hits.
+func TestKVLostServerIsCleanMiss(t *testing.T) {
+	ctx := context.Background()
+	c := startKV(t, 4)
+	cl := c.Client()
+	defer cl.Close()
+	kv := cl.KV("perf")
+	var keys []string
+	vals := [][]byte{}
+	for i := 0; i < 400; i++ {
+		keys = append(keys, fmt.Sprintf("l/%d", i))
+		vals = append(vals, blockOf(keys[i], 0))
+	}
+	if err := kv.BatchPut(ctx, keys, vals); err != nil {
+		t.Fatal(err)
+	}
+	dead := c.Servers[2]
+	onDead := map[string]bool{}
+	for _, k := range keys {
+		if _, held := dead.KVExistsLocal("perf", []byte(k)); held {
+			onDead[k] = true
+		}
+	}
+	dead.Close()
+	testutil.Eventually(t, 30*time.Second, func() (bool, string) {
+		st, err := cl.Status(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		return testutil.UpServers(st) == 3, fmt.Sprintf("%d up", testutil.UpServers(st))
+	})
+	// A client that knows the server is gone asks the keys' new owners
+	// (one that does not yet counts them as misses at the dead address).
+	cl2 := c.Client()
+	defer cl2.Close()
+	kv = cl2.KV("perf")
+	testutil.Eventually(t, 30*time.Second, func() (bool, string) {
+		got, err := kv.BatchGet(ctx, keys)
+		if err != nil {
+			return false, err.Error()
+		}
+		for i, k := range keys {
+			switch {
+			case got[i] == nil && !onDead[k]:
+				return false, "a miss of " + k + ", which was on a live server"
+			case got[i] != nil && !bytes.Equal(got[i], vals[i]):
+				t.Fatalf("key %s: wrong bytes", k)
+			case got[i] != nil && onDead[k]:
+				t.Fatalf("key %s: a hit, but its only copy died", k)
+			}
+		}
+		return true, ""
+	})
+	var lost int64
+	for _, s := range c.Servers {
+		if s != dead {
+			lost += s.KVMoves().Lost
+		}
+	}
+	if lost == 0 && len(onDead) > 0 {
+		t.Fatalf("%d blocks died, none counted lost", len(onDead))
+	}
+}

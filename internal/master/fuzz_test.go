@@ -39,6 +39,8 @@ var fuzzRoutes = []string{
 	"GET /v1/sessions/{p}/plans/{p}",
 	"POST /v1/sessions/s/plan?request_id={p}",
 	"POST /v1/sessions/s/fork?request_id={p}",
+	"POST /v1/servers/{p}/drain",
+	"POST /v1/servers/{p}/drain?undo={p}",
 }
 
 // FuzzHandlers sends arbitrary JSON bodies, paths and query figures to every

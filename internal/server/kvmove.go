@@ -114,14 +114,15 @@ func (s *Server) kvSources(ms *api.Membership, ref wire.KVRef) (srcs []kvSource,
 	s.kvm.mu.Lock()
 	settled := s.kvm.settled
 	for _, past := range ms.Previous {
-		if settled[past.Epoch] == ms.Epoch {
-			continue
-		}
+		done := settled[past.Epoch] == ms.Epoch // everything is moved: only count what is lost
 		for _, o := range placement.Owners(ref.Key, past.Members, n) {
 			if seen[o.ID] {
 				continue
 			}
 			seen[o.ID] = true
+			if done && live[o.ID] {
+				continue
+			}
 			if live[o.ID] {
 				srcs = append(srcs, kvSource{o, current[o.ID]})
 			} else {
