@@ -42,9 +42,10 @@ type kvMoves struct {
 
 	moved, fallbackHits, lost atomic.Int64
 
-	once  sync.Once
-	kick  chan struct{}   // a new map (capacity 1)
-	queue chan wire.KVRef // keys an exists found on an old owner, to copy
+	once    sync.Once
+	started atomic.Bool     // set after once's initialisation: readers check it first
+	kick    chan struct{}   // a new map (capacity 1)
+	queue   chan wire.KVRef // keys an exists found on an old owner, to copy
 
 	mu      sync.Mutex
 	settled map[int64]int64 // past list's epoch → the current epoch it was fully moved for
@@ -70,6 +71,7 @@ func (s *Server) kvMapChanged() {
 		s.kvm.settled = map[int64]int64{}
 		s.wg.Add(1)
 		go s.kvMover()
+		s.kvm.started.Store(true)
 	})
 	if ms := s.membership(); ms != nil && len(ms.Previous) > 0 {
 		select {
@@ -92,7 +94,7 @@ type kvSource struct {
 // not this server, newest list first, each once. lost reports that some
 // earlier owner is gone (down): a miss is then the block lost with it.
 func (s *Server) kvSources(ms *api.Membership, ref wire.KVRef) (srcs []kvSource, lost bool) {
-	if ms == nil || len(ms.Previous) == 0 || s.kvm.kick == nil {
+	if ms == nil || len(ms.Previous) == 0 || !s.kvm.started.Load() {
 		return nil, false
 	}
 	n := ms.Replicas(ref.Pool)
@@ -256,7 +258,7 @@ func (s *Server) kvBeforeWrite(ref wire.KVRef, replace bool) (unlock func()) {
 // lands after the delete.
 func (s *Server) kvPrefixDeleteOld(ref wire.KVRef) (unlock func()) {
 	ms := s.membership()
-	if ms == nil || len(ms.Previous) == 0 || s.kvm.kick == nil {
+	if ms == nil || len(ms.Previous) == 0 || !s.kvm.started.Load() {
 		return func() {}
 	}
 	for i := range s.kvm.stripes {
