@@ -67,6 +67,7 @@ func newServer(g *globals) *cobra.Command {
 			if c := s3.config(); c.Endpoint != "" || c.AccessKey != "" {
 				n.Cold = &c
 			}
+			n.KVFlushOnClose = true // SIGTERM and Ctrl-C keep the DRAM-only KV blocks
 			s, err := node.NewServer(n)
 			if err != nil {
 				return err

@@ -37,6 +37,9 @@ type Config struct {
 	KVMemBytes  int64  // KV DRAM tier per server; 0 = none
 	KVPolicy    string // kvstore.Config.Policy ("" = auto)
 	KVDiskBytes int64  // KV disk tier per server (under <Dir>/server-<i>/kv); 0 = none
+	// KVFlushOnClose: servers write DRAM-only KV blocks to their disk tier
+	// when closed (server.Config.KVFlushOnClose).
+	KVFlushOnClose bool
 	Meta        string
 	Token       string
 	Cluster     string
@@ -124,6 +127,7 @@ func (c *Cluster) AddServer(i int) (*server.Server, error) {
 	if c.cfg.KVDiskBytes > 0 {
 		n.KVDir, n.KVDisk = filepath.Join(c.cfg.Dir, "server-"+strconv.Itoa(i), "kv"), c.cfg.KVDiskBytes
 	}
+	n.KVFlushOnClose = c.cfg.KVFlushOnClose
 	s, err := node.NewServer(n)
 	if err != nil {
 		return nil, err

@@ -487,3 +487,23 @@ func (s *Server) kvOwnerAfterWrite(ref wire.KVRef, epoch int64) error {
 
 // Membership is the last map this server heard (nil before the first).
 func (s *Server) Membership() *api.Membership { return s.membership() }
+
+// kvFlush writes the DRAM-only KV blocks to the disk tier when the server
+// stops gracefully (Config.KVFlushOnClose), and says in the log what did
+// and did not fit.
+func (s *Server) kvFlush() {
+	if !s.cfg.KVFlushOnClose || s.cfg.KV.Dir == "" {
+		return
+	}
+	start := time.Now()
+	st, err := s.kv.Flush()
+	if err != nil {
+		s.log.Warn("kv: writing DRAM blocks to disk before stopping failed; the rest are lost", "written", st.Written, "err", err)
+		return
+	}
+	if st.Written+st.Left == 0 {
+		return
+	}
+	s.log.Info("kv: DRAM-only blocks written to the disk tier before stopping", "blocks", st.Written, "bytes", st.WrittenBytes,
+		"not_fitting", st.Left, "not_fitting_bytes", st.LeftBytes, "took", time.Since(start).Round(time.Millisecond))
+}

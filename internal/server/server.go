@@ -72,6 +72,10 @@ type Config struct {
 	// KVMoveRate bounds the bytes per second the background move of KV
 	// blocks after a membership change copies (default DefaultKVMoveRate).
 	KVMoveRate int64
+	// KVFlushOnClose: Close writes the KV blocks only in DRAM to the KV
+	// disk tier (into its free room) before closing it, so a restart has
+	// them. gd2fs server and gd2fs up set it: SIGTERM and Ctrl-C keep them.
+	KVFlushOnClose bool
 }
 
 // Server is a running data server.
@@ -294,6 +298,7 @@ func (s *Server) Close() error {
 	s.peers.Close()
 	s.wg.Wait()
 	if s.kv != nil {
+		s.kvFlush()
 		s.kv.Close()
 	}
 	return s.store.Close()
