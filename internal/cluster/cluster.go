@@ -37,9 +37,6 @@ type Config struct {
 	KVMemBytes  int64  // KV DRAM tier per server; 0 = none
 	KVPolicy    string // kvstore.Config.Policy ("" = auto)
 	KVDiskBytes int64  // KV disk tier per server (under <Dir>/server-<i>/kv); 0 = none
-	// KVFlushOnClose: servers write DRAM-only KV blocks to their disk tier
-	// when closed (server.Config.KVFlushOnClose).
-	KVFlushOnClose bool
 	Meta        string
 	Token       string
 	Cluster     string
@@ -59,6 +56,9 @@ type Config struct {
 	TLS, ClientTLS *tls.Config
 	// MaxConns bounds connections per listener (0: the defaults).
 	MaxConns int
+	// KVFlushOnClose: servers write DRAM-only KV blocks to their disk tier
+	// when closed (server.Config.KVFlushOnClose).
+	KVFlushOnClose bool
 }
 
 // Cluster is a running local cluster.
