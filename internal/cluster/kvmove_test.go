@@ -498,3 +498,71 @@ func TestKVGracefulRestartKeepsDRAMBlocks(t *testing.T) {
 		return true, ""
 	})
 }
+
+// TestKVPrefetch: an exists probe with Prefetch brings disk hits to DRAM
+// (the read that follows is a DRAM hit); a plain probe never moves a block.
+func TestKVPrefetch(t *testing.T) {
+	ctx := context.Background()
+	c, err := Start(ctx, Config{Dir: t.TempDir(), Servers: 2, MemBytes: 8 << 20, KVMemBytes: 2 << 20, KVDiskBytes: 64 << 20, DownAfter: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	cl := c.Client()
+	defer cl.Close()
+	kv := cl.KV("perf")
+	var keys []string
+	var vals [][]byte
+	for i := 0; i < 200; i++ {
+		keys = append(keys, fmt.Sprintf("p/%d", i))
+		vals = append(vals, testutil.RandomBytes(32<<10, uint64(i)))
+	}
+	if err := kv.BatchPut(ctx, keys, vals); err != nil {
+		t.Fatal(err)
+	}
+	tierOf := func(k string) string {
+		info, err := kv.Stat(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.Tier
+	}
+	var chain []string // blocks demoted to disk (the oldest, mostly)
+	var chainVals [][]byte
+	for i, k := range keys {
+		if len(chain) < 8 && tierOf(k) == "disk" {
+			chain, chainVals = append(chain, k), append(chainVals, vals[i])
+		}
+	}
+	if len(chain) < 8 {
+		t.Fatalf("only %d blocks on disk", len(chain))
+	}
+	if _, p, err := kv.BatchExists(ctx, chain); err != nil || p != len(chain) {
+		t.Fatalf("plain probe: prefix %d %v", p, err)
+	}
+	for _, k := range chain {
+		if tierOf(k) != "disk" {
+			t.Fatalf("a plain probe moved %s to %s", k, tierOf(k))
+		}
+	}
+	if _, p, err := kv.BatchExistsWith(ctx, chain, client.ExistsOptions{Prefetch: true}); err != nil || p != len(chain) {
+		t.Fatalf("prefetch probe: prefix %d %v", p, err)
+	}
+	testutil.Eventually(t, 10*time.Second, func() (bool, string) {
+		for _, k := range chain {
+			if tr := tierOf(k); tr != "dram" {
+				return false, k + " still in " + tr
+			}
+		}
+		return true, ""
+	})
+	got, err := kv.BatchGet(ctx, chain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range chain {
+		if !bytes.Equal(got[i], chainVals[i]) {
+			t.Fatalf("%s: wrong bytes after prefetch", chain[i])
+		}
+	}
+}

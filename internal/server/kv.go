@@ -214,6 +214,9 @@ func (s *Server) kvExists(dc *dataConn, h wire.Header, ref wire.KVRef, start tim
 	if tier == kvstore.TierNone {
 		return errs.New(errs.ErrNotFound, "")
 	}
+	if tier == kvstore.TierDisk && h.Flags&wire.FlagPrefetch != 0 {
+		s.kvPrefetch(key)
+	}
 	out := h
 	out.Offset, out.Count = uint64(size), uint64(tier)
 	dc.send(out, wire.StatusOK, nil, 0)

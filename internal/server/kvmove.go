@@ -41,6 +41,7 @@ type kvMoves struct {
 	seed    maphash.Seed
 
 	moved, fallbackHits, lost atomic.Int64
+	prefetching               atomic.Int32 // disk-to-DRAM copies in flight (kvprefetch.go)
 
 	once    sync.Once
 	started atomic.Bool     // set after once's initialisation: readers check it first

@@ -37,3 +37,10 @@ func (p *Pool) KVDeletePrefixHeld(ctx context.Context, addr string, ref wire.KVR
 	r, err := p.Do(ctx, addr, &Request{Op: wire.OpKVDelete, Flags: wire.FlagPrefix | wire.FlagHeld, Key: wire.AppendKVRef(nil, ref), Offset: uint64(epoch)})
 	return int64(r.Header.Offset), err
 }
+
+// KVExistsPrefetch is KVExists with wire.FlagPrefetch: a hit on addr's disk
+// tier is copied to its DRAM at once.
+func (p *Pool) KVExistsPrefetch(ctx context.Context, addr string, ref wire.KVRef, epoch int64) (size int64, tier int, err error) {
+	r, err := p.Do(ctx, addr, &Request{Op: wire.OpKVExists, Flags: wire.FlagPrefetch, Key: wire.AppendKVRef(nil, ref), Offset: uint64(epoch)})
+	return int64(r.Header.Offset), int(r.Header.Count), err
+}
