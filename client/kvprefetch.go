@@ -9,6 +9,19 @@ import (
 	"github.com/gd2fs/gd2fs/internal/wire"
 )
 
+// KVPrefetcher is a KVTransport that can also ask a server to bring a hit
+// from its disk tier to DRAM (ExistsOptions.Prefetch). The TCP transport
+// is one; with another, a prefetch probe is a plain KVExists.
+type KVPrefetcher interface {
+	// KVExistsPrefetch is KVExists, and addr starts copying the block to
+	// its DRAM at once if it found it on disk.
+	KVExistsPrefetch(ctx context.Context, addr string, ref KVRef, epoch int64) (size int64, tier int, err error)
+}
+
+func (t tcpTransport) KVExistsPrefetch(ctx context.Context, addr string, ref KVRef, epoch int64) (int64, int, error) {
+	return t.p.KVExistsPrefetch(ctx, addr, wire.KVRef(ref), epoch)
+}
+
 // ExistsOptions change an exists probe.
 type ExistsOptions struct {
 	// Prefetch: each hit found on a server's disk tier is copied to its
@@ -24,9 +37,10 @@ func (kv *KV) BatchExistsWith(ctx context.Context, keys []string, o ExistsOption
 	if !o.Prefetch {
 		return kv.BatchExists(ctx, keys)
 	}
-	tr, err := kv.c.kvTransport()
-	if err != nil {
-		return nil, 0, err
+	pf, ok := kv.c.tr.(KVPrefetcher)
+	exists := kv.c.tr.KVExists // a transport without prefetch: a plain probe
+	if ok {
+		exists = pf.KVExistsPrefetch
 	}
 	hits = make([]bool, len(keys))
 	es := make([]error, len(keys))
@@ -35,7 +49,7 @@ func (kv *KV) BatchExistsWith(ctx context.Context, keys []string, o ExistsOption
 			var last error
 			for _, m := range owners {
 				rctx, cancel := kv.ctx(ctx, 0)
-				_, _, serr := tr.KVExistsPrefetch(rctx, m.Addr, wire.KVRef{Pool: kv.pool, Key: []byte(keys[i])}, epoch)
+				_, _, serr := exists(rctx, m.Addr, KVRef{Pool: kv.pool, Key: []byte(keys[i])}, epoch)
 				cancel()
 				if serr == nil || errors.Is(serr, errs.ErrMoved) {
 					return serr
