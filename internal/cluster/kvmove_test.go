@@ -477,8 +477,21 @@ func TestKVGracefulRestartKeepsDRAMBlocks(t *testing.T) {
 	if n := s.KV().Stats().Keys; n != held {
 		t.Fatalf("server-1 held %d blocks before the stop and %d after the restart", held, n)
 	}
-	// The restarted server listens on a new port: a client that learns the
-	// map now (the old one only counts the old address as unreachable).
+	// The restarted server listens on a new port: once the master has it,
+	// a client that learns the map then (the old one only counts the old
+	// address as unreachable).
+	testutil.Eventually(t, 30*time.Second, func() (bool, string) {
+		st, err := cl.Status(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, si := range st.Servers {
+			if si.ID == s.ID() && si.Addr == s.Addr() && si.State == "up" {
+				return true, ""
+			}
+		}
+		return false, "the master has not heard from the restarted server"
+	})
 	cl2 := c.Client()
 	defer cl2.Close()
 	kv = cl2.KV("perf")
