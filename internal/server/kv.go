@@ -105,7 +105,9 @@ func (s *Server) kvPut(ref wire.KVRef, epoch int64, overwrite bool, value []byte
 	if err := s.checkOwner(ref, epoch); err != nil {
 		return false, err
 	}
-	defer s.kvBeforeWrite(ref, overwrite)()
+	// Held for the local write only, not while replicas take theirs: two
+	// servers forwarding to each other never wait on each other's stripes.
+	unlock := s.kvBeforeWrite(ref, overwrite)
 	var wg sync.WaitGroup
 	errc := make(chan error, len(ref.Forward))
 	for _, addr := range ref.Forward {
@@ -121,8 +123,9 @@ func (s *Server) kvPut(ref wire.KVRef, epoch int64, overwrite bool, value []byte
 	}
 	existed, err := s.kv.PutChecked(kvKey(ref), value, crc, overwrite)
 	if err == nil && (!existed || overwrite) {
-		err = s.kvOwnerAfterWrite(ref, epoch)
+		err = s.kvOwnerAfterWrite(ref)
 	}
+	unlock()
 	wg.Wait()
 	close(errc)
 	if err == nil {
@@ -241,12 +244,12 @@ func (s *Server) kvDelete(dc *dataConn, h wire.Header, ref wire.KVRef, start tim
 	} else {
 		done := func() {}
 		if !isHeld(h) {
-			done = s.kvBeforeWrite(ref, true) // and delete the copies of earlier owners
+			done = s.kvBeforeDelete(ref) // and delete the copies of earlier owners
 		}
 		var found bool
 		found, err = s.kv.Delete(key)
 		if err == nil && !isHeld(h) {
-			err = s.kvOwnerAfterWrite(ref, int64(h.Offset))
+			err = s.kvOwnerAfterWrite(ref)
 		}
 		done()
 		if found {

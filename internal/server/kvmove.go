@@ -141,6 +141,15 @@ func (s *Server) kvSources(ms *api.Membership, ref wire.KVRef) (srcs []kvSource,
 // is here already, and removes it there; it reports whether the block is
 // here now. size is the block's size when known, for the mover's pacing.
 func (s *Server) kvPull(ms *api.Membership, ref wire.KVRef) (found bool, size int) {
+	return s.kvPullFrom(ms, ref, false)
+}
+
+// kvPullFrom is kvPull; with tidy, a block already here is also removed from
+// the earlier owners that are not owners now. The mover tidies: in a pool of
+// several copies a new owner often has the block already (a forwarded
+// write), and a copy left on a server that is no longer an owner would be
+// stale by the time that server owns the key again.
+func (s *Server) kvPullFrom(ms *api.Membership, ref wire.KVRef, tidy bool) (found bool, size int) {
 	srcs, lost := s.kvSources(ms, ref)
 	if len(srcs) == 0 {
 		if lost {
@@ -153,6 +162,9 @@ func (s *Server) kvPull(ms *api.Membership, ref wire.KVRef) (found bool, size in
 	mu.Lock()
 	defer mu.Unlock()
 	if t, _ := s.kv.Exists(key); t != 0 {
+		if tidy {
+			s.kvDropOld(ms, ref, srcs)
+		}
 		return true, 0
 	}
 	for i, src := range srcs {
@@ -181,8 +193,14 @@ func (s *Server) kvPull(ms *api.Membership, ref wire.KVRef) (found bool, size in
 // kvDropOld deletes ref at those of srcs that are not owners now. The
 // caller holds ref's stripe lock.
 func (s *Server) kvDropOld(ms *api.Membership, ref wire.KVRef, srcs []kvSource) {
+	s.kvDrop(ms, ref, srcs, false)
+}
+
+// kvDrop deletes ref at srcs: all of them, or (!all) those that are not
+// owners now.
+func (s *Server) kvDrop(ms *api.Membership, ref wire.KVRef, srcs []kvSource, all bool) {
 	for _, src := range srcs {
-		if src.current {
+		if src.current && !all {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(s.life, s.cfg.ForwardTimeout)
@@ -228,12 +246,24 @@ func (s *Server) kvFallbackGet(ref wire.KVRef) bool {
 	return found
 }
 
-// kvBeforeWrite runs before a put or a delete of ref on its owner. A
-// write-once put first copies the old block (so the put keeps it, as it
-// would have on the old owner). An overwrite or a delete returns the stripe
-// lock held and the old owners to clear once the local change is made
-// (kvAfterWrite); nil when there are none.
+// kvBeforeWrite runs before a put of ref on its owner. A write-once put
+// first copies the old block (so the put keeps it, as it would have on the
+// old owner). An overwrite takes the stripe lock and returns its release,
+// which first removes the copies of earlier owners that are not owners now
+// (the owners now get the new bytes from the put itself).
 func (s *Server) kvBeforeWrite(ref wire.KVRef, replace bool) (unlock func()) {
+	return s.kvBeforeChange(ref, replace, false)
+}
+
+// kvBeforeDelete is kvBeforeWrite for a delete: the release removes the
+// copies of every earlier owner, owners now included. Otherwise another new
+// owner could copy the block from one of them after deleting its own copy
+// and before the client's delete reached that one, and keep it.
+func (s *Server) kvBeforeDelete(ref wire.KVRef) (unlock func()) {
+	return s.kvBeforeChange(ref, true, true)
+}
+
+func (s *Server) kvBeforeChange(ref wire.KVRef, replace, del bool) (unlock func()) {
 	ms := s.membership()
 	if !replace {
 		if srcs, _ := s.kvSources(ms, ref); len(srcs) > 0 {
@@ -248,7 +278,7 @@ func (s *Server) kvBeforeWrite(ref wire.KVRef, replace bool) (unlock func()) {
 	mu := s.kvm.stripe(kvKey(ref))
 	mu.Lock()
 	return func() {
-		s.kvDropOld(ms, ref, srcs)
+		s.kvDrop(ms, ref, srcs, del)
 		mu.Unlock()
 	}
 }
@@ -400,7 +430,7 @@ func (s *Server) kvMoveFrom(ms *api.Membership, past api.PastMembers) bool {
 					if cur := s.membership(); cur == nil || cur.Epoch != ms.Epoch {
 						return false // a newer map: start over with it
 					}
-					_, size := s.kvPull(ms, wire.KVRef{Pool: pool.Name, Key: kb})
+					_, size := s.kvPullFrom(ms, wire.KVRef{Pool: pool.Name, Key: kb}, true)
 					bytes += int64(size)
 					// Pace: never ahead of rate bytes per second since start.
 					if ahead := time.Duration(float64(bytes)/float64(rate)*float64(time.Second)) - time.Since(start); ahead > 0 {
@@ -476,7 +506,7 @@ func (s *Server) kvCatchUp(epoch int64) error {
 // is undone here and answered "moved", and the client repeats it on the
 // new owner. Without this the new owner could keep the bytes from before
 // the write.
-func (s *Server) kvOwnerAfterWrite(ref wire.KVRef, epoch int64) error {
+func (s *Server) kvOwnerAfterWrite(ref wire.KVRef) error {
 	if err := s.checkOwner(ref, 0); err != nil {
 		if _, derr := s.kv.Delete(kvKey(ref)); derr != nil {
 			return derr
