@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -49,6 +50,18 @@ type membership struct {
 // puts that all met "moved") share it, and a server answering "moved" to
 // everything cannot make the client call the master per request.
 const minMembersRefresh = 100 * time.Millisecond
+
+// minUnavailableRefresh: an unreachable owner makes the client fetch the map
+// again when it is older than this (a dead server's keys then go to their
+// new owners once the master has dropped it).
+const minUnavailableRefresh = time.Second
+
+// staleMembers reports whether the map is older than minUnavailableRefresh.
+func (c *Client) staleMembers() bool {
+	c.ms.mu.Lock()
+	defer c.ms.mu.Unlock()
+	return c.ms.m != nil && time.Since(c.ms.at) >= minUnavailableRefresh
+}
 
 func (c *Client) members(ctx context.Context, refresh bool) (*api.Membership, error) {
 	c.ms.mu.Lock()
@@ -102,7 +115,17 @@ func (kv *KV) withOwners(ctx context.Context, key string, fn func(owners []place
 		if oerr != nil {
 			return oerr
 		}
-		if err = fn(owners, epoch); !errors.Is(err, errs.ErrMoved) {
+		err = fn(owners, epoch)
+		if errors.Is(err, errs.ErrUnavailable) && attempt == 0 && kv.c.staleMembers() {
+			// An owner is unreachable and the map is not fresh: the server
+			// may have died (the master dropped it) or come back on another
+			// address. Ask again, once, at most every minUnavailableRefresh.
+			if owners2, _, oerr := kv.owners(ctx, key, true); oerr == nil && !slices.Equal(owners2, owners) {
+				continue
+			}
+			return err
+		}
+		if !errors.Is(err, errs.ErrMoved) {
 			return err
 		}
 		if attempt > 0 { // both maps may lag a membership change by a heartbeat
@@ -277,7 +300,8 @@ func (kv *KV) DeleteByPrefix(ctx context.Context, prefix string) (int64, error) 
 	var mu sync.Mutex
 	var first error
 	var wg sync.WaitGroup
-	for _, mem := range m.Members {
+	// Draining servers still hold blocks until they moved: delete there too.
+	for _, mem := range append(slices.Clone(m.Members), m.Draining...) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

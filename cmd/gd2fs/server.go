@@ -67,6 +67,7 @@ func newServer(g *globals) *cobra.Command {
 			if c := s3.config(); c.Endpoint != "" || c.AccessKey != "" {
 				n.Cold = &c
 			}
+			n.KVFlushOnClose = true // SIGTERM and Ctrl-C keep the DRAM-only KV blocks
 			s, err := node.NewServer(n)
 			if err != nil {
 				return err
@@ -99,6 +100,7 @@ func newServer(g *globals) *cobra.Command {
 	rf.add(f)
 	f.DurationVar(&heartbeat, "heartbeat", time.Second, "heartbeat interval")
 	f.DurationVar(&forwardTimeout, "forward-timeout", server.DefaultForwardTimeout, "a replica that does not take a forwarded HA write within this (plus 1s per 8 MiB) fails the write (retryable); keep it below clients' --io-timeout")
+	cmd.AddCommand(newServerDrain(g))
 	return cmd
 }
 

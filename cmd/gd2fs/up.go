@@ -91,7 +91,7 @@ func newUp(g *globals) *cobra.Command {
 			defer unlock()
 			c, err := cluster.Start(ctx, cluster.Config{Dir: abs, MasterAddr: listen, ServerAddrs: addrs, Servers: servers,
 				MemBytes: memB, DiskBytes: diskB, Sync: sp, KVMemBytes: kvMemB, KVPolicy: kvPolicy, KVDiskBytes: kvDiskB, SessionQuota: q, Cold: cc, Token: g.token, Cluster: cluster_, Meta: metaDSN, Log: g.logger(),
-				TLS: g.serverTLS, ClientTLS: g.clientTLS, RESP: respPort > 0, RESPAddrs: respAddrs})
+				TLS: g.serverTLS, ClientTLS: g.clientTLS, RESP: respPort > 0, RESPAddrs: respAddrs, KVFlushOnClose: true})
 			if err != nil {
 				return fmt.Errorf("%w (is another gd2fs up running? stop it or pick other ports with --listen/--port/--resp-port)", err)
 			}

@@ -119,6 +119,20 @@ type Membership struct {
 	Epoch   int64              `json:"epoch"`
 	Members []placement.Member `json:"members"`
 	Pools   []Pool             `json:"pools"`
+	// Previous holds the last distinct member lists before this one, newest
+	// first (at most two, kept in the master's memory): a key whose owner
+	// moved is still found on its owner under them until it has been moved
+	// (docs/kv-cache.md, "Membership changes").
+	Previous []PastMembers `json:"previous,omitempty"`
+	// Draining lists up servers that are leaving (gd2fs server drain): not
+	// members, but still serving the blocks they hold until those moved.
+	Draining []placement.Member `json:"draining,omitempty"`
+}
+
+// PastMembers is an earlier member list and the epoch it ended at.
+type PastMembers struct {
+	Epoch   int64              `json:"epoch"`
+	Members []placement.Member `json:"members"`
 }
 
 // Replicas is pool's replica count, or 0 when there is no such pool.

@@ -56,6 +56,9 @@ type Config struct {
 	TLS, ClientTLS *tls.Config
 	// MaxConns bounds connections per listener (0: the defaults).
 	MaxConns int
+	// KVFlushOnClose: servers write DRAM-only KV blocks to their disk tier
+	// when closed (server.Config.KVFlushOnClose).
+	KVFlushOnClose bool
 }
 
 // Cluster is a running local cluster.
@@ -124,6 +127,7 @@ func (c *Cluster) AddServer(i int) (*server.Server, error) {
 	if c.cfg.KVDiskBytes > 0 {
 		n.KVDir, n.KVDisk = filepath.Join(c.cfg.Dir, "server-"+strconv.Itoa(i), "kv"), c.cfg.KVDiskBytes
 	}
+	n.KVFlushOnClose = c.cfg.KVFlushOnClose
 	s, err := node.NewServer(n)
 	if err != nil {
 		return nil, err

@@ -18,8 +18,9 @@
 // goes, after blocks read since they were written there are appended again at
 // the head (bounded to half a segment per eviction). Exists never counts as a
 // read and never pins. Everything on disk is CRC32C-checked: a damaged record
-// is a miss, never data. Blocks only in DRAM are lost on restart: KV cache is
-// recomputable, and write-behind keeps puts at memory speed.
+// is a miss, never data. Blocks only in DRAM are lost on a crash: KV cache is
+// recomputable, and write-behind keeps puts at memory speed; a graceful stop
+// writes them to disk first (Flush, flush.go).
 package kvstore
 
 import (
@@ -155,11 +156,15 @@ type Store struct {
 // Open opens a store; with a disk tier it loads the segments, keeping every
 // record whose header checks out (values are checked when read).
 func Open(cfg Config) (*Store, error) {
-	if cfg.MaxValue <= 0 {
+	defaultMax := cfg.MaxValue <= 0
+	if defaultMax {
 		cfg.MaxValue = limits.MaxKVValue
 	}
 	if cfg.SegmentSize <= 0 {
-		cfg.SegmentSize = max(64<<20, 2*cfg.MaxValue)
+		var err error
+		if cfg.SegmentSize, cfg.MaxValue, err = segmentSizeFor(cfg, defaultMax); err != nil {
+			return nil, err
+		}
 	}
 	if cfg.SegmentSize < cfg.MaxValue+recHeader+MaxKey {
 		return nil, errs.New(errs.ErrBadRequest, "kvstore: segment size %d cannot hold a %d-byte value", cfg.SegmentSize, cfg.MaxValue)

@@ -40,6 +40,8 @@ var fuzzRoutes = []string{
 	"POST /v1/sessions/s/plan?request_id={p}",
 	"POST /v1/sessions/s/fork?request_id={p}",
 	"GET /v1/list/d?limit={p}&after={p}",
+	"POST /v1/servers/{p}/drain",
+	"POST /v1/servers/{p}/drain?undo={p}",
 }
 
 // FuzzHandlers sends arbitrary JSON bodies, paths and query figures to every

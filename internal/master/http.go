@@ -164,6 +164,7 @@ func (m *Master) Handler() http.Handler {
 	})
 	h("GET /v1/status", func(r *http.Request) (any, error) { return m.status(r.Context()) })
 	h("GET /v1/members", func(r *http.Request) (any, error) { return m.membership(r.Context()) })
+	h("POST /v1/servers/{id}/drain", m.drainRoute)
 	h("GET /v1/files/{path...}", m.stat)
 	h("PUT /v1/files/{path...}", m.create)
 	h("DELETE /v1/files/{path...}", m.remove)

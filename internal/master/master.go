@@ -104,6 +104,7 @@ type Master struct {
 	mu      sync.Mutex
 	servers map[string]*liveServer
 	epoch   int64
+	kvHist  kvHistory // earlier member lists and draining servers (kvmembers.go)
 
 	// leader: this master holds leadership of its store (always, alone on
 	// SQLite; one of several on PostgreSQL). A standby answers 503 with the

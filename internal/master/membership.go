@@ -116,11 +116,12 @@ func (m *Master) membership(ctx context.Context) (api.Membership, error) {
 	defer m.mu.Unlock()
 	out.Epoch = m.epoch
 	for _, s := range m.servers {
-		if s.serving() || s.presumed {
+		if (s.serving() || s.presumed) && !m.kvHist.draining[s.info.ID] {
 			out.Members = append(out.Members, placement.Member{ID: s.info.ID, Addr: s.info.Addr})
 		}
 	}
 	sort.Slice(out.Members, func(i, j int) bool { return out.Members[i].ID < out.Members[j].ID })
+	m.kvHist.note(&out, m.servers)
 	return out, nil
 }
 
@@ -173,7 +174,9 @@ func (m *Master) status(ctx context.Context) (api.Status, error) {
 	m.mu.Lock()
 	st.Epoch = m.epoch
 	for _, s := range m.servers {
-		st.Servers = append(st.Servers, s.info)
+		info := s.info
+		info.State = drainState(info.State, m.kvHist.draining[info.ID])
+		st.Servers = append(st.Servers, info)
 	}
 	m.mu.Unlock()
 	sort.Slice(st.Servers, func(i, j int) bool { return st.Servers[i].ID < st.Servers[j].ID })

@@ -43,6 +43,9 @@ type Server struct {
 	KVDisk     int64  // its size
 	KVMaxValue int64  // largest KV value (0: limits.MaxKVValue)
 	KVPolicy   string // KV DRAM policy ("": auto)
+	// KVFlushOnClose: a graceful stop writes DRAM-only KV blocks to the KV
+	// disk tier (server.Config.KVFlushOnClose).
+	KVFlushOnClose bool
 
 	Cold *cold.Config // S3 for linked files (nil: none)
 
@@ -61,7 +64,7 @@ func (n Server) Config() server.Config {
 	return server.Config{ID: n.ID, Listen: n.Listen, Advertise: n.Advertise, Master: n.Master, Token: n.Token,
 		Store: store.Config{MemBytes: n.Mem, Dir: n.Dir, DiskBytes: n.Disk, Sync: n.Sync},
 		KV:    kvstore.Config{MemBytes: n.KVMem, Dir: n.KVDir, DiskBytes: n.KVDisk, MaxValue: n.KVMaxValue, Policy: n.KVPolicy},
-		Cold:  n.Cold, Heartbeat: n.Heartbeat, ForwardTimeout: n.ForwardTimeout, MaxConns: n.MaxConns, MaxConnsPerIP: n.MaxConnsPerIP, Debug: n.Debug,
+		Cold:  n.Cold, Heartbeat: n.Heartbeat, ForwardTimeout: n.ForwardTimeout, MaxConns: n.MaxConns, MaxConnsPerIP: n.MaxConnsPerIP, Debug: n.Debug, KVFlushOnClose: n.KVFlushOnClose,
 		Log: n.Log, TLS: n.TLS, ClientTLS: n.ClientTLS}
 }
 

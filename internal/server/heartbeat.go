@@ -57,6 +57,7 @@ func (s *Server) heartbeat(ctx context.Context) error {
 	}
 	s.ms.Store(&reply.Membership)
 	s.health.beat(time.Now())
+	s.kvMapChanged()
 	if reply.Reconciled {
 		s.mu.Lock()
 		s.held = nil

@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -104,6 +105,9 @@ func (s *Server) kvPut(ref wire.KVRef, epoch int64, overwrite bool, value []byte
 	if err := s.checkOwner(ref, epoch); err != nil {
 		return false, err
 	}
+	// Held for the local write only, not while replicas take theirs: two
+	// servers forwarding to each other never wait on each other's stripes.
+	unlock := s.kvBeforeWrite(ref, overwrite)
 	var wg sync.WaitGroup
 	errc := make(chan error, len(ref.Forward))
 	for _, addr := range ref.Forward {
@@ -118,6 +122,10 @@ func (s *Server) kvPut(ref wire.KVRef, epoch int64, overwrite bool, value []byte
 		}()
 	}
 	existed, err := s.kv.PutChecked(kvKey(ref), value, crc, overwrite)
+	if err == nil && (!existed || overwrite) {
+		err = s.kvOwnerAfterWrite(ref)
+	}
+	unlock()
 	wg.Wait()
 	close(errc)
 	if err == nil {
@@ -152,8 +160,13 @@ func (s *Server) kvLocalKey(h wire.Header, ref wire.KVRef, prefixDelete bool) ([
 	if err := checkKVRef(ref, prefixDelete); err != nil {
 		return nil, err
 	}
-	if !prefixDelete {
+	if !prefixDelete && !isHeld(h) {
 		if err := s.checkOwner(ref, int64(h.Offset)); err != nil {
+			return nil, err
+		}
+	}
+	if isHeld(h) {
+		if err := s.kvCatchUp(int64(h.Offset)); err != nil {
 			return nil, err
 		}
 	}
@@ -166,7 +179,7 @@ func (s *Server) kvGet(dc *dataConn, h wire.Header, ref wire.KVRef, start time.T
 		return err
 	}
 	sent := false
-	_, err = s.kv.Get(key, func(bufs [][]byte, crc uint32) error {
+	send := func(bufs [][]byte, crc uint32) error {
 		sent = true
 		var n int
 		for _, b := range bufs {
@@ -174,7 +187,11 @@ func (s *Server) kvGet(dc *dataConn, h wire.Header, ref wire.KVRef, start time.T
 		}
 		s.metrics.bytesOut.Add(float64(n))
 		return dc.sendCRC(h, wire.StatusOK, bufs, 0, crc)
-	})
+	}
+	_, err = s.kv.Get(key, send)
+	if !sent && errors.Is(err, errs.ErrNotFound) && !isHeld(h) && s.kvFallbackGet(ref) {
+		_, err = s.kv.Get(key, send) // moved here from its owner under an earlier map
+	}
 	if !sent {
 		return err
 	}
@@ -188,8 +205,20 @@ func (s *Server) kvExists(dc *dataConn, h wire.Header, ref wire.KVRef, start tim
 		return err
 	}
 	tier, size := s.kv.Exists(key)
+	if tier == kvstore.TierNone && !isHeld(h) {
+		if sz, t, ok := s.kvFallbackExists(ref); ok {
+			tier, size = kvstore.Tier(t), sz
+		} else {
+			// A move lands here before it leaves the old owner: a block
+			// that moved while we asked is here now.
+			tier, size = s.kv.Exists(key)
+		}
+	}
 	if tier == kvstore.TierNone {
 		return errs.New(errs.ErrNotFound, "")
+	}
+	if tier == kvstore.TierDisk && h.Flags&wire.FlagPrefetch != 0 {
+		s.kvPrefetch(key)
 	}
 	out := h
 	out.Offset, out.Count = uint64(size), uint64(tier)
@@ -206,10 +235,23 @@ func (s *Server) kvDelete(dc *dataConn, h wire.Header, ref wire.KVRef, start tim
 	}
 	var n int
 	if prefixDelete {
+		done := func() {}
+		if !isHeld(h) {
+			done = s.kvPrefixDeleteOld(ref) // holds every stripe until the earlier members deleted too
+		}
 		n, err = s.kv.DeleteByPrefix(key)
+		done()
 	} else {
+		done := func() {}
+		if !isHeld(h) {
+			done = s.kvBeforeDelete(ref) // and delete the copies of earlier owners
+		}
 		var found bool
 		found, err = s.kv.Delete(key)
+		if err == nil && !isHeld(h) {
+			err = s.kvOwnerAfterWrite(ref)
+		}
+		done()
 		if found {
 			n = 1
 		}

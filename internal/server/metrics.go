@@ -141,10 +141,11 @@ var (
 	descKVSw    = prometheus.NewDesc("gd2fs_kv_policy_switches_total", "Times --kv-policy auto changed the KV DRAM tier's policy.", nil, nil)
 	descKVBad   = prometheus.NewDesc("gd2fs_kv_corrupt_total", "KV records that failed their checksum.", nil, nil)
 	descKVPuts  = prometheus.NewDesc("gd2fs_kv_puts_total", "KV puts by outcome.", []string{"outcome"}, nil)
+	descKVMoved = prometheus.NewDesc("gd2fs_kv_membership_blocks_total", "KV blocks after membership changes: moved here from an earlier owner, reads and probes answered through an earlier owner (fallback_hit), misses of keys whose earlier owner is down (lost).", []string{"kind"}, nil)
 )
 
 func (c *kvCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descKVBytes, descKVHits, descKVMiss, descKVMoves, descKVKeys, descKVBad, descKVPuts, descKVPol, descKVSw} {
+	for _, d := range []*prometheus.Desc{descKVBytes, descKVHits, descKVMiss, descKVMoves, descKVKeys, descKVBad, descKVPuts, descKVPol, descKVSw, descKVMoved} {
 		ch <- d
 	}
 }
@@ -179,4 +180,8 @@ func (c *kvCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descKVBad, k, float64(st.Corrupt))
 	ch <- prometheus.MustNewConstMetric(descKVPuts, k, float64(st.Puts), "stored")
 	ch <- prometheus.MustNewConstMetric(descKVPuts, k, float64(st.Existed), "existed")
+	mv := c.s.KVMoves()
+	ch <- prometheus.MustNewConstMetric(descKVMoved, k, float64(mv.Moved), "moved")
+	ch <- prometheus.MustNewConstMetric(descKVMoved, k, float64(mv.FallbackHits), "fallback_hit")
+	ch <- prometheus.MustNewConstMetric(descKVMoved, k, float64(mv.Lost), "lost")
 }

@@ -69,6 +69,13 @@ type Config struct {
 	// ClientTLS is how this server dials its peers and the master (nil:
 	// plain TCP and http://).
 	TLS, ClientTLS *tls.Config
+	// KVMoveRate bounds the bytes per second the background move of KV
+	// blocks after a membership change copies (default DefaultKVMoveRate).
+	KVMoveRate int64
+	// KVFlushOnClose: Close writes the KV blocks only in DRAM to the KV
+	// disk tier (into its free room) before closing it, so a restart has
+	// them. gd2fs server and gd2fs up set it: SIGTERM and Ctrl-C keep them.
+	KVFlushOnClose bool
 }
 
 // Server is a running data server.
@@ -91,6 +98,7 @@ type Server struct {
 
 	ms          atomic.Pointer[api.Membership]
 	guesses     *authlimit.Limiter // hellos with a wrong token, by address
+	kvm         kvMoves            // KV blocks moving after membership changes (kvmove.go)
 	refreshMu   sync.Mutex
 	lastRefresh time.Time // of the membership on a client's epoch; under refreshMu
 	mu          sync.Mutex
@@ -290,6 +298,7 @@ func (s *Server) Close() error {
 	s.peers.Close()
 	s.wg.Wait()
 	if s.kv != nil {
+		s.kvFlush()
 		s.kv.Close()
 	}
 	return s.store.Close()

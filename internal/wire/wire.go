@@ -78,6 +78,15 @@ const (
 	// disk (fdatasync), not only in the page cache. A primary sets it on
 	// the writes it forwards to the other replicas of a chunk.
 	FlagSync uint16 = 1 << 5
+	// FlagHeld in an OpKVGet, OpKVExists or OpKVDelete request: answer from
+	// what this server holds, whoever owns the key now. Servers send it to
+	// a key's owner under an earlier membership map, to find and move a
+	// block whose owner changed (docs/kv-cache.md, "Membership changes").
+	FlagHeld uint16 = 1 << 6
+	// FlagPrefetch in an OpKVExists request: a block found on the disk
+	// tier is copied to DRAM at once (not pinned, not counted as a read),
+	// so the read that follows finds it there.
+	FlagPrefetch uint16 = 1 << 7
 	// FlagResponse marks a frame sent by a server.
 	FlagResponse uint16 = 1 << 15
 )

@@ -1,0 +1,596 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gd2fs/gd2fs/client"
+	"github.com/gd2fs/gd2fs/errs"
+	"github.com/gd2fs/gd2fs/internal/placement"
+	"github.com/gd2fs/gd2fs/internal/testutil"
+)
+
+func startKV(t *testing.T, servers int) *Cluster {
+	t.Helper()
+	c, err := Start(context.Background(), Config{Dir: t.TempDir(), Servers: servers, MemBytes: 8 << 20, KVMemBytes: 32 << 20, DownAfter: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func blockOf(key string, gen int) []byte {
+	return append(testutil.RandomBytes(300, uint64(len(key))*7919+uint64(gen)), fmt.Sprintf("%s#%d", key, gen)...)
+}
+
+// placedRight reports whether every key is held exactly by its owners under
+// the cluster's current map and by no other server.
+func placedRight(ctx context.Context, c *Cluster, pool string, keys []string) (bool, string) {
+	cl := c.Client()
+	defer cl.Close()
+	st, err := cl.Status(ctx)
+	if err != nil {
+		return false, err.Error()
+	}
+	var members []placement.Member
+	for _, s := range st.Servers {
+		if s.State == "up" {
+			members = append(members, placement.Member{ID: s.ID, Addr: s.Addr})
+		}
+	}
+	n := map[string]int{"perf": 1, "ha": 3}[pool]
+	for _, k := range keys {
+		own := map[string]bool{}
+		for _, m := range placement.Owners([]byte(k), members, n) {
+			own[m.ID] = true
+		}
+		for _, s := range c.Servers {
+			_, held := s.KVExistsLocal(pool, []byte(k))
+			if held != own[s.ID()] {
+				return false, fmt.Sprintf("key %s: held by %s %v, owner %v (moved so far: %+v)", k, s.ID(), held, own[s.ID()], s.KVMoves())
+			}
+		}
+	}
+	return true, ""
+}
+
+// TestKVJoinKeepsPrefixes is the scenario: 3 servers, 200 chains of
+// 20 blocks, a 4th server joins. Every chain is still cached whole right
+// after the join (reads fall back to the earlier owner), the blocks then
+// move to their new owner and leave the old one, and every byte is right.
+func TestKVJoinKeepsPrefixes(t *testing.T) {
+	ctx := context.Background()
+	c := startKV(t, 3)
+	cl := c.Client()
+	defer cl.Close()
+	kv := cl.KV("perf")
+	var all []string
+	chains := make([][]string, 200)
+	for i := range chains {
+		for j := 0; j < 20; j++ {
+			chains[i] = append(chains[i], fmt.Sprintf("m/%d/%d", i, j))
+		}
+		vals := make([][]byte, 20)
+		for j, k := range chains[i] {
+			vals[j] = blockOf(k, 0)
+		}
+		if err := kv.BatchPut(ctx, chains[i], vals); err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, chains[i]...)
+	}
+	prefixes := func() (total int) {
+		for _, ch := range chains {
+			_, p, err := kv.BatchExists(ctx, ch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			total += p
+		}
+		return total
+	}
+	if got := prefixes(); got != 200*20 {
+		t.Fatalf("before the join: %d of %d blocks in cached prefixes", got, 200*20)
+	}
+	if _, err := c.AddServer(3); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WaitServers(ctx, 4); err != nil {
+		t.Fatal(err)
+	}
+	if got := prefixes(); got != 200*20 {
+		for _, k := range all {
+			if ok, err := kv.Exists(ctx, k); !ok {
+				var where []string
+				for _, s := range c.Servers {
+					if _, held := s.KVExistsLocal("perf", []byte(k)); held {
+						where = append(where, s.ID())
+					}
+				}
+				t.Logf("miss %s (%v): held by %v", k, err, where)
+			}
+		}
+		for _, s := range c.Servers {
+			t.Logf("%s epoch %d moves %+v", s.ID(), s.Epoch(), s.KVMoves())
+		}
+		t.Fatalf("right after the join: %d of %d blocks in cached prefixes", got, 200*20)
+	}
+	testutil.Eventually(t, 60*time.Second, func() (bool, string) { return placedRight(ctx, c, "perf", all) })
+	vals, err := kv.BatchGet(ctx, all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, k := range all {
+		if !bytes.Equal(vals[i], blockOf(k, 0)) {
+			t.Fatalf("key %s: wrong bytes after the move (len %d)", k, len(vals[i]))
+		}
+	}
+	mv := c.Servers[3].KVMoves()
+	if mv.Moved == 0 || mv.Lost != 0 {
+		t.Fatalf("new server's move counters: %+v", mv)
+	}
+	t.Logf("new server: %+v", mv)
+}
+
+// TestKVDrain drains one of 4 servers: its blocks (one-copy and three-copy
+// pools) move to their next owners, it ends holding none, and every block
+// reads back its bytes.
+func TestKVDrain(t *testing.T) {
+	ctx := context.Background()
+	c := startKV(t, 4)
+	cl := c.Client()
+	defer cl.Close()
+	var keys []string
+	for i := 0; i < 600; i++ {
+		keys = append(keys, fmt.Sprintf("d/%d", i))
+	}
+	for _, pool := range []string{"perf", "ha"} {
+		vals := make([][]byte, len(keys))
+		for i, k := range keys {
+			vals[i] = blockOf(pool+k, 0)
+		}
+		if err := cl.KV(pool).BatchPut(ctx, keys, vals); err != nil {
+			t.Fatal(err)
+		}
+	}
+	victim := c.Servers[1].ID()
+	if n := c.Servers[1].KV().Stats().Keys; n == 0 {
+		t.Fatal("the server to drain holds no blocks")
+	}
+	info, err := cl.DrainServer(ctx, victim, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State != "draining" {
+		t.Fatalf("drained server's state %q", info.State)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	if err := cl.WaitDrained(wctx, victim, 50*time.Millisecond, nil); err != nil {
+		t.Fatal(err)
+	}
+	if n := c.Servers[1].KV().Stats().Keys; n != 0 {
+		t.Fatalf("drained server still holds %d blocks", n)
+	}
+	for _, pool := range []string{"perf", "ha"} {
+		vals, err := cl.KV(pool).BatchGet(ctx, keys)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, k := range keys {
+			if !bytes.Equal(vals[i], blockOf(pool+k, 0)) {
+				t.Fatalf("pool %s key %s: wrong bytes or a miss after the drain (len %d)", pool, k, len(vals[i]))
+			}
+		}
+		// Every copy is where the map says (the drained server is not up
+		// in it any more: its state is "draining").
+		testutil.Eventually(t, 30*time.Second, func() (bool, string) { return placedRight(ctx, c, pool, keys) })
+	}
+}
+
+// keyModel is what a key may read as: every state it may be in after the
+// operations acknowledged or failed so far (a failed operation may or may
+// not have taken effect). nil in states is "absent".
+type keyModel struct {
+	mu     sync.Mutex
+	states [][]byte
+	gen    int
+}
+
+func (m *keyModel) allows(v []byte) bool {
+	for _, s := range m.states {
+		if bytes.Equal(s, v) && (s == nil) == (v == nil) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestKVMembershipUnderLoad runs puts, overwrites, deletes and gets from 4
+// workers against a model of every key's bytes while a server joins and
+// then another is drained: a hit is always bytes the model allows, and no
+// key the model holds ever misses (no server is lost).
+func TestKVMembershipUnderLoad(t *testing.T) {
+	for _, pool := range []string{"perf", "ha"} {
+		t.Run(pool, func(t *testing.T) { membershipUnderLoad(t, pool) })
+	}
+}
+
+func membershipUnderLoad(t *testing.T, pool string) {
+	ctx := context.Background()
+	c := startKV(t, 3)
+	cl := c.Client()
+	defer cl.Close()
+	kv := cl.KV(pool)
+	const nkeys = 400
+	models := make([]*keyModel, nkeys)
+	for i := range models {
+		models[i] = &keyModel{states: [][]byte{nil}}
+	}
+	var ops atomic.Int64
+	stop := make(chan struct{})
+	failc := make(chan error, 4)
+	var wg sync.WaitGroup
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(w), 1))
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				i := r.IntN(nkeys)
+				key := fmt.Sprintf("u/%d", i)
+				m := models[i]
+				m.mu.Lock()
+				err := step(ctx, kv, key, m, r.IntN(10))
+				if err != nil && os.Getenv("KVDEBUG") != "" {
+					for _, s := range c.Servers {
+						var got string
+						s.KVGetLocal(pool, []byte(key), func(bufs [][]byte, n int) error {
+							b := bytes.Join(bufs, nil)
+							got = string(b[300:])
+							return nil
+						})
+						ms := s.Membership()
+						t.Logf("%s epoch %d holds %q; model %d states, gen %d; moves %+v", s.ID(), ms.Epoch, got, len(m.states), m.gen, s.KVMoves())
+					}
+				}
+				m.mu.Unlock()
+				if err != nil {
+					failc <- err
+					return
+				}
+				ops.Add(1)
+			}
+		}()
+	}
+	waitOps := func(n int64) {
+		target := ops.Load() + n
+		testutil.Eventually(t, 60*time.Second, func() (bool, string) {
+			select {
+			case err := <-failc:
+				t.Fatal(err)
+			default:
+			}
+			return ops.Load() >= target, fmt.Sprintf("%d ops of %d", ops.Load(), target)
+		})
+	}
+	waitOps(2000)
+	if _, err := c.AddServer(3); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WaitServers(ctx, 4); err != nil {
+		t.Fatal(err)
+	}
+	waitOps(3000)
+	victim := c.Servers[0].ID()
+	if _, err := cl.DrainServer(ctx, victim, false); err != nil {
+		t.Fatal(err)
+	}
+	waitOps(3000)
+	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	if err := cl.WaitDrained(wctx, victim, 50*time.Millisecond, nil); err != nil {
+		t.Fatal(err)
+	}
+	waitOps(1000)
+	close(stop)
+	wg.Wait()
+	select {
+	case err := <-failc:
+		t.Fatal(err)
+	default:
+	}
+	for i, m := range models {
+		if err := step(ctx, kv, fmt.Sprintf("u/%d", i), m, 9); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var moved, fb int64
+	for _, s := range c.Servers {
+		mv := s.KVMoves()
+		moved, fb = moved+mv.Moved, fb+mv.FallbackHits
+		if mv.Lost != 0 {
+			t.Fatalf("server %s lost %d blocks; no server went down", s.ID(), mv.Lost)
+		}
+	}
+	t.Logf("%d ops; moved %d, fallback hits %d", ops.Load(), moved, fb)
+	if moved == 0 {
+		t.Fatal("nothing moved")
+	}
+}
+
+// step applies one operation to key and checks it against m (whose lock the
+// caller holds): 0–2 put, 3 overwrite, 4 delete, else get.
+func step(ctx context.Context, kv *client.KV, key string, m *keyModel, op int) error {
+	switch {
+	case op <= 3:
+		m.gen++
+		v := blockOf(key, m.gen)
+		existed, err := kv.PutWith(ctx, key, v, client.PutOptions{Overwrite: op == 3})
+		switch {
+		case err != nil:
+			// May or may not have landed: either state stands.
+			if op == 3 {
+				m.states = append(m.states, v)
+			} else if m.allows(nil) {
+				m.states = append(m.states, v)
+			}
+		case op == 3:
+			m.states = [][]byte{v}
+		case !existed:
+			if !m.allows(nil) {
+				return fmt.Errorf("key %s: put found no block, the model holds one", key)
+			}
+			m.states = [][]byte{v}
+		default: // kept: the stored block stays
+			// A put that the client repeated (a replica answered "moved"
+			// on its first try) may find the bytes its first try stored.
+			kept := [][]byte{v}
+			for _, s := range m.states {
+				if s != nil {
+					kept = append(kept, s)
+				}
+			}
+			if len(kept) == 0 {
+				return fmt.Errorf("key %s: put found a block, the model holds none", key)
+			}
+			m.states = kept
+		}
+	case op == 4:
+		if err := kv.Delete(ctx, key); err != nil {
+			m.states = append(m.states, nil)
+		} else {
+			m.states = [][]byte{nil}
+		}
+	default:
+		v, err := kv.Get(ctx, key)
+		switch {
+		case errors.Is(err, errs.ErrNotFound):
+			if !m.allows(nil) {
+				return fmt.Errorf("key %s: a miss, the model holds %d possible blocks and no absence", key, len(m.states))
+			}
+			m.states = [][]byte{nil}
+		case err != nil:
+			return fmt.Errorf("key %s: get: %w", key, err)
+		default:
+			if !m.allows(v) {
+				return fmt.Errorf("key %s: WRONG BYTES (%d) not among the model's %d states", key, len(v), len(m.states))
+			}
+			m.states = [][]byte{v}
+		}
+	}
+	return nil
+}
+
+// TestKVLostServerIsCleanMiss: a server that dies takes its one-copy blocks
+// with it; they are misses (counted as lost by their new owners), never
+// errors or wrong bytes, and every other block still hits.
+func TestKVLostServerIsCleanMiss(t *testing.T) {
+	ctx := context.Background()
+	c := startKV(t, 4)
+	cl := c.Client()
+	defer cl.Close()
+	kv := cl.KV("perf")
+	var keys []string
+	vals := [][]byte{}
+	for i := 0; i < 400; i++ {
+		keys = append(keys, fmt.Sprintf("l/%d", i))
+		vals = append(vals, blockOf(keys[i], 0))
+	}
+	if err := kv.BatchPut(ctx, keys, vals); err != nil {
+		t.Fatal(err)
+	}
+	dead := c.Servers[2]
+	onDead := map[string]bool{}
+	for _, k := range keys {
+		if _, held := dead.KVExistsLocal("perf", []byte(k)); held {
+			onDead[k] = true
+		}
+	}
+	dead.Close()
+	testutil.Eventually(t, 30*time.Second, func() (bool, string) {
+		st, err := cl.Status(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		return testutil.UpServers(st) == 3, fmt.Sprintf("%d up", testutil.UpServers(st))
+	})
+	// The client finds the dead server's keys' new owners itself: an
+	// unreachable owner makes it fetch the map again.
+	testutil.Eventually(t, 30*time.Second, func() (bool, string) {
+		got, err := kv.BatchGet(ctx, keys)
+		if err != nil {
+			return false, err.Error()
+		}
+		for i, k := range keys {
+			switch {
+			case got[i] == nil && !onDead[k]:
+				return false, "a miss of " + k + ", which was on a live server"
+			case got[i] != nil && !bytes.Equal(got[i], vals[i]):
+				t.Fatalf("key %s: wrong bytes", k)
+			case got[i] != nil && onDead[k]:
+				t.Fatalf("key %s: a hit, but its only copy died", k)
+			}
+		}
+		return true, ""
+	})
+	var lost int64
+	for _, s := range c.Servers {
+		if s != dead {
+			lost += s.KVMoves().Lost
+		}
+	}
+	if lost == 0 && len(onDead) > 0 {
+		t.Fatalf("%d blocks died, none counted lost", len(onDead))
+	}
+}
+
+// TestKVGracefulRestartKeepsDRAMBlocks: a server closed gracefully writes
+// its DRAM-only blocks to its KV disk tier; started again on the same
+// folder it serves every one of them with its bytes.
+func TestKVGracefulRestartKeepsDRAMBlocks(t *testing.T) {
+	ctx := context.Background()
+	c, err := Start(ctx, Config{Dir: t.TempDir(), Servers: 3, MemBytes: 8 << 20, KVMemBytes: 32 << 20, KVDiskBytes: 64 << 20,
+		KVFlushOnClose: true, DownAfter: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	cl := c.Client()
+	defer cl.Close()
+	kv := cl.KV("perf")
+	var keys []string
+	var vals [][]byte
+	for i := 0; i < 300; i++ {
+		keys = append(keys, fmt.Sprintf("g/%d", i))
+		vals = append(vals, blockOf(keys[i], 0))
+	}
+	if err := kv.BatchPut(ctx, keys, vals); err != nil {
+		t.Fatal(err)
+	}
+	st := c.Servers[1].KV().Stats()
+	if st.Keys == 0 || st.DiskUsed != 0 {
+		t.Fatalf("server-1 before the stop: %+v (want DRAM-only blocks)", st)
+	}
+	held := st.Keys
+	c.Servers[1].Close()
+	s, err := c.AddServer(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := s.KV().Stats().Keys; n != held {
+		t.Fatalf("server-1 held %d blocks before the stop and %d after the restart", held, n)
+	}
+	// The restarted server listens on a new port: the client meets the old
+	// address unreachable and fetches the map again (the master has the
+	// new address after the server's first heartbeat).
+	testutil.Eventually(t, 30*time.Second, func() (bool, string) {
+		st, err := cl.Status(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, si := range st.Servers {
+			if si.ID == s.ID() && si.Addr == s.Addr() && si.State == "up" {
+				return true, ""
+			}
+		}
+		return false, "the master has not heard from the restarted server"
+	})
+	testutil.Eventually(t, 30*time.Second, func() (bool, string) {
+		got, err := kv.BatchGet(ctx, keys)
+		if err != nil {
+			return false, err.Error()
+		}
+		for i := range keys {
+			if got[i] == nil {
+				return false, "a miss of " + keys[i]
+			}
+			if !bytes.Equal(got[i], vals[i]) {
+				t.Fatalf("key %s: wrong bytes after the restart", keys[i])
+			}
+		}
+		return true, ""
+	})
+}
+
+// TestKVPrefetch: an exists probe with Prefetch brings disk hits to DRAM
+// (the read that follows is a DRAM hit); a plain probe never moves a block.
+func TestKVPrefetch(t *testing.T) {
+	ctx := context.Background()
+	c, err := Start(ctx, Config{Dir: t.TempDir(), Servers: 2, MemBytes: 8 << 20, KVMemBytes: 2 << 20, KVDiskBytes: 64 << 20, DownAfter: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	cl := c.Client()
+	defer cl.Close()
+	kv := cl.KV("perf")
+	var keys []string
+	var vals [][]byte
+	for i := 0; i < 200; i++ {
+		keys = append(keys, fmt.Sprintf("p/%d", i))
+		vals = append(vals, testutil.RandomBytes(32<<10, uint64(i)))
+	}
+	if err := kv.BatchPut(ctx, keys, vals); err != nil {
+		t.Fatal(err)
+	}
+	tierOf := func(k string) string {
+		info, err := kv.Stat(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.Tier
+	}
+	var chain []string // blocks demoted to disk (the oldest, mostly)
+	var chainVals [][]byte
+	for i, k := range keys {
+		if len(chain) < 8 && tierOf(k) == "disk" {
+			chain, chainVals = append(chain, k), append(chainVals, vals[i])
+		}
+	}
+	if len(chain) < 8 {
+		t.Fatalf("only %d blocks on disk", len(chain))
+	}
+	if _, p, err := kv.BatchExists(ctx, chain); err != nil || p != len(chain) {
+		t.Fatalf("plain probe: prefix %d %v", p, err)
+	}
+	for _, k := range chain {
+		if tierOf(k) != "disk" {
+			t.Fatalf("a plain probe moved %s to %s", k, tierOf(k))
+		}
+	}
+	if _, p, err := kv.BatchExistsWith(ctx, chain, client.ExistsOptions{Prefetch: true}); err != nil || p != len(chain) {
+		t.Fatalf("prefetch probe: prefix %d %v", p, err)
+	}
+	testutil.Eventually(t, 10*time.Second, func() (bool, string) {
+		for _, k := range chain {
+			if tr := tierOf(k); tr != "dram" {
+				return false, k + " still in " + tr
+			}
+		}
+		return true, ""
+	})
+	got, err := kv.BatchGet(ctx, chain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range chain {
+		if !bytes.Equal(got[i], chainVals[i]) {
+			t.Fatalf("%s: wrong bytes after prefetch", chain[i])
+		}
+	}
+}

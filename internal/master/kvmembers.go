@@ -1,0 +1,100 @@
+package master
+
+import (
+	"net/http"
+	"slices"
+
+	"github.com/gd2fs/gd2fs/errs"
+	"github.com/gd2fs/gd2fs/internal/api"
+	"github.com/gd2fs/gd2fs/internal/placement"
+)
+
+// kvHistory remembers the member lists before the current one and the
+// servers being drained, so that servers can find a block whose owner moved
+// on its owner under an earlier list (and move it) instead of answering a
+// miss: adding a server must not empty the KV cache. Guarded by Master.mu;
+// kept in memory only (a master that restarts starts a new history: moves
+// in progress then finish only through read-through).
+type kvHistory struct {
+	last      []placement.Member
+	lastEpoch int64
+	prev      []api.PastMembers // newest first, at most keepPast
+	draining  map[string]bool
+}
+
+// keepPast is how many earlier member lists a membership map carries: two
+// changes in quick succession (a server replaced) still find every block.
+const keepPast = 2
+
+// note records out's member list (when it differs from the last one seen)
+// and fills in out.Previous and out.Draining. Called with Master.mu held.
+func (h *kvHistory) note(out *api.Membership, servers map[string]*liveServer) {
+	if !slices.Equal(h.last, out.Members) {
+		if h.last != nil {
+			h.prev = append([]api.PastMembers{{Epoch: h.lastEpoch, Members: h.last}}, h.prev...)
+			if len(h.prev) > keepPast {
+				h.prev = h.prev[:keepPast]
+			}
+		}
+		h.last = slices.Clone(out.Members)
+	}
+	h.lastEpoch = out.Epoch
+	out.Previous = slices.Clone(h.prev)
+	for id := range h.draining {
+		if s := servers[id]; s != nil && s.up {
+			out.Draining = append(out.Draining, placement.Member{ID: id, Addr: s.info.Addr})
+		}
+	}
+	slices.SortFunc(out.Draining, func(a, b placement.Member) int {
+		if a.ID < b.ID {
+			return -1
+		}
+		if a.ID > b.ID {
+			return 1
+		}
+		return 0
+	})
+}
+
+// drainRoute serves POST /v1/servers/{id}/drain (?undo=1 takes it back):
+// the server leaves the membership map, so its KV blocks' owners become
+// other servers, which move them there; it keeps serving them meanwhile.
+// gd2fs server drain waits until it holds no blocks.
+func (m *Master) drainRoute(r *http.Request) (any, error) {
+	id := r.PathValue("id")
+	undo := r.URL.Query().Get("undo") != ""
+	m.mu.Lock()
+	s := m.servers[id]
+	if s == nil {
+		m.mu.Unlock()
+		return nil, errs.New(errs.ErrNotFound, "no server %q: gd2fs status lists the servers", id)
+	}
+	if m.kvHist.draining == nil {
+		m.kvHist.draining = map[string]bool{}
+	}
+	changed := m.kvHist.draining[id] == undo
+	if undo {
+		delete(m.kvHist.draining, id)
+	} else {
+		m.kvHist.draining[id] = true
+	}
+	info := s.info
+	m.mu.Unlock()
+	if changed {
+		if undo {
+			m.log.Info("server drain taken back", "id", id)
+		} else {
+			m.log.Info("server draining: its KV blocks move to their next owners", "id", id)
+		}
+		m.bumpEpoch(r.Context())
+	}
+	info.State = drainState(info.State, !undo)
+	return info, nil
+}
+
+func drainState(state string, draining bool) string {
+	if draining && state == "up" {
+		return "draining"
+	}
+	return state
+}
