@@ -29,16 +29,8 @@ func raw(t *testing.T, m *Master, method, path, body string, hdr ...string) (int
 			req.Header.Set(hdr[i], hdr[i+1])
 		}
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, string(b)
+	code, b, _ := testutil.Do(t, req)
+	return code, b
 }
 
 // TestBrowserForgeries: what a web page can make a browser send to a

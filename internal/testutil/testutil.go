@@ -56,7 +56,17 @@ func UpServers(st api.Status) int {
 // for the headers). Any transport error fails t.
 func Get(t testing.TB, url string) (int, string, *http.Response) {
 	t.Helper()
-	resp, err := http.Get(url)
+	req, err := http.NewRequest("GET", url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Do(t, req)
+}
+
+// Do sends req with http.DefaultClient and returns what Get returns.
+func Do(t testing.TB, req *http.Request) (int, string, *http.Response) {
+	t.Helper()
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
