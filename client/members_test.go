@@ -3,35 +3,17 @@ package client_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
-	"regexp"
-	"strconv"
 	"testing"
 	"time"
 
 	"github.com/gd2fs/gd2fs/internal/api"
 	"github.com/gd2fs/gd2fs/internal/cluster"
+	"github.com/gd2fs/gd2fs/internal/testutil"
 )
 
 // membersCalls is how many GET /v1/members the master has answered.
 func membersCalls(t *testing.T, c *cluster.Cluster) int {
-	t.Helper()
-	resp, err := http.Get(c.Master.URL() + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for _, m := range regexp.MustCompile(`gd2fs_master_requests_total\{code="\d+",route="GET /v1/members"\} (\d+)`).FindAllSubmatch(b, -1) {
-		k, _ := strconv.Atoi(string(m[1]))
-		n += k
-	}
-	return n
+	return testutil.MasterRequests(t, c.Master.URL(), "GET /v1/members")
 }
 
 // TestMovedRefreshShared: a batch whose every put meets "moved" (a server

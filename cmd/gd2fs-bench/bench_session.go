@@ -58,44 +58,29 @@ func newBenchPlan() *cobra.Command {
 			}
 			// Set-up: every session gets one committed turn of 1000 tokens.
 			start := time.Now()
-			var done atomic.Int64
-			var wg sync.WaitGroup
-			errc := make(chan error, conc)
-			for w := 0; w < conc; w++ {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for {
-						i := done.Add(1) - 1
-						if i >= int64(sessions) {
-							return
-						}
-						id := fmt.Sprintf("%s%07d", run, i)
-						p, err := ms.PlanSession(ctx, in(id, 1000))
-						if err == nil {
-							var f meta.File
-							if f, err = ms.File(ctx, p.Fresh[0].Path); err == nil {
-								if _, err = ms.Commit(ctx, f.ID, p.Fresh[0].KVStart+p.Fresh[0].KVLength, nil, false, time.Now()); err == nil {
-									_, err = ms.CommitSession(ctx, meta.CommitInput{Session: id, PlanID: p.ID, Now: time.Now()})
-								}
-							}
-						}
-						if err != nil {
-							errc <- err
-							return
-						}
-						if i%20000 == 19999 {
-							fmt.Fprintf(os.Stderr, "  %d sessions created (%.0f/s)\n", i+1, float64(i+1)/time.Since(start).Seconds())
+			err = parallel(conc, sessions, func(i int) error {
+				id := fmt.Sprintf("%s%07d", run, i)
+				p, err := ms.PlanSession(ctx, in(id, 1000))
+				if err == nil {
+					var f meta.File
+					if f, err = ms.File(ctx, p.Fresh[0].Path); err == nil {
+						if _, err = ms.Commit(ctx, f.ID, p.Fresh[0].KVStart+p.Fresh[0].KVLength, nil, false, time.Now()); err == nil {
+							_, err = ms.CommitSession(ctx, meta.CommitInput{Session: id, PlanID: p.ID, Now: time.Now()})
 						}
 					}
-				}()
-			}
-			wg.Wait()
-			select {
-			case err := <-errc:
+				}
+				if err != nil {
+					return err
+				}
+				if i%20000 == 19999 {
+					fmt.Fprintf(os.Stderr, "  %d sessions created (%.0f/s)\n", i+1, float64(i+1)/time.Since(start).Seconds())
+				}
+				return nil
+			})
+			if err != nil {
 				return err
-			default:
 			}
+			errc := make(chan error, conc)
 			fmt.Printf("bench plan: %s, %d sessions created in %s\n", engineName(metaDSN), sessions, time.Since(start).Round(time.Millisecond))
 			for _, c := range []int{1, conc} {
 				lat := make([]time.Duration, plans)

@@ -287,27 +287,14 @@ func startProcs(ctx context.Context, dir, metaDSN, serverMem string, servers int
 			return fail(err)
 		}
 	}
-	cl, err := client.New(client.Config{Master: url})
+	up, err := waitServersUp(ctx, url, servers)
 	if err != nil {
 		return fail(err)
 	}
-	defer cl.Close()
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		st, err := cl.Status(ctx)
-		if err != nil {
-			continue
-		}
-		up := 0
-		for _, s := range st.Servers {
-			if s.State == "up" {
-				up++
-			}
-		}
-		if up == servers {
-			return procs, url, nil
-		}
+	if !up {
+		return fail(fmt.Errorf("master and %d servers (%s) were not up within 30 s", servers, bin))
 	}
-	return fail(fmt.Errorf("master and %d servers (%s) were not up within 30 s", servers, bin))
+	return procs, url, nil
 }
 
 // parallel runs fn(0..n-1) on conc goroutines; the first error stops it.

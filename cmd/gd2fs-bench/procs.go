@@ -35,11 +35,27 @@ func gd2fsUp(ctx context.Context, dir string, servers int, extra ...string) (*ex
 	if err := cmd.Start(); err != nil {
 		return nil, "", err
 	}
-	cl, err := client.New(client.Config{Master: url})
-	if err != nil {
+	up, err := waitServersUp(ctx, url, servers)
+	if err != nil || !up {
 		cmd.Process.Kill()
 		cmd.Wait()
+	}
+	if err != nil {
 		return nil, "", err
+	}
+	if !up {
+		return nil, "", fmt.Errorf("gd2fs up (%s) did not bring %d servers up within 30 s", bin, servers)
+	}
+	return cmd, url, nil
+}
+
+// waitServersUp polls the master at url until it reports servers data
+// servers up; false means they were not up within 30 s. The error is only
+// that of making the client: a master not answering yet is waited for.
+func waitServersUp(ctx context.Context, url string, servers int) (bool, error) {
+	cl, err := client.New(client.Config{Master: url})
+	if err != nil {
+		return false, err
 	}
 	defer cl.Close()
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
@@ -54,12 +70,10 @@ func gd2fsUp(ctx context.Context, dir string, servers int, extra ...string) (*ex
 			}
 		}
 		if up == servers {
-			return cmd, url, nil
+			return true, nil
 		}
 	}
-	cmd.Process.Kill()
-	cmd.Wait()
-	return nil, "", fmt.Errorf("gd2fs up (%s) did not bring %d servers up within 30 s", bin, servers)
+	return false, nil
 }
 
 // dieWithUs has the kernel kill cmd when the benchmark dies, so an

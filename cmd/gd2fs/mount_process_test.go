@@ -29,20 +29,7 @@ func TestMountCLI(t *testing.T) {
 	}
 	bin := buildBinary(t)
 	dir := t.TempDir()
-	maddr := freeAddr(t)
-	spawn(t, bin, "up", "--dir", filepath.Join(dir, "data"), "--listen", maddr, "--port", "0", "--servers", "3",
-		"--mem", "64MiB", "--resp-port", "0")
-	env := append(os.Environ(), "GD2FS_MASTER=http://"+maddr)
-	run := func(args ...string) (string, error) {
-		cmd := exec.Command(bin, args...)
-		cmd.Env = env
-		out, err := cmd.CombinedOutput()
-		return string(out), err
-	}
-	testutil.Eventually(t, 30*time.Second, func() (bool, string) {
-		out, err := run("status")
-		return err == nil && strings.Count(out, " up ") == 3, fmt.Sprintf("status: %v\n%s", err, out)
-	})
+	env, run := upCLI(t, bin, dir, 3, nil, "--mem", "64MiB")
 	data := testutil.RandomBytes(5<<20+3, 11)
 	src := filepath.Join(dir, "w.bin")
 	os.WriteFile(src, data, 0o644)

@@ -48,6 +48,30 @@ func spawn(t *testing.T, bin string, args ...string) *exec.Cmd {
 	return spawnEnv(t, nil, bin, args...)
 }
 
+// upCLI spawns `gd2fs up` with servers data servers in dir/data (a RESP
+// port too; env: more environment for it and the CLI, extra: more flags)
+// and waits until `gd2fs status` lists them up. It returns the environment
+// that points the CLI at that master and a run of the CLI with it
+// (combined output). spawnEnv logs up's output if the test fails.
+func upCLI(t *testing.T, bin, dir string, servers int, env []string, extra ...string) ([]string, func(args ...string) (string, error)) {
+	t.Helper()
+	maddr := freeAddr(t)
+	spawnEnv(t, env, bin, append([]string{"up", "--dir", filepath.Join(dir, "data"), "--listen", maddr, "--port", "0",
+		"--servers", fmt.Sprint(servers), "--resp-port", "0"}, extra...)...)
+	cliEnv := append(append(os.Environ(), env...), "GD2FS_MASTER=http://"+maddr)
+	run := func(args ...string) (string, error) {
+		cmd := exec.Command(bin, args...)
+		cmd.Env = cliEnv
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	testutil.Eventually(t, 30*time.Second, func() (bool, string) {
+		out, err := run("status")
+		return err == nil && strings.Count(out, " up ") == servers, fmt.Sprintf("status: %v\n%s", err, out)
+	})
+	return cliEnv, run
+}
+
 // TestSIGKILLServer runs the master and three servers as separate processes,
 // kills one server with SIGKILL, and checks that every HA file reads back
 // byte-identical while a perf file on the dead server fails with a clear
@@ -183,21 +207,7 @@ func TestCLI(t *testing.T) {
 	}
 	bin := buildBinary(t)
 	dir := t.TempDir()
-	maddr := freeAddr(t)
-	up := spawn(t, bin, "up", "--dir", filepath.Join(dir, "data"), "--listen", maddr, "--port", "0", "--servers", "3",
-		"--mem", "32MiB", "--disk", "1GiB", "--resp-port", "0")
-	_ = up
-	env := append(os.Environ(), "GD2FS_MASTER=http://"+maddr)
-	run := func(args ...string) (string, error) {
-		cmd := exec.Command(bin, args...)
-		cmd.Env = env
-		out, err := cmd.CombinedOutput()
-		return string(out), err
-	}
-	testutil.Eventually(t, 30*time.Second, func() (bool, string) {
-		out, err := run("status")
-		return err == nil && strings.Count(out, " up ") == 3, fmt.Sprintf("status: %v\n%s", err, out)
-	})
+	env, run := upCLI(t, bin, dir, 3, nil, "--mem", "32MiB", "--disk", "1GiB")
 	src := filepath.Join(dir, "model.bin")
 	data := make([]byte, 20<<20+17)
 	for i := range data {
@@ -406,27 +416,8 @@ func TestWeightsCLI(t *testing.T) {
 	s3.Put("models", "org/m/model.safetensors", st)
 	s3.Put("models", "org/m/config.json", []byte(`{}`))
 	dir := t.TempDir()
-	maddr := freeAddr(t)
-	env := append(os.Environ(), "GD2FS_MASTER=http://"+maddr, "AWS_ENDPOINT_URL="+s3.URL, "AWS_ACCESS_KEY_ID=AKID",
-		"AWS_SECRET_ACCESS_KEY=secret", "AWS_REGION=us-east-1")
-	up := exec.Command(bin, "up", "--dir", filepath.Join(dir, "data"), "--listen", maddr, "--port", "0", "--mem", "32MiB", "--disk", "1GiB", "--resp-port", "0")
-	up.Env = env
-	var upLog testutil.SyncBuffer // read while gd2fs up writes to it
-	up.Stdout, up.Stderr = &upLog, &upLog
-	if err := up.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { up.Process.Kill(); up.Wait() }()
-	run := func(args ...string) (string, error) {
-		cmd := exec.Command(bin, args...)
-		cmd.Env = env
-		out, err := cmd.CombinedOutput()
-		return string(out), err
-	}
-	testutil.Eventually(t, 30*time.Second, func() (bool, string) {
-		out, err := run("status")
-		return err == nil && strings.Count(out, " up ") == 3, "cluster did not come up:\n" + upLog.String()
-	})
+	_, run := upCLI(t, bin, dir, 3, []string{"AWS_ENDPOINT_URL=" + s3.URL, "AWS_ACCESS_KEY_ID=AKID",
+		"AWS_SECRET_ACCESS_KEY=secret", "AWS_REGION=us-east-1"}, "--mem", "32MiB", "--disk", "1GiB")
 	cache := filepath.Join(dir, "hf")
 	for _, s := range []struct {
 		args []string
@@ -446,7 +437,7 @@ func TestWeightsCLI(t *testing.T) {
 			out, err = run(s.args...)
 		}
 		if err != nil || !strings.Contains(out, s.want) {
-			t.Fatalf("gd2fs %v: %v\n%s\n%s", s.args, err, out, upLog.String())
+			t.Fatalf("gd2fs %v: %v\n%s", s.args, err, out) // spawnEnv logs gd2fs up's output
 		}
 	}
 	for _, s := range []struct {

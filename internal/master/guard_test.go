@@ -7,10 +7,10 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/gd2fs/gd2fs/internal/api"
+	"github.com/gd2fs/gd2fs/internal/testutil"
 	"github.com/gd2fs/gd2fs/internal/tlsconf"
 )
 
@@ -29,16 +29,8 @@ func raw(t *testing.T, m *Master, method, path, body string, hdr ...string) (int
 			req.Header.Set(hdr[i], hdr[i+1])
 		}
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, string(b)
+	code, b, _ := testutil.Do(t, req)
+	return code, b
 }
 
 // TestBrowserForgeries: what a web page can make a browser send to a
@@ -122,24 +114,6 @@ func TestTokenGuessesThrottled(t *testing.T) {
 	}
 }
 
-// lockedBuf is a log sink the master's goroutines may share.
-type lockedBuf struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // TestHandshakeErrorsQuiet: failed TLS handshakes are logged once per
 // interval with a count, not one line each (issue 22 finding 16).
 func TestHandshakeErrorsQuiet(t *testing.T) {
@@ -151,7 +125,7 @@ func TestHandshakeErrorsQuiet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs lockedBuf
+	var logs testutil.SyncBuffer // the master's goroutines share it
 	m := startMaster(t, Config{TLS: stls, Log: slog.New(slog.NewTextHandler(&logs, nil))})
 	addr := strings.TrimPrefix(m.URL(), "https://")
 	for range 20 {

@@ -2,13 +2,13 @@ package master
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/gd2fs/gd2fs/internal/api"
 	"github.com/gd2fs/gd2fs/internal/version"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -79,18 +79,9 @@ func (m *Master) readiness(ctx context.Context) masterReadiness {
 }
 
 func (m *Master) healthRoutes(mux *http.ServeMux) {
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		w.Write([]byte("ok\n"))
-	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+	api.HealthRoutes(mux, func(r *http.Request) (any, bool) {
 		rd := m.readiness(r.Context())
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Cache-Control", "no-store")
-		if !rd.Ready {
-			w.WriteHeader(http.StatusServiceUnavailable)
-		}
-		json.NewEncoder(w).Encode(rd)
+		return rd, rd.Ready
 	})
 }
 

@@ -3,7 +3,6 @@ package master
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"path/filepath"
 	"regexp"
@@ -18,17 +17,7 @@ import (
 
 // get fetches path without the cluster token (probes and scrapers carry none).
 func get(t *testing.T, base, path string) (int, string, *http.Response) {
-	t.Helper()
-	resp, err := http.Get(base + path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, string(b), resp
+	return testutil.Get(t, base+path)
 }
 
 func readyz(t *testing.T, m *Master) (int, masterReadiness) {

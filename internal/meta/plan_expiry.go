@@ -28,22 +28,9 @@ import (
 // removes the session files they leave unused; dir is where session files
 // live (PlanInput.Dir).
 func (s *sqlStore) expirePlansTx(ctx context.Context, tx *sql.Tx, dir string, before int64) error {
-	rows, err := tx.QueryContext(ctx, s.q(`SELECT DISTINCT path FROM kv_plans WHERE created < ? AND path <> ''`), before)
+	paths, err := s.queryStrings(ctx, tx, `SELECT DISTINCT path FROM kv_plans WHERE created < ? AND path <> ''`, before)
 	if err != nil {
-		return wrapDB(err)
-	}
-	var paths []string
-	for rows.Next() {
-		var p string
-		if err := rows.Scan(&p); err != nil {
-			rows.Close()
-			return wrapDB(err)
-		}
-		paths = append(paths, p)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return wrapDB(err)
+		return err
 	}
 	if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM kv_plans WHERE created < ?`), before); err != nil {
 		return wrapDB(err)

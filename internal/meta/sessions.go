@@ -701,20 +701,10 @@ func (s *sqlStore) deleteSessionTx(ctx context.Context, tx *sql.Tx, id string) e
 	if k, _ := r.RowsAffected(); k == 0 {
 		return errs.New(errs.ErrNotFound, "no session %s", id)
 	}
-	rows, err := tx.QueryContext(ctx, s.q(`SELECT path FROM kv_files WHERE session_id = ?`), id)
+	paths, err := s.queryStrings(ctx, tx, `SELECT path FROM kv_files WHERE session_id = ?`, id)
 	if err != nil {
-		return wrapDB(err)
+		return err
 	}
-	var paths []string
-	for rows.Next() {
-		var p string
-		if err := rows.Scan(&p); err != nil {
-			rows.Close()
-			return wrapDB(err)
-		}
-		paths = append(paths, p)
-	}
-	rows.Close()
 	for _, p := range paths {
 		var heir string
 		err := tx.QueryRowContext(ctx, s.q(`SELECT session_id FROM kv_ranges WHERE path = ? LIMIT 1`), p).Scan(&heir)

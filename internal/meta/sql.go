@@ -245,6 +245,25 @@ type execer interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
+// queryStrings runs a query of one text column (placeholders as ?) and
+// returns its values in order.
+func (s *sqlStore) queryStrings(ctx context.Context, x execer, query string, args ...any) ([]string, error) {
+	rows, err := x.QueryContext(ctx, s.q(query), args...)
+	if err != nil {
+		return nil, wrapDB(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var v string
+		if err := rows.Scan(&v); err != nil {
+			return nil, wrapDB(err)
+		}
+		out = append(out, v)
+	}
+	return out, wrapDB(rows.Err())
+}
+
 func (s *sqlStore) tx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {

@@ -1,13 +1,10 @@
 package router
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
-	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -30,23 +27,10 @@ import (
 // (b.N turns per chat.)
 func BenchmarkRouterConcurrentChats(b *testing.B) {
 	const chats = 64
-	c, err := cluster.Start(context.Background(), cluster.Config{Dir: b.TempDir(), MemBytes: 64 << 20, DiskBytes: 1 << 30})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
-	cl := c.Client()
-	defer cl.Close()
-	l := client.Layout{Model: "m", Layers: 2, KVHeads: 2, HeadDim: 4, DType: "fp16", PageTokens: 16, Order: "kv_first"}
-	if err := cl.Sessions().SetLayout(context.Background(), l); err != nil {
-		b.Fatal(err)
-	}
-	e := &engine{t: &testing.T{}, cl: cl, l: l, noSave: true}
-	up := httptest.NewServer(e)
-	defer up.Close()
-	u, _ := url.Parse(up.URL)
-	front := httptest.NewServer(New(Config{Upstream: u, Model: "m", Planner: cl.Sessions(), SharedSessions: true}))
-	defer front.Close()
+	p := startRouter(b, cluster.Config{MemBytes: 64 << 20, DiskBytes: 1 << 30},
+		client.Layout{Model: "m", Layers: 2, KVHeads: 2, HeadDim: 4, DType: "fp16", PageTokens: 16, Order: "kv_first"}, &engine{t: &testing.T{}, noSave: true},
+		func(cl *client.Client) Config { return Config{Planner: cl.Sessions(), SharedSessions: true} })
+	up, front := p.up, p.front
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2 * chats}}
 	send := func(base, session string, turn int) (time.Duration, error) {
 		prompt := strings.TrimSpace(strings.Repeat("w ", 40+8*turn)) // each turn a longer prompt

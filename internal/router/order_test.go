@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
-	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -56,24 +54,15 @@ func (s *slowCommits) CommitSaved(ctx context.Context, id string, planID int64, 
 // commit is not refused and the turn finds its tokens stored (the python
 // engine loop failed on this under load before the router held sessions).
 func TestNextTurnWaitsForCommit(t *testing.T) {
-	c, err := cluster.Start(context.Background(), cluster.Config{Dir: t.TempDir(), MemBytes: 8 << 20, DiskBytes: 64 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	cl := c.Client()
-	defer cl.Close()
 	ctx := context.Background()
-	l := client.Layout{Model: "m", Layers: 2, KVHeads: 2, HeadDim: 4, DType: "fp16", PageTokens: 4, Order: "kv_first"}
-	if err := cl.Sessions().SetLayout(ctx, l); err != nil {
-		t.Fatal(err)
-	}
-	up := httptest.NewServer(&engine{t: t, cl: cl, l: l})
-	defer up.Close()
-	u, _ := url.Parse(up.URL)
-	store := &slowCommits{Planner: cl.Sessions(), planned: make(chan struct{}, 1)}
-	front := httptest.NewServer(New(Config{Upstream: u, Model: "m", Planner: store, Timeout: 30 * time.Second, SharedSessions: true}))
-	defer front.Close()
+	var store *slowCommits
+	p := startRouter(t, cluster.Config{MemBytes: 8 << 20, DiskBytes: 64 << 20},
+		client.Layout{Model: "m", Layers: 2, KVHeads: 2, HeadDim: 4, DType: "fp16", PageTokens: 4, Order: "kv_first"}, &engine{t: t},
+		func(cl *client.Client) Config {
+			store = &slowCommits{Planner: cl.Sessions(), planned: make(chan struct{}, 1)}
+			return Config{Planner: store, Timeout: 30 * time.Second, SharedSessions: true}
+		})
+	cl, front := p.cl, p.front
 	words := func(n int) string { return strings.TrimSpace(strings.Repeat("w ", n)) }
 	for turn, stream := range []bool{false, true, false} {
 		body := fmt.Sprintf(`{"model":"m","prompt":%q,"max_tokens":4,"stream":%v}`, words(8+8*turn), stream)

@@ -121,6 +121,49 @@ func (e *engine) last() map[string]any {
 	return e.seen[len(e.seen)-1]
 }
 
+// parts is a cluster, the stand-in engine serving as the upstream and a
+// router in front of it, as startRouter made them.
+type parts struct {
+	cl    *client.Client
+	up    *httptest.Server // the engine
+	u     *url.URL         // up's URL, the router's Upstream
+	front *httptest.Server // the router
+}
+
+// startRouter starts a cluster with cc (in a temporary folder unless
+// cc.Dir says), sets layout l, serves the stand-in engine e (its client
+// and layout filled in here) and puts in front the router cfg(cl)
+// configures, with Upstream and Model set here. All of it closes when tb
+// ends.
+func startRouter(tb testing.TB, cc cluster.Config, l client.Layout, e *engine, cfg func(cl *client.Client) Config) parts {
+	tb.Helper()
+	if cc.Dir == "" {
+		cc.Dir = tb.TempDir()
+	}
+	c, err := cluster.Start(context.Background(), cc)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { c.Close() })
+	cl := c.Client()
+	tb.Cleanup(func() { cl.Close() })
+	if err := cl.Sessions().SetLayout(context.Background(), l); err != nil {
+		tb.Fatal(err)
+	}
+	e.cl, e.l = cl, l
+	up := httptest.NewServer(e)
+	tb.Cleanup(up.Close)
+	u, err := url.Parse(up.URL)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	conf := cfg(cl)
+	conf.Upstream, conf.Model = u, l.Model
+	front := httptest.NewServer(New(conf))
+	tb.Cleanup(front.Close)
+	return parts{cl: cl, up: up, u: u, front: front}
+}
+
 // failing is a store that is down.
 type failing struct{}
 
@@ -132,25 +175,12 @@ func (failing) CommitSaved(context.Context, string, int64, []client.KVRange) (cl
 }
 
 func TestRouter(t *testing.T) {
-	c, err := cluster.Start(context.Background(), cluster.Config{Dir: t.TempDir(), MemBytes: 8 << 20, DiskBytes: 64 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	cl := c.Client()
-	defer cl.Close()
 	ctx := context.Background()
-	l := client.Layout{Model: "m", Layers: 2, KVHeads: 2, HeadDim: 4, DType: "fp16", PageTokens: 4, Order: "kv_first"}
-	if err := cl.Sessions().SetLayout(ctx, l); err != nil {
-		t.Fatal(err)
-	}
-	e := &engine{t: t, cl: cl, l: l}
-	up := httptest.NewServer(e)
-	defer up.Close()
-	u, _ := url.Parse(up.URL)
-	rt := New(Config{Upstream: u, Model: "m", Planner: cl.Sessions(), SharedSessions: true})
-	front := httptest.NewServer(rt)
-	defer front.Close()
+	e := &engine{t: t}
+	p := startRouter(t, cluster.Config{MemBytes: 8 << 20, DiskBytes: 64 << 20},
+		client.Layout{Model: "m", Layers: 2, KVHeads: 2, HeadDim: 4, DType: "fp16", PageTokens: 4, Order: "kv_first"}, e,
+		func(cl *client.Client) Config { return Config{Planner: cl.Sessions(), SharedSessions: true} })
+	cl, u, front := p.cl, p.u, p.front
 	post := func(body, session string) (*http.Response, string) {
 		req, _ := http.NewRequest("POST", front.URL+"/v1/completions", strings.NewReader(body))
 		if session != "" {

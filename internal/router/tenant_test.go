@@ -42,29 +42,17 @@ type rig struct {
 }
 
 func newRig(t *testing.T, cfg Config) *rig {
-	c, err := cluster.Start(context.Background(), cluster.Config{Dir: t.TempDir(), MemBytes: 8 << 20, DiskBytes: 64 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	cl := c.Client()
-	t.Cleanup(func() { cl.Close() })
-	l := client.Layout{Model: "m", Layers: 2, KVHeads: 2, HeadDim: 4, DType: "fp16", PageTokens: 4, Order: "kv_first"}
-	if err := cl.Sessions().SetLayout(context.Background(), l); err != nil {
-		t.Fatal(err)
-	}
-	e := &engine{t: t, cl: cl, l: l}
-	up := httptest.NewServer(e)
-	t.Cleanup(up.Close)
-	u, _ := url.Parse(up.URL)
-	cfg.Upstream, cfg.Model = u, "m"
 	done := make(chan string, 16)
-	if cfg.Planner == nil {
-		cfg.Planner = hooked{cl.Sessions(), done}
-	}
-	front := httptest.NewServer(New(cfg))
-	t.Cleanup(front.Close)
-	return &rig{t: t, cl: cl, e: e, up: u, front: front, done: done}
+	e := &engine{t: t}
+	p := startRouter(t, cluster.Config{MemBytes: 8 << 20, DiskBytes: 64 << 20},
+		client.Layout{Model: "m", Layers: 2, KVHeads: 2, HeadDim: 4, DType: "fp16", PageTokens: 4, Order: "kv_first"}, e,
+		func(cl *client.Client) Config {
+			if cfg.Planner == nil {
+				cfg.Planner = hooked{cl.Sessions(), done}
+			}
+			return cfg
+		})
+	return &rig{t: t, cl: p.cl, e: e, up: p.u, front: p.front, done: done}
 }
 
 // post sends body with the headers given as name, value pairs.

@@ -4,37 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
-	"regexp"
-	"strconv"
 	"testing"
 	"time"
 
 	"github.com/gd2fs/gd2fs/errs"
 	"github.com/gd2fs/gd2fs/internal/cluster"
 	"github.com/gd2fs/gd2fs/internal/tcp"
+	"github.com/gd2fs/gd2fs/internal/testutil"
 	"github.com/gd2fs/gd2fs/internal/wire"
 )
 
 // heartbeats is the number of heartbeats the master has answered.
 func heartbeats(t *testing.T, c *cluster.Cluster) int {
-	t.Helper()
-	resp, err := http.Get(c.Master.URL() + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for _, m := range regexp.MustCompile(`gd2fs_master_requests_total\{code="\d+",route="POST /v1/servers/heartbeat"\} (\d+)`).FindAllSubmatch(b, -1) {
-		k, _ := strconv.Atoi(string(m[1]))
-		n += k
-	}
-	return n
+	return testutil.MasterRequests(t, c.Master.URL(), "POST /v1/servers/heartbeat")
 }
 
 // TestFutureEpochBounded: frames that claim an epoch the master never

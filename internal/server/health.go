@@ -1,11 +1,11 @@
 package server
 
 import (
-	"encoding/json"
 	"net/http"
 	"sync/atomic"
 	"time"
 
+	"github.com/gd2fs/gd2fs/internal/api"
 	"github.com/gd2fs/gd2fs/internal/version"
 )
 
@@ -69,17 +69,8 @@ func (s *Server) ready(now time.Time) readiness {
 }
 
 func (s *Server) healthRoutes(mux *http.ServeMux) {
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		w.Write([]byte("ok\n"))
-	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+	api.HealthRoutes(mux, func(r *http.Request) (any, bool) {
 		rd := s.ready(time.Now())
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Cache-Control", "no-store")
-		if !rd.Ready {
-			w.WriteHeader(http.StatusServiceUnavailable)
-		}
-		json.NewEncoder(w).Encode(rd)
+		return rd, rd.Ready
 	})
 }

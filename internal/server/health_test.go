@@ -3,8 +3,6 @@ package server
 import (
 	"context"
 	"encoding/json"
-	"io"
-	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -18,17 +16,8 @@ import (
 )
 
 func probe(t *testing.T, s *Server, path string) (int, string) {
-	t.Helper()
-	resp, err := http.Get("http://" + s.Addr() + path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, string(b)
+	code, body, _ := testutil.Get(t, "http://"+s.Addr()+path)
+	return code, body
 }
 
 func serverReady(t *testing.T, s *Server) (int, readiness) {

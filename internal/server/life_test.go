@@ -2,9 +2,7 @@ package server
 
 import (
 	"context"
-	"io"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,6 +13,7 @@ import (
 	"github.com/gd2fs/gd2fs/internal/crc32c"
 	"github.com/gd2fs/gd2fs/internal/kvstore"
 	"github.com/gd2fs/gd2fs/internal/store"
+	"github.com/gd2fs/gd2fs/internal/testutil"
 	"github.com/gd2fs/gd2fs/internal/wire"
 )
 
@@ -158,16 +157,8 @@ func TestMetricsCountPooledBuffers(t *testing.T) {
 	}
 	go s.Run(context.Background())
 	defer s.Close()
-	resp, err := http.Get("http://" + s.Addr() + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(string(b), "\ngd2fs_bufpool_held_bytes ") {
+	_, b, _ := testutil.Get(t, "http://"+s.Addr()+"/metrics")
+	if !strings.Contains(b, "\ngd2fs_bufpool_held_bytes ") {
 		t.Fatal("/metrics has no gd2fs_bufpool_held_bytes")
 	}
 }

@@ -5,7 +5,11 @@ package testutil
 
 import (
 	"bytes"
+	"io"
 	"math/rand/v2"
+	"net/http"
+	"regexp"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -45,6 +49,51 @@ func UpServers(st api.Status) int {
 		}
 	}
 	return up
+}
+
+// Get fetches url with no credentials (as probes and scrapers do) and
+// returns the status, the whole body and the response (its body closed,
+// for the headers). Any transport error fails t.
+func Get(t testing.TB, url string) (int, string, *http.Response) {
+	t.Helper()
+	req, err := http.NewRequest("GET", url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Do(t, req)
+}
+
+// Do sends req with http.DefaultClient and returns what Get returns.
+func Do(t testing.TB, req *http.Request) (int, string, *http.Response) {
+	t.Helper()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(b), resp
+}
+
+// MasterRequests is how many requests to route (such as "GET /v1/members")
+// the master at masterURL has answered, every status together, from its
+// gd2fs_master_requests_total.
+func MasterRequests(t testing.TB, masterURL, route string) int {
+	t.Helper()
+	_, body, _ := Get(t, masterURL+"/metrics")
+	re := regexp.MustCompile(`gd2fs_master_requests_total\{code="\d+",route="` + regexp.QuoteMeta(route) + `"\} (\d+)`)
+	n := 0
+	for _, m := range re.FindAllStringSubmatch(body, -1) {
+		k, err := strconv.Atoi(m[1])
+		if err != nil {
+			t.Fatalf("gd2fs_master_requests_total for %s: %v", route, err)
+		}
+		n += k
+	}
+	return n
 }
 
 // RandomBytes is n pseudo-random bytes, the same for the same seed.

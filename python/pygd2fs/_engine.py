@@ -20,7 +20,7 @@ import ctypes
 import os
 import threading
 import time
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from . import _lib
 from .errors import BAD_REQUEST, CANCELLED, ForkError, status_name
@@ -43,6 +43,19 @@ def _int(name: str, v, minimum: Optional[int] = None) -> int:
     if minimum is not None and v < minimum:
         raise ValueError(f"{name} = {v}: must be >= {minimum}")
     return v
+
+
+def _flags_opts(flags, opts) -> Tuple[int, str]:
+    """Checks the flags and opts arguments of a transfer or Create: flags
+    must be 0 (none is defined), opts a str (None is taken as "")."""
+    flags = _int("flags", flags, 0)
+    if flags != 0:
+        raise ValueError(f"flags = {flags:#x}: unknown flags (none is defined; pass 0)")
+    if opts is None:
+        opts = ""
+    if not isinstance(opts, str):
+        raise TypeError(f"opts must be a str such as '' or 'pool=ha', not {type(opts).__name__}")
+    return flags, opts
 
 
 def resolve_path(path, client: Optional["Client"] = None) -> str:
@@ -407,13 +420,7 @@ class Client:
         self._check()
         path = resolve_path(path, self)
         offset = _int("offset", offset, 0)
-        flags = _int("flags", flags, 0)
-        if flags != 0:
-            raise ValueError(f"flags = {flags:#x}: unknown flags (none is defined; pass 0)")
-        if opts is None:
-            opts = ""
-        if not isinstance(opts, str):
-            raise TypeError(f"opts must be a str such as '' or 'pool=ha', not {type(opts).__name__}")
+        flags, opts = _flags_opts(flags, opts)
         if isinstance(sges, SGE):
             sges = [sges]
         if not isinstance(sges, (list, tuple)):
@@ -472,13 +479,7 @@ class Client:
         self._check()
         path = resolve_path(path, self)
         size = _int("size", size, 0)
-        flags = _int("flags", flags, 0)
-        if flags != 0:
-            raise ValueError(f"flags = {flags:#x}: unknown flags (none is defined; pass 0)")
-        if opts is None:
-            opts = ""
-        if not isinstance(opts, str):
-            raise TypeError(f"opts must be a str such as '' or 'pool=ha', not {type(opts).__name__}")
+        flags, opts = _flags_opts(flags, opts)
         import json
 
         from .errors import BadRequest, Gd2fsError
