@@ -174,6 +174,23 @@ func testSessionContent(t *testing.T, s Store) {
 	commit("c4", p, 50, 50)
 	run(plan("c4", "pfc", turn1, 0), 50)
 
+	// A second prefix's KV was computed from position 0, not after the
+	// first: it is stored but vouched for by nothing (found in review: the
+	// tools prefix of [sys, tools] was served as verified for tokens 20..).
+	h, _ := s.CreateFile(ctx, File{Path: "/prefixes/tools", Pool: "ha", ChunkSize: 1 << 20, Modified: now})
+	s.Commit(ctx, h.ID, pf.RangeBytes(16), nil, true, now)
+	tools := ids(3000, 16)
+	if err := s.PutPrefix(ctx, Prefix{Path: "/prefixes/tools", Model: "pfc", TokenIDs: tools}); err != nil {
+		t.Fatal(err)
+	}
+	both := append(append(slices.Clone(sys), tools...), ids(4000, 10)...)
+	in = plan("c5", "pfc", both, 0)
+	in.Prefixes = []string{"/prefixes/c", "/prefixes/tools"}
+	p = run(in, 20) // the first prefix only
+	if p.Verified > 20 {
+		t.Fatalf("a second prefix was vouched for at position 20: verified %d", p.Verified)
+	}
+
 	// Plans that say nothing of the content, or too much, are refused.
 	for name, bad := range map[string]func(*PlanInput){
 		"no content":        func(in *PlanInput) { in.TokenIDs = nil },

@@ -581,13 +581,15 @@ func (s *sqlStore) tailDownTx(ctx context.Context, tx *sql.Tx, in PlanInput, ses
 }
 
 // createSessionTx creates a session whose first ranges are its prefixes.
-// The session's hashes cover its prefixes as far as each was registered
-// with its token ids: the first prefix without them ends what is vouched for.
+// The session's hashes cover its first prefix when that was registered with
+// its token ids, and nothing after it: a prefix file's KV was computed for
+// its ids from position 0, so a second prefix's bytes are not the KV of its
+// tokens after the first (they attend to nothing before them); it is stored,
+// and a plan recomputes it.
 func (s *sqlStore) createSessionTx(ctx context.Context, tx *sql.Tx, in PlanInput, l Layout) (sessionRow, error) {
 	var tokens int64
 	var ids []uint32
-	known := true // every prefix so far came with its ids
-	for _, path := range in.Prefixes {
+	for i, path := range in.Prefixes {
 		var model, hexIDs string
 		var n int64
 		err := tx.QueryRowContext(ctx, s.q(`SELECT model, tokens, token_ids FROM kv_prefixes WHERE path = ?`), path).Scan(&model, &n, &hexIDs)
@@ -600,7 +602,7 @@ func (s *sqlStore) createSessionTx(ctx context.Context, tx *sql.Tx, in PlanInput
 		if model != in.Model {
 			return sessionRow{}, errs.New(errs.ErrBadRequest, "prefix %s holds KV of model %s, not %s", path, model, in.Model)
 		}
-		if known = known && hexIDs != ""; known {
+		if i == 0 && hexIDs != "" {
 			pids, err := decodeIDs(hexIDs)
 			if err != nil {
 				return sessionRow{}, err
