@@ -77,7 +77,8 @@ func (p *Pool) Get(ctx context.Context, addr string) (*Conn, error) {
 	dm.Lock() // one dial at a time per server: a dead server costs one timeout
 	defer dm.Unlock()
 	p.mu.Lock()
-	if c := p.conns[addr][i]; c != nil && !c.Broken() {
+	if cs := p.conns[addr]; cs != nil && cs[i] != nil && !cs[i].Broken() { // cs is nil when forgotten meanwhile
+		c := cs[i]
 		p.mu.Unlock()
 		return c, nil
 	}

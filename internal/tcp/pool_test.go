@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -109,5 +110,37 @@ func TestPoolStoppedServer(t *testing.T) {
 	err = p.ReadChunk(ctx(t), l.Addr().String(), 1, 0, make([]byte, 1))
 	if !errors.Is(err, errs.ErrUnavailable) {
 		t.Fatalf("a server that never answers the hello: %v", err)
+	}
+}
+
+// TestPoolDialsWhileForgotten: many callers on the streams of a server that
+// goes away and comes back; a refused dial forgets the server's streams
+// while other callers are between their checks (this panicked once: a
+// forgotten server's streams were indexed).
+func TestPoolDialsWhileForgotten(t *testing.T) {
+	s := startServer(t, "127.0.0.1:0")
+	addr := s.Addr()
+	p := tcp.NewPool(tcp.Options{Token: "tok", Streams: 4})
+	defer p.Close()
+	if err := p.WriteChunk(ctx(t), addr, 1, 0, []byte("x"), nil); err != nil {
+		t.Fatal(err)
+	}
+	for round := 0; round < 3; round++ {
+		s.Close()
+		var wg sync.WaitGroup
+		for g := 0; g < 8; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; i < 20; i++ {
+					p.ReadChunk(ctx(t), addr, 1, 0, make([]byte, 1)) // fails: nothing listens
+				}
+			}()
+		}
+		wg.Wait()
+		s = startServer(t, addr)
+		if err := p.WriteChunk(ctx(t), addr, 2, 0, []byte("after"), nil); err != nil {
+			t.Fatalf("round %d: write after the server came back: %v", round, err)
+		}
 	}
 }
