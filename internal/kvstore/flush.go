@@ -99,7 +99,8 @@ func (s *Store) Flush() (FlushStats, error) {
 const minSegments = 4
 
 // segmentSizeFor is the default segment size: 64 MiB or twice the largest
-// value, but at most a quarter of a small disk tier. The largest value,
+// value, but at most a quarter of a small disk tier (half of it when a
+// given largest value needs that room: two segments are the least that works). The largest value,
 // when it was not given (defaultMax), shrinks to fit such a segment; when
 // it was given and two segments of it do not fit the disk tier, the store
 // is refused here, at start, with what to change, rather than failing
@@ -111,12 +112,16 @@ func segmentSizeFor(cfg Config, defaultMax bool) (seg, maxValue int64, err error
 		return seg, maxValue, nil
 	}
 	seg = cfg.DiskBytes / minSegments
+	if fit := seg - recHeader - MaxKey; maxValue > fit && !defaultMax {
+		// A given largest value that a quarter of the tier cannot hold:
+		// two segments still work (the tier needs two to make room).
+		if half := cfg.DiskBytes / 2; half-recHeader-MaxKey >= maxValue {
+			return half, maxValue, nil
+		}
+	}
 	if fit := seg - recHeader - MaxKey; maxValue > fit {
 		if !defaultMax || fit < PageSize {
 			least := 2 * (maxValue + recHeader + MaxKey)
-			if !defaultMax {
-				least = minSegments * (maxValue + recHeader + MaxKey)
-			}
 			return 0, 0, errs.New(errs.ErrBadRequest, "KV disk tier of %d bytes (--kv-disk) is too small for values of up to %d bytes (--kv-max-value): give --kv-disk at least %d bytes, or a smaller --kv-max-value", cfg.DiskBytes, maxValue, least)
 		}
 		maxValue = fit
