@@ -70,8 +70,9 @@ func (s *Server) kvMapChanged() {
 		s.kvm.kick = make(chan struct{}, 1)
 		s.kvm.queue = make(chan wire.KVRef, 4096)
 		s.kvm.settled = map[int64]int64{}
-		s.wg.Add(1)
-		go s.kvMover()
+		if s.addWorker() {
+			go s.kvMover()
+		}
 		s.kvm.started.Store(true)
 	})
 	if ms := s.membership(); ms != nil && len(ms.Previous) > 0 {

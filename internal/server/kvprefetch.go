@@ -12,7 +12,10 @@ func (s *Server) kvPrefetch(key []byte) {
 		s.kvm.prefetching.Add(-1)
 		return
 	}
-	s.wg.Add(1) // Close waits for it before closing the store
+	if !s.addWorker() { // Close waits for it before closing the store
+		s.kvm.prefetching.Add(-1)
+		return
+	}
 	go func() {
 		defer s.wg.Done()
 		defer s.kvm.prefetching.Add(-1)

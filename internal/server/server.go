@@ -257,7 +257,9 @@ func (s *Server) Run(ctx context.Context) error {
 		// The loop runs under the server's own lifetime, which Close ends
 		// (and so does ctx, below): Close must not wait out a heartbeat
 		// interval or a heartbeat in flight.
-		s.wg.Add(1)
+		if !s.addWorker() {
+			return nil
+		}
 		go s.heartbeatLoop(s.life)
 	}
 	go func() { <-ctx.Done(); s.Close() }()
@@ -275,12 +277,29 @@ func (s *Server) Run(ctx context.Context) error {
 			}
 			return fmt.Errorf("server: accept: %w", err)
 		}
-		s.wg.Add(1)
+		if !s.addWorker() {
+			nc.Close()
+			release()
+			return nil
+		}
 		go s.route(nc, release)
 	}
 }
 
 // Close stops serving, closes connections and the store.
+// addWorker counts one more goroutine that Close waits for, unless Close
+// has begun (then it reports false): an Add after Close's Wait started
+// would race it (sync.WaitGroup), as a Run started just before Close did.
+func (s *Server) addWorker() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.wg.Add(1)
+	return true
+}
+
 func (s *Server) Close() error {
 	s.mu.Lock()
 	if s.closed {
