@@ -47,7 +47,7 @@ func TestRenderedPodsRun(t *testing.T) {
 	values := `
 token: {secretName: tok}
 masters: {port: ` + strconv.Itoa(mp) + `}
-servers: {port: ` + strconv.Itoa(sp) + `, memory: 64MiB, disk: 256MiB, kvMem: 16MiB, kvDisk: 64MiB}
+servers: {port: ` + strconv.Itoa(sp) + `, memory: 64MiB, disk: 256MiB, kvMem: 16MiB, kvDisk: 256MiB}
 `
 	o, err := render(t, load(t), values)
 	if err != nil {
