@@ -50,7 +50,7 @@ func TestMovedRefreshShared(t *testing.T) {
 	for end := time.Now().Add(10 * time.Second); c.Servers[0].Epoch() < ms.Epoch && time.Now().Before(end); {
 		time.Sleep(20 * time.Millisecond) // the server's heartbeat timer, not a race
 	}
-	if c.Servers[0].Epoch() != ms.Epoch {
+	if c.Servers[0].Epoch() < ms.Epoch { // newer is fine: a later heartbeat may move the epoch on
 		t.Fatalf("server 0 at epoch %d, the master at %d", c.Servers[0].Epoch(), ms.Epoch)
 	}
 	keys := make([]string, 512)
