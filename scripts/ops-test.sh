@@ -71,7 +71,7 @@ PY
 )
 master="http://127.0.0.1:$pm"
 "$work/gd2fs" up --dir "$work/data" --listen "127.0.0.1:$pm" --port "$base" --resp-port 0 \
-  --mem 64MiB --disk 1GiB --kv-mem 16MiB --kv-disk 64MiB >"$work/up.log" 2>&1 &
+  --mem 64MiB --disk 1GiB --kv-mem 16MiB --kv-disk 256MiB >"$work/up.log" 2>&1 &
 pids+=($!)
 "$work/gd2fs" server --master "$master" --listen "127.0.0.1:$px" --mem 64MiB --disk "$work/extra:1GiB" \
   --kv-mem 16MiB >"$work/extra.log" 2>&1 &
