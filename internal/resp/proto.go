@@ -24,16 +24,20 @@ type Limits struct {
 	LargeArgBuffer int64 // arguments at least this long go to pooled buffers
 }
 
-// DefaultLimits are Redis's, with the value limit of a data server.
-var DefaultLimits = Limits{
-	MaxArgs:        1024 * 1024,
-	MaxBulk:        512 << 20,
-	MaxValue:       limits.MaxKVValue,
-	MaxCommand:     1 << 30,
-	MaxInline:      64 << 10,
-	UnauthArgs:     10,
-	UnauthBulk:     16 << 10,
-	LargeArgBuffer: 64 << 10,
+// DefaultLimits returns Redis's limits, with the value limit of a data
+// server. A function, not a variable, so no caller can change the defaults
+// every other server in the process starts with.
+func DefaultLimits() Limits {
+	return Limits{
+		MaxArgs:        1024 * 1024,
+		MaxBulk:        512 << 20,
+		MaxValue:       limits.MaxKVValue,
+		MaxCommand:     1 << 30,
+		MaxInline:      64 << 10,
+		UnauthArgs:     10,
+		UnauthBulk:     16 << 10,
+		LargeArgBuffer: 64 << 10,
+	}
 }
 
 // protoError is a malformed request: the server answers it and closes the

@@ -27,7 +27,7 @@ func parseAll(in []byte, lim Limits, authed bool) ([][]string, error) {
 }
 
 func TestParse(t *testing.T) {
-	lim := DefaultLimits
+	lim := DefaultLimits()
 	lim.LargeArgBuffer = 8 // exercise pooled buffers with small inputs
 	got, err := parseAll([]byte("*2\r\n$3\r\nGET\r\n$1\r\nk\r\nPING\r\n\r\n*0\r\n*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$10\r\n0123456789\r\n  echo   a  b \n"), lim, true)
 	if err != io.EOF {
@@ -57,13 +57,13 @@ func TestParseErrors(t *testing.T) {
 		{"*1\r\n$2\r\nab", "unexpected EOF"},
 		{"*1\r\n$2\r\nabcd", "Protocol error: expected CRLF after a bulk string of 2 bytes"},
 	} {
-		_, err := parseAll([]byte(tc.in), DefaultLimits, true)
+		_, err := parseAll([]byte(tc.in), DefaultLimits(), true)
 		if err == nil || err.Error() != tc.want {
 			t.Errorf("%q: got %v, want %q", tc.in, err, tc.want)
 		}
 	}
 	// Values over MaxValue are read past, not kept.
-	lim := DefaultLimits
+	lim := DefaultLimits()
 	lim.MaxValue = 4
 	r := newReader(strings.NewReader("*2\r\n$3\r\nSET\r\n$5\r\nabcde\r\n*1\r\n$4\r\nPING\r\n"), lim)
 	r.authed = true

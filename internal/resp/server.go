@@ -23,7 +23,7 @@ type Config struct {
 	Listen  string  // e.g. ":6380"
 	Backend Backend // the key space
 	Token   string  // cluster token: the AUTH password; "" accepts anyone
-	Limits  Limits  // zero: DefaultLimits
+	Limits  Limits  // zero: DefaultLimits()
 	// MaxValue is the largest SET value (the data servers' --kv-max-value);
 	// default 64 MiB. It replaces Limits.MaxValue.
 	MaxValue   int64
@@ -85,7 +85,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, errors.New("resp: no backend")
 	}
 	if cfg.Limits == (Limits{}) {
-		cfg.Limits = DefaultLimits
+		cfg.Limits = DefaultLimits()
 	}
 	if cfg.MaxValue > 0 {
 		cfg.Limits.MaxValue = cfg.MaxValue
