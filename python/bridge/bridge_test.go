@@ -341,3 +341,29 @@ func TestCode(t *testing.T) {
 		}
 	}
 }
+
+// TestTransferDeadline: a transfer's deadline grows with its size as the
+// client's per-request deadline does, and a write's also covers the master
+// failover wait of its Sync (none when GD2FS_MASTER_RETRY=0).
+func TestTransferDeadline(t *testing.T) {
+	var e Engine
+	e.deadline.timeout, e.deadline.minRate, e.deadline.masterRetry = 10*time.Second, 8<<20, 30*time.Second
+	for _, c := range []struct {
+		op   Op
+		n    int64
+		want time.Duration
+	}{
+		{OpRead, 0, 10 * time.Second},
+		{OpRead, 8 << 20, 11 * time.Second},
+		{OpRead, 80 << 20, 20 * time.Second},
+		{OpWrite, 8 << 20, 41 * time.Second},
+	} {
+		if got := e.transferDeadline(c.op, c.n); got != c.want {
+			t.Errorf("%s of %d bytes: deadline %s, want %s", c.op, c.n, got, c.want)
+		}
+	}
+	e.deadline.masterRetry = 0
+	if got := e.transferDeadline(OpWrite, 0); got != 10*time.Second {
+		t.Errorf("write with no failover wait: deadline %s, want 10s", got)
+	}
+}
