@@ -272,6 +272,11 @@ func TestConcurrentTransfers(t *testing.T) {
 	for err := range errc {
 		t.Error(err)
 	}
+	// Every transfer completed: none is counted as queued any more (the
+	// count lengthens the deadline of the transfers submitted after them).
+	if q := e.queued.Load(); q != 0 {
+		t.Errorf("%d bytes still counted as queued after every transfer completed", q)
+	}
 }
 
 func TestCloseCancels(t *testing.T) {

@@ -164,11 +164,13 @@ type Engine struct {
 	files  fileCache
 	queues [numQueues]*queue
 
-	// deadline bounds a whole transfer (transferDeadline).
+	// deadline bounds a whole transfer (transferDeadline); queued counts
+	// the bytes of transfers submitted and not yet completed.
 	deadline struct {
 		timeout, masterRetry time.Duration
 		minRate              int64
 	}
+	queued atomic.Int64
 
 	mu      sync.Mutex
 	nextID  uint64
@@ -247,15 +249,18 @@ func New(cfg Config) (*Engine, error) {
 	return e, nil
 }
 
-// transferDeadline bounds a whole Read or Write of n bytes, so that an
-// engine waiting on a load always gets an answer: a stopped server (SIGSTOP,
-// a link cut without a reset) ends it as a failed transfer, which the
-// engine reports as invalid blocks and recomputes, instead of holding the
-// request forever. It is the Go client's per-request deadline scaled to the
-// transfer (GD2FS_IO_TIMEOUT, default 10s, plus 1s per 8 MiB), as KV calls
-// have. A write also makes its bytes visible at the master (Sync), which
-// may wait out a master failover (GD2FS_MASTER_RETRY, default 30s); a load
-// does not wait for one: recomputing is sooner.
+// transferDeadline bounds a whole Read or Write, so that an engine waiting
+// on a load always gets an answer: a stopped server (SIGSTOP, a link cut
+// without a reset) ends it as a failed transfer, which the engine reports
+// as invalid blocks and recomputes, instead of holding the request forever.
+// It is the Go client's per-request deadline scaled to the transfer
+// (GD2FS_IO_TIMEOUT, default 10s, plus 1s per 8 MiB), as KV calls have,
+// where n counts the transfer's bytes and those submitted before it that
+// are still queued or moving (engines submit a whole load at once and
+// IOThreads run at a time: the last of them waits for the others). A write
+// also makes its bytes visible at the master (Sync), which may wait out a
+// master failover (GD2FS_MASTER_RETRY, default 30s); a load does not wait
+// for one: recomputing is sooner.
 func (e *Engine) transferDeadline(op Op, n int64) time.Duration {
 	d := e.deadline.timeout + time.Duration(float64(n)/float64(e.deadline.minRate)*float64(time.Second))
 	if op == OpWrite {

@@ -124,7 +124,8 @@ func (e *Engine) Submit(op Op, path string, off int64, segs []Seg, flags uint32,
 		return 0, errs.New(errs.ErrBadRequest, "%s %s: offset %d too large", op, path, off)
 	}
 	id := e.id()
-	limit := e.transferDeadline(op, total)
+	ahead := e.queued.Add(total) - total
+	limit := e.transferDeadline(op, ahead+total)
 	ctx, cancel := context.WithTimeout(e.ctx, limit)
 	e.mu.Lock()
 	e.cancels[id] = cancel
@@ -151,6 +152,7 @@ func (e *Engine) Submit(op Op, path string, off int64, segs []Seg, flags uint32,
 			}
 		}()
 		e.mem.release(held)
+		e.queued.Add(-total)
 		e.mu.Lock()
 		delete(e.cancels, id)
 		e.mu.Unlock()
@@ -161,7 +163,7 @@ func (e *Engine) Submit(op Op, path string, off int64, segs []Seg, flags uint32,
 			if op == OpWrite {
 				more = ", plus GD2FS_MASTER_RETRY"
 			}
-			err = fmt.Errorf("%w: not done within %s (GD2FS_IO_TIMEOUT plus 1s per 8 MiB%s): a data server is stopped, overloaded or cut off (%v)",
+			err = fmt.Errorf("%w: not done within %s (GD2FS_IO_TIMEOUT plus 1s per 8 MiB of it and of the transfers queued before it%s): a data server is stopped, overloaded or cut off (%v)",
 				context.DeadlineExceeded, limit.Round(time.Millisecond), more, err)
 		}
 		cancel()
