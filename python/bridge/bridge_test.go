@@ -371,4 +371,14 @@ func TestTransferDeadline(t *testing.T) {
 	if got := e.transferDeadline(OpWrite, 0); got != 10*time.Second {
 		t.Errorf("write with no failover wait: deadline %s, want 10s", got)
 	}
+	// A load submitted as many transfers: each waits for those before it.
+	for i := range 4 {
+		if got, want := e.admit(OpRead, 8<<20), 10*time.Second+time.Duration(i+1)*time.Second; got != want {
+			t.Errorf("transfer %d of 8 MiB behind %d queued: deadline %s, want %s", i, i, got, want)
+		}
+	}
+	e.queued.Add(-4 * 8 << 20) // all four completed
+	if got := e.admit(OpRead, 8<<20); got != 11*time.Second {
+		t.Errorf("a transfer after the others completed: deadline %s, want 11s", got)
+	}
 }

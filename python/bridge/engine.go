@@ -269,6 +269,13 @@ func (e *Engine) transferDeadline(op Op, n int64) time.Duration {
 	return d
 }
 
+// admit counts a transfer of n bytes as queued (the caller subtracts n
+// from e.queued when it completes) and returns its deadline.
+func (e *Engine) admit(op Op, n int64) time.Duration {
+	ahead := e.queued.Add(n) - n
+	return e.transferDeadline(op, ahead+n)
+}
+
 // Client is the underlying Go client (benchmarks compare against it).
 func (e *Engine) Client() *client.Client { return e.c }
 

@@ -124,8 +124,7 @@ func (e *Engine) Submit(op Op, path string, off int64, segs []Seg, flags uint32,
 		return 0, errs.New(errs.ErrBadRequest, "%s %s: offset %d too large", op, path, off)
 	}
 	id := e.id()
-	ahead := e.queued.Add(total) - total
-	limit := e.transferDeadline(op, ahead+total)
+	limit := e.admit(op, total)
 	ctx, cancel := context.WithTimeout(e.ctx, limit)
 	e.mu.Lock()
 	e.cancels[id] = cancel
