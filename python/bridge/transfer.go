@@ -162,7 +162,7 @@ func (e *Engine) Submit(op Op, path string, off int64, segs []Seg, flags uint32,
 			if op == OpWrite {
 				more = ", plus GD2FS_MASTER_RETRY"
 			}
-			err = fmt.Errorf("%w: not done within %s (GD2FS_IO_TIMEOUT plus 1s per 8 MiB of it and of the transfers queued before it%s): a data server is stopped, overloaded or cut off (%v)",
+			err = fmt.Errorf("%w: not done within %s (GD2FS_IO_TIMEOUT plus 1s per 8 MiB of it and of the transfers queued before it%s): a data server is stopped, overloaded or cut off; recompute these blocks, or raise GD2FS_IO_TIMEOUT if the servers are only slow (last error: %v)",
 				context.DeadlineExceeded, limit.Round(time.Millisecond), more, err)
 		}
 		cancel()
