@@ -367,6 +367,9 @@ func TestTransferDeadline(t *testing.T) {
 			t.Errorf("%s of %d bytes: deadline %s, want %s", c.op, c.n, got, c.want)
 		}
 	}
+	if got := e.transferDeadline(OpRead, 1<<62); got != 10*time.Second+24*time.Hour {
+		t.Errorf("a huge transfer: deadline %s, want 10s + 24h (not an overflow)", got)
+	}
 	e.deadline.masterRetry = 0
 	if got := e.transferDeadline(OpWrite, 0); got != 10*time.Second {
 		t.Errorf("write with no failover wait: deadline %s, want 10s", got)

@@ -262,7 +262,8 @@ func New(cfg Config) (*Engine, error) {
 // master failover (GD2FS_MASTER_RETRY, default 30s); a load does not wait
 // for one: recomputing is sooner.
 func (e *Engine) transferDeadline(op Op, n int64) time.Duration {
-	d := e.deadline.timeout + time.Duration(float64(n)/float64(e.deadline.minRate)*float64(time.Second))
+	secs := min(float64(n)/float64(e.deadline.minRate), 24*3600) // a Duration holds 292 years; never overflow it
+	d := e.deadline.timeout + time.Duration(secs*float64(time.Second))
 	if op == OpWrite {
 		d += e.deadline.masterRetry
 	}
