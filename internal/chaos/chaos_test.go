@@ -2,10 +2,14 @@ package chaos
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"net"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/gd2fs/gd2fs/errs"
 )
 
 // The content model must give the same bytes for a range whatever offset a
@@ -121,5 +125,34 @@ func TestSchedule(t *testing.T) {
 	}
 	if a[0].fault != "kill" || a[3].fault != "kill" || a[2].victim != "all servers" {
 		t.Fatalf("schedule %+v", a[:4])
+	}
+}
+
+// TestTopErrorsNamesRareKinds: the report's error table names the most
+// frequent messages and also the most frequent one of every other kind and
+// outcome, with the fault it was first seen in (issue 29: one failed
+// session turn among hundreds of KV errors was counted but never named).
+func TestTopErrorsNamesRareKinds(t *testing.T) {
+	s := newStats()
+	now := time.Now()
+	for i := range 30 { // 30 different KV messages, each more frequent than the turn
+		for range 2 {
+			s.record(KVGet, Unavailable, now, errs.New(errs.ErrUnavailable, "no owner answered %s", strings.Repeat("x", i)), "")
+		}
+	}
+	s.faultStart("10. kill s3")
+	s.record(SessionPlan, Unavailable, now, errors.New("load: server gone"), "")
+	rows := s.topErrors(25)
+	if len(rows) != 26 {
+		t.Fatalf("%d rows, want the 25 most frequent and the session turn", len(rows))
+	}
+	last := rows[25]
+	if last[0] != "session plan+load" || last[1] != "unavailable" || last[3] != "1" || last[4] != "during 10. kill s3" {
+		t.Fatalf("the rare kind's row: %q", last)
+	}
+	for _, r := range rows[:25] {
+		if r[0] != "kv get" || r[3] != "2" || r[4] != "before any fault" {
+			t.Fatalf("a top row: %q", r)
+		}
 	}
 }

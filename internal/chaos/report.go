@@ -110,10 +110,13 @@ func (c *cluster) report(st *Stats, m *model, steps []*step, sw sweep, before, a
 	if errs := st.topErrors(25); len(errs) > 0 {
 		p("### Errors seen (most frequent first; numbers replaced by N)")
 		p("")
-		p("| kind | outcome | message | count |")
-		p("|---|---|---|---|")
+		p("| kind | outcome | message | count | first seen |")
+		p("|---|---|---|---|---|")
 		for _, e := range errs {
-			p("| %s |", strings.ReplaceAll(e, "|", "\\|"))
+			for i := range e {
+				e[i] = strings.ReplaceAll(e[i], "|", "\\|")
+			}
+			p("| %s |", strings.Join(e[:], " | "))
 		}
 		p("")
 	}

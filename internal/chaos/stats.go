@@ -84,9 +84,10 @@ type Stats struct {
 	maxLat   [nKinds]atomic.Int64
 
 	mu        sync.Mutex
-	errSample map[string]int // "kind: outcome: message" -> count
-	examples  []string       // every integrity violation, in full
-	healAt    time.Time      // zero while a fault is in force
+	errSample map[string]int    // "kind | outcome | message" -> count
+	errFirst  map[string]string // the same key -> the fault label when it was first seen
+	examples  []string          // every integrity violation, in full
+	healAt    time.Time         // zero while a fault is in force
 	faultAt   time.Time
 	t0        time.Time
 	label     string                // the fault in force, or the last one healed
@@ -95,7 +96,7 @@ type Stats struct {
 }
 
 func newStats() *Stats {
-	s := &Stats{errSample: map[string]int{}, t0: time.Now(), label: "before any fault"}
+	s := &Stats{errSample: map[string]int{}, errFirst: map[string]string{}, t0: time.Now(), label: "before any fault"}
 	for i := range s.recovered {
 		s.recovered[i] = -1
 	}
@@ -133,7 +134,11 @@ func (s *Stats) record(k Kind, o Outcome, start time.Time, err error, detail str
 		if len(msg) > 200 {
 			msg = msg[:200] + "..."
 		}
-		s.errSample[k.String()+" | "+o.String()+" | "+msg]++
+		key := k.String() + " | " + o.String() + " | " + msg
+		if s.errSample[key] == 0 {
+			s.errFirst[key] = s.label
+		}
+		s.errSample[key]++
 	}
 	if !s.faultAt.IsZero() && s.healAt.IsZero() && o != OK && o != Miss && start.After(s.faultAt) {
 		s.duringBad[k]++
@@ -183,8 +188,12 @@ func (s *Stats) violations() int64 {
 	return n
 }
 
-// topErrors returns the most frequent error messages, most frequent first.
-func (s *Stats) topErrors(n int) []string {
+// topErrors returns the n most frequent error messages, most frequent
+// first, then the most frequent message of each kind and outcome that is
+// not among them, so that a rare failure (one session turn among hundreds
+// of KV misses) is named too. Each row: kind, outcome, message, count, and
+// the fault it was first seen in.
+func (s *Stats) topErrors(n int) [][5]string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	type kv struct {
@@ -196,12 +205,15 @@ func (s *Stats) topErrors(n int) []string {
 		all = append(all, kv{k, c})
 	}
 	sort.Slice(all, func(i, j int) bool { return all[i].n > all[j].n || all[i].n == all[j].n && all[i].k < all[j].k })
-	var out []string
+	var out [][5]string
+	shown := map[string]bool{} // "kind | outcome"
 	for i, e := range all {
-		if i == n {
-			break
+		f := strings.SplitN(e.k, " | ", 3) // kind and outcome have no " | "
+		if i >= n && shown[f[0]+" | "+f[1]] {
+			continue
 		}
-		out = append(out, strings.ReplaceAll(e.k, "\n", " ")+" | "+itoa(e.n))
+		shown[f[0]+" | "+f[1]] = true
+		out = append(out, [5]string{f[0], f[1], strings.ReplaceAll(f[2], "\n", " "), itoa(e.n), s.errFirst[e.k]})
 	}
 	return out
 }

@@ -224,9 +224,19 @@ func (c *Conn) Do(ctx context.Context, req *Request) (Response, error) {
 			return Response{}, ctx.Err()
 		}
 		c.mu.Unlock()
-		// The reader has claimed the call and may be writing into Dst: wait
-		// for it so the caller's buffer is never written after we return.
-		<-cl.done
+		// The reader has claimed the call and is reading its reply into Dst.
+		// We must wait for it, so the caller's buffer is never written after
+		// we return; but a server stopped mid-reply (SIGSTOP, a cut link
+		// that sends no reset) would keep the reader in that read forever.
+		// Closing the connection ends the read at once; the stream is
+		// blocked behind this reply anyway, so the other calls on it fail
+		// as unavailable and their callers go to another stream or replica.
+		select {
+		case <-cl.done:
+		default:
+			c.fail(errs.New(errs.ErrUnavailable, "server %s stopped in the middle of a reply: %w", c.addr, ctx.Err()))
+			<-cl.done
+		}
 	}
 	return cl.resp, cl.err
 }

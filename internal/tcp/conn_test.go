@@ -249,3 +249,37 @@ func TestSilentServerHello(t *testing.T) {
 		t.Fatalf("hello to a silent server took %s", el)
 	}
 }
+
+// TestStalledReply: a server that stops in the middle of a reply (SIGSTOP:
+// the socket stays open, nothing more comes) must not hold the caller past
+// its context. The reader had claimed the call and was writing into its
+// buffer, so the connection is closed to end that read.
+func TestStalledReply(t *testing.T) {
+	c, p := newPeer(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { _, err := c.Do(ctx, readReq(0, make([]byte, 1000))); done <- err }()
+	f := <-p.reqs
+	h := wire.Header{Op: f.h.Op, ReqID: f.h.ReqID, Flags: wire.FlagResponse, PayloadLen: 1000, PayloadCRC: 1}
+	var hb [wire.HeaderSize]byte
+	if _, err := p.nc.Write(wire.Encode(hb[:], &h, nil)); err != nil {
+		t.Fatal(err)
+	}
+	// net.Pipe: this write returns once the reader took the bytes, inside
+	// the reply's payload (the header was whole): the call is claimed.
+	if _, err := p.nc.Write(make([]byte, 10)); err != nil {
+		t.Fatal(err)
+	}
+	cancel() // the caller's deadline; the peer sends nothing more
+	select {
+	case err := <-done:
+		if !errors.Is(err, errs.ErrUnavailable) {
+			t.Fatalf("a call whose reply stalled: %v, want unavailable", err)
+		}
+	case <-time.After(time.Minute): // a hang, not a slow answer
+		t.Fatal("a call whose reply stalled mid-payload did not return after its context ended")
+	}
+	if !c.Broken() {
+		t.Fatal("the connection of a stalled reply is not Broken")
+	}
+}

@@ -272,6 +272,11 @@ func TestConcurrentTransfers(t *testing.T) {
 	for err := range errc {
 		t.Error(err)
 	}
+	// Every transfer completed: none is counted as queued any more (the
+	// count lengthens the deadline of the transfers submitted after them).
+	if q := e.queued.Load(); q != 0 {
+		t.Errorf("%d bytes still counted as queued after every transfer completed", q)
+	}
 }
 
 func TestCloseCancels(t *testing.T) {
@@ -339,5 +344,44 @@ func TestCode(t *testing.T) {
 		if got := Code(err); got != want {
 			t.Errorf("Code(%v) = %d, want %d", err, got, want)
 		}
+	}
+}
+
+// TestTransferDeadline: a transfer's deadline grows with its size as the
+// client's per-request deadline does, and a write's also covers the master
+// failover wait of its Sync (none when GD2FS_MASTER_RETRY=0).
+func TestTransferDeadline(t *testing.T) {
+	var e Engine
+	e.deadline.timeout, e.deadline.minRate, e.deadline.masterRetry = 10*time.Second, 8<<20, 30*time.Second
+	for _, c := range []struct {
+		op   Op
+		n    int64
+		want time.Duration
+	}{
+		{OpRead, 0, 10 * time.Second},
+		{OpRead, 8 << 20, 11 * time.Second},
+		{OpRead, 80 << 20, 20 * time.Second},
+		{OpWrite, 8 << 20, 41 * time.Second},
+	} {
+		if got := e.transferDeadline(c.op, c.n); got != c.want {
+			t.Errorf("%s of %d bytes: deadline %s, want %s", c.op, c.n, got, c.want)
+		}
+	}
+	if got := e.transferDeadline(OpRead, 1<<62); got != 10*time.Second+24*time.Hour {
+		t.Errorf("a huge transfer: deadline %s, want 10s + 24h (not an overflow)", got)
+	}
+	e.deadline.masterRetry = 0
+	if got := e.transferDeadline(OpWrite, 0); got != 10*time.Second {
+		t.Errorf("write with no failover wait: deadline %s, want 10s", got)
+	}
+	// A load submitted as many transfers: each waits for those before it.
+	for i := range 4 {
+		if got, want := e.admit(OpRead, 8<<20), 10*time.Second+time.Duration(i+1)*time.Second; got != want {
+			t.Errorf("transfer %d of 8 MiB behind %d queued: deadline %s, want %s", i, i, got, want)
+		}
+	}
+	e.queued.Add(-4 * 8 << 20) // all four completed
+	if got := e.admit(OpRead, 8<<20); got != 11*time.Second {
+		t.Errorf("a transfer after the others completed: deadline %s, want 11s", got)
 	}
 }

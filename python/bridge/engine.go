@@ -31,6 +31,7 @@ import (
 
 	"github.com/gd2fs/gd2fs/client"
 	"github.com/gd2fs/gd2fs/errs"
+	"github.com/gd2fs/gd2fs/internal/api"
 )
 
 // Config is what pygd2fs.Client (or pygd2fs.connect) was given.
@@ -163,6 +164,14 @@ type Engine struct {
 	files  fileCache
 	queues [numQueues]*queue
 
+	// deadline bounds a whole transfer (transferDeadline); queued counts
+	// the bytes of transfers submitted and not yet completed.
+	deadline struct {
+		timeout, masterRetry time.Duration
+		minRate              int64
+	}
+	queued atomic.Int64
+
 	mu      sync.Mutex
 	nextID  uint64
 	cancels map[uint64]context.CancelFunc // transfers in flight
@@ -213,6 +222,19 @@ func New(cfg Config) (*Engine, error) {
 	e := &Engine{c: c, cfg: cfg, cluster: st.Cluster, sem: make(chan struct{}, cfg.IOThreads),
 		cancels: map[uint64]context.CancelFunc{}, handles: map[uint64]*client.File{}}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
+	e.deadline.timeout, e.deadline.minRate, e.deadline.masterRetry = cc.Timeout, cc.MinRate, cc.MasterRetry
+	if e.deadline.timeout <= 0 {
+		e.deadline.timeout = client.DefaultTimeout
+	}
+	if e.deadline.minRate <= 0 {
+		e.deadline.minRate = client.DefaultMinRate
+	}
+	switch {
+	case e.deadline.masterRetry == 0:
+		e.deadline.masterRetry = api.DefaultRetryFor
+	case e.deadline.masterRetry < 0:
+		e.deadline.masterRetry = 0
+	}
 	e.mem.init()
 	e.files.init(c)
 	for i := range e.queues {
@@ -225,6 +247,34 @@ func New(cfg Config) (*Engine, error) {
 		e.queues[i] = q
 	}
 	return e, nil
+}
+
+// transferDeadline bounds a whole Read or Write, so that an engine waiting
+// on a load always gets an answer: a stopped server (SIGSTOP, a link cut
+// without a reset) ends it as a failed transfer, which the engine reports
+// as invalid blocks and recomputes, instead of holding the request forever.
+// It is the Go client's per-request deadline scaled to the transfer
+// (GD2FS_IO_TIMEOUT, default 10s, plus 1s per 8 MiB), as KV calls have,
+// where n counts the transfer's bytes and those submitted before it that
+// are still queued or moving (engines submit a whole load at once and
+// IOThreads run at a time: the last of them waits for the others). A write
+// also makes its bytes visible at the master (Sync), which may wait out a
+// master failover (GD2FS_MASTER_RETRY, default 30s); a load does not wait
+// for one: recomputing is sooner.
+func (e *Engine) transferDeadline(op Op, n int64) time.Duration {
+	secs := min(float64(n)/float64(e.deadline.minRate), 24*3600) // a Duration holds 292 years; never overflow it
+	d := e.deadline.timeout + time.Duration(secs*float64(time.Second))
+	if op == OpWrite {
+		d += e.deadline.masterRetry
+	}
+	return d
+}
+
+// admit counts a transfer of n bytes as queued (the caller subtracts n
+// from e.queued when it completes) and returns its deadline.
+func (e *Engine) admit(op Op, n int64) time.Duration {
+	ahead := e.queued.Add(n) - n
+	return e.transferDeadline(op, ahead+n)
 }
 
 // Client is the underlying Go client (benchmarks compare against it).

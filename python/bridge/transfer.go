@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/gd2fs/gd2fs/client"
 	"github.com/gd2fs/gd2fs/errs"
@@ -123,7 +124,8 @@ func (e *Engine) Submit(op Op, path string, off int64, segs []Seg, flags uint32,
 		return 0, errs.New(errs.ErrBadRequest, "%s %s: offset %d too large", op, path, off)
 	}
 	id := e.id()
-	ctx, cancel := context.WithCancel(e.ctx)
+	limit := e.admit(op, total)
+	ctx, cancel := context.WithTimeout(e.ctx, limit)
 	e.mu.Lock()
 	e.cancels[id] = cancel
 	e.mu.Unlock()
@@ -149,9 +151,20 @@ func (e *Engine) Submit(op Op, path string, off int64, segs []Seg, flags uint32,
 			}
 		}()
 		e.mem.release(held)
+		e.queued.Add(-total)
 		e.mu.Lock()
 		delete(e.cancels, id)
 		e.mu.Unlock()
+		if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			// Status TIMEOUT whatever the last error was: the transfer's
+			// own deadline ended it.
+			more := ""
+			if op == OpWrite {
+				more = ", plus GD2FS_MASTER_RETRY"
+			}
+			err = fmt.Errorf("%w: not done within %s (GD2FS_IO_TIMEOUT plus 1s per 8 MiB of it and of the transfers queued before it%s): a data server is stopped, overloaded or cut off; recompute these blocks, or raise GD2FS_IO_TIMEOUT if the servers are only slow (last error: %v)",
+				context.DeadlineExceeded, limit.Round(time.Millisecond), more, err)
+		}
 		cancel()
 		r := Result{ID: id, Status: Code(err), Value: n}
 		if err != nil {

@@ -23,7 +23,7 @@ after the library was loaded raises ``ForkError``.
 """
 
 from ._conn import KV, Connection, File, connect
-from ._engine import IOMEM, PENDING, SGE, Client, InspectStatus, Request, Status
+from ._engine import IOMEM, PENDING, SGE, Client, InspectedStatus, InspectStatus, Request, Status
 from ._hashes import block_hashes
 from .errors import (
     STATUS_NAMES,
@@ -73,7 +73,7 @@ def _version() -> str:
 __version__ = _version()
 
 __all__ = [
-    "Client", "IOMEM", "SGE", "Request", "Status", "InspectStatus", "PENDING",
+    "Client", "IOMEM", "SGE", "Request", "Status", "InspectStatus", "InspectedStatus", "PENDING",
     "connect", "Connection", "File", "KV", "block_hashes",
     "Gd2fsError", "NotFound", "Exists", "NotEmpty", "IsDir", "NotDir", "Sealed", "NoSpace",
     "Unavailable", "ChecksumError", "OutOfRange", "BadRequest", "TooLarge", "Unauthorized",

@@ -230,11 +230,37 @@ class Status(int):
     __str__ = __repr__
 
 
-def InspectStatus(status) -> str:
+class InspectedStatus(str):
+    """What ``InspectStatus`` returns: the log line (a ``str``), which also
+    unpacks as four fields, ``ok, name, message, code = InspectStatus(s)``
+    -- the form vLLM's explicit-offloading ``storage/gd2fs.py`` unpacks
+    (``_, klass, _, code = pygd2fs.InspectStatus(status)``) before it raises
+    on a failed load: ``ok`` (bool), ``name`` (``"UNAVAILABLE"``),
+    ``message`` (what went wrong, "" when unknown), ``code`` (the int)."""
+
+    ok: bool
+    name: str
+    message: str
+    code: int
+
+    def __new__(cls, line: str, code: int, message: str = ""):
+        self = super().__new__(cls, line)
+        self.ok = code == 0
+        self.name = "PENDING" if code == PENDING else status_name(code)
+        self.message = message
+        self.code = code
+        return self
+
+    def __iter__(self):
+        return iter((self.ok, self.name, self.message, self.code))
+
+
+def InspectStatus(status) -> InspectedStatus:
     """Say what a status means, for a log line: ``InspectStatus(1)`` is
     ``"NOT_FOUND (1)"``; given a ``Request`` (or a ``Status``) it adds what
     went wrong and, for a Request, the op, path and range. The newest engine
-    branches call ``pygd2fs.InspectStatus(...)`` on every failed transfer."""
+    branches call ``pygd2fs.InspectStatus(...)`` on every failed transfer;
+    some unpack it (``InspectedStatus``)."""
     if isinstance(status, Request):
         code = status.Status()
         rng = f"[{status.offset}, {status.offset + status.length})"
@@ -242,15 +268,15 @@ def InspectStatus(status) -> str:
         s += "pending" if code == PENDING else f"{status_name(code)} ({code})"
         if status.Error():
             s += f": {status.Error()}"
-        return s
+        return InspectedStatus(s, code, status.Error())
     if isinstance(status, bool) or not hasattr(status, "__index__"):
         raise TypeError(f"InspectStatus takes a status code or a pygd2fs.Request, not {type(status).__name__}")
     code = status.__index__()
     if code == PENDING:
-        return "PENDING (-1): the request is still in flight"
+        return InspectedStatus("PENDING (-1): the request is still in flight", code)
     s = f"{status_name(code)} ({code})"
     err = status.Error() if isinstance(status, Status) else ""
-    return f"{s}: {err}" if err else s
+    return InspectedStatus(f"{s}: {err}" if err else s, code, err)
 
 
 class _Results(threading.local):
@@ -643,4 +669,4 @@ def _resolve_threadsafe(fut: "asyncio.Future[Request]", req: Request) -> None:
         loop.call_soon_threadsafe(_resolve, fut, req)
 
 
-__all__ = ["Client", "IOMEM", "SGE", "Request", "Status", "InspectStatus", "PENDING", "ForkError", "BAD_REQUEST", "resolve_path"]
+__all__ = ["Client", "IOMEM", "SGE", "Request", "Status", "InspectStatus", "InspectedStatus", "PENDING", "ForkError", "BAD_REQUEST", "resolve_path"]
