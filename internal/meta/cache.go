@@ -57,8 +57,8 @@ type sessionCache struct {
 
 // cachedSession is a session's row and ranges as in SQL.
 type cachedSession struct {
-	row        sessionRow
-	ranges     []Range
+	row      sessionRow
+	ranges   []Range
 	lastPlan int64
 	forkReq  string
 }
