@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"encoding/json"
 	"net/url"
 	"strconv"
 	"sync"
@@ -104,6 +105,59 @@ func (s *Sessions) Plan(ctx context.Context, id string, req PlanRequest) (Plan, 
 	var p Plan
 	err := s.c.api.Do(ctx, "POST", planPath(id), req, &p)
 	return p, err
+}
+
+// PlanBatchItem is one plan of PlanBatch: session ID's plan for Request.
+// RequestID names it (PlanBatch makes one when it is empty); a batch sent
+// again with the same ids is answered with the same plans while they are
+// outstanding, so a caller whose batch failed mid-way sends it again.
+type PlanBatchItem struct {
+	ID        string
+	RequestID string
+	Request   PlanRequest
+}
+
+// PlanBatchResult is one plan of a batch, or the error it alone met.
+type PlanBatchResult struct {
+	Plan Plan
+	Err  error
+}
+
+// PlanBatch makes many plans in one call to the master, for a scheduler
+// that plans a batch of requests at once: each is made as Plan makes it,
+// and they share the master's transactions. Plans in the gd2fs format
+// only (PlanEngine for engines); at most api.MaxPlanBatch (256) per call.
+// The error is the call's; each result carries its plan's own.
+func (s *Sessions) PlanBatch(ctx context.Context, items []PlanBatchItem) ([]PlanBatchResult, error) {
+	req := api.PlanBatchRequest{Plans: make([]api.PlanBatchItem, len(items))}
+	for i, it := range items {
+		if f := it.Request.Format; f != "" && f != "gd2fs" {
+			return nil, errs.New(errs.ErrBadRequest, "plan %d asks for format %q: PlanBatch answers gd2fs plans; use PlanEngine", i, f)
+		}
+		if it.RequestID == "" {
+			it.RequestID = requestID()
+		}
+		req.Plans[i] = api.PlanBatchItem{Session: it.ID, RequestID: it.RequestID, Plan: it.Request}
+	}
+	var ans api.PlanBatchAnswer
+	if err := s.c.api.Do(ctx, "POST", "/v1/sessions/plans", req, &ans); err != nil {
+		return nil, err
+	}
+	if len(ans.Plans) != len(items) {
+		return nil, errs.New(errs.ErrInternal, "the master answered %d plans for a batch of %d", len(ans.Plans), len(items))
+	}
+	out := make([]PlanBatchResult, len(items))
+	for i, r := range ans.Plans {
+		switch {
+		case r.Error != nil:
+			out[i].Err = errs.FromCode(r.Error.Code, r.Error.Error)
+		default:
+			if err := json.Unmarshal(r.Plan, &out[i].Plan); err != nil {
+				out[i].Err = errs.New(errs.ErrInternal, "plan %d of the batch: %v", i, err)
+			}
+		}
+	}
+	return out, nil
 }
 
 // Commit records plan's fresh range as stored. Write it first (WriteFresh).

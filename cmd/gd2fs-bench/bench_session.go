@@ -43,6 +43,11 @@ func newBenchPlan() *cobra.Command {
 				return err
 			}
 			defer ms.Close()
+			// Plan as a master does: as the leader, from the session table
+			// in its memory (internal/meta/cache.go).
+			if ok, err := ms.Lead(ctx, "http://gd2fs-bench"); err != nil || !ok {
+				return fmt.Errorf("the benchmark's store does not lead (another master uses %s?): %v", metaDSN, err)
+			}
 			l := meta.Layout{Model: "bench-llama", Layers: 32, KVHeads: 8, HeadDim: 128, DType: "bf16", PageTokens: 16, Order: "layer_first"}
 			if err := ms.PutLayout(ctx, l); err != nil {
 				return err

@@ -214,7 +214,7 @@ func benchTurns(ctx context.Context, metaDSN, serverMem string, sessions, conc, 
 	fmt.Printf("  reference, plain KV of the same %d bytes, one at a time: put p50 %s p99 %s, get p50 %s p99 %s\n",
 		len(val), dur(pct(puts, 50)), dur(pct(puts, 99)), dur(pct(gets, 50)), dur(pct(gets, 99)))
 	if rss := procRSS(procs[0].Process.Pid); rss > 0 {
-		fmt.Printf("  master RSS %s (%d sessions; the session table lives in the SQL store, not in the master)\n", human(rss), sessions)
+		fmt.Printf("  master RSS %s (%d sessions; the leader keeps the sessions it has served in memory, written through to the SQL store)\n", human(rss), sessions)
 	}
 
 	// Restart: SIGKILL the master, start it again on the same store, and

@@ -580,6 +580,38 @@ type PlanRequest struct {
 	Flags map[string]any `json:"flags,omitempty"`
 }
 
+// PlanBatchRequest plans many requests in one call (POST /v1/sessions/plans),
+// for a scheduler that plans a batch of requests at once: each plan is
+// made exactly as POST /v1/sessions/{id}/plan makes it, and the plans of a
+// batch share the master's group transactions.
+type PlanBatchRequest struct {
+	Plans []PlanBatchItem `json:"plans"`
+}
+
+// PlanBatchItem is one plan of a batch: the session, the request id that
+// makes a repeat of the batch answer this plan as the first time
+// (RequestIDParam), and the plan request.
+type PlanBatchItem struct {
+	Session   string      `json:"session"`
+	RequestID string      `json:"request_id,omitempty"`
+	Plan      PlanRequest `json:"plan"`
+}
+
+// PlanBatchAnswer answers a PlanBatchRequest, one result per plan in order.
+type PlanBatchAnswer struct {
+	Plans []PlanBatchResult `json:"plans"`
+}
+
+// PlanBatchResult is a Plan (or, with format vllm or sglang, an
+// EnginePlan) or the error that plan alone met.
+type PlanBatchResult struct {
+	Plan  json.RawMessage `json:"plan,omitempty"`
+	Error *Error          `json:"error,omitempty"`
+}
+
+// MaxPlanBatch bounds the plans of one PlanBatchRequest.
+const MaxPlanBatch = 256
+
 // MaxEngineFlags bounds PlanRequest.Flags.
 const MaxEngineFlags = 16
 

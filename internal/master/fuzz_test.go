@@ -42,6 +42,7 @@ var fuzzRoutes = []string{
 	"GET /v1/list/d?limit={p}&after={p}",
 	"POST /v1/servers/{p}/drain",
 	"POST /v1/servers/{p}/drain?undo={p}",
+	"POST /v1/sessions/plans", // a batch of plans (27)
 }
 
 // FuzzHandlers sends arbitrary JSON bodies, paths and query figures to every
@@ -129,6 +130,14 @@ func FuzzHandlers(f *testing.F) {
 	}
 	seed(19, "x", `{}`)
 	seed(20, "", `x`)
+	// Batches of plans: good, bad and repeated plans mixed, sizes out of
+	// bounds, request ids the single plan refuses.
+	seed(27, "", `{"plans":[{"session":"s","request_id":"r1","plan":{"model":"m","token_ids":[1,2,3]}},{"session":"s","request_id":"r1","plan":{"model":"m","token_ids":[1,2,3]}},{"session":"..","plan":{"model":"m","prompt_tokens":16}},{"session":"t","plan":{"model":"m","prompt_tokens":16,"format":"vllm","flags":{"x":[1]}}}]}`)
+	seed(27, "", `{"plans":[]}`)
+	seed(27, "", `{"plans":null}`)
+	seed(27, "", `{"plans":[{"session":"s","request_id":"r\u0000","plan":{"model":"m","prompt_tokens":16}}]}`)
+	seed(27, "", `{"plans":[{"session":"s\u0000","plan":{"model":"m\u0000","decode_tokens":9223372036854775807,"unsafe_count_only":true,"prompt_tokens":9223372036854775807}}]}`)
+	seed(27, "", `{"plans":[{"session":"s","plan":{"model":"m","prompt_tokens":20,"block_hashes":["00112233445566778899aabbccddeeff","zz"]}}],"x":1}`)
 	// variant > 0 sends what a web page could (guard.go): no JSON type, an
 	// Origin of another site, a foreign Host, no server role.
 	do := func(t *testing.T, method, target string, body []byte, variant ...int) int {

@@ -1,9 +1,12 @@
 package master
 
 import (
+	"context"
+	"encoding/json"
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gd2fs/gd2fs/errs"
@@ -38,6 +41,7 @@ func (m *Master) sessionRoutes(h func(pattern string, fn func(r *http.Request) (
 		return p, m.sessions.PutPrefix(r.Context(), p)
 	})
 	h("POST /v1/sessions/{id}/plan", m.plan)
+	h("POST /v1/sessions/plans", m.planBatch)
 	h("POST /v1/sessions/{id}/commit", m.commitSession)
 	h("GET /v1/sessions/{id}/plans/{plan}", m.outstandingPlan) // session_plans.go
 	h("POST /v1/sessions/{id}/fork", func(r *http.Request) (any, error) {
@@ -117,6 +121,51 @@ func (m *Master) plan(r *http.Request) (any, error) {
 	if err := readJSON(r, &req); err != nil {
 		return nil, err
 	}
+	rid, err := requestID(r)
+	if err != nil {
+		return nil, err
+	}
+	return m.planOne(r.Context(), r.PathValue("id"), rid, req)
+}
+
+// planBatch answers POST /v1/sessions/plans: every plan of the batch made
+// as planOne makes it, all at once, so they share group transactions (one
+// SQL transaction for many plans); each answers its own error.
+func (m *Master) planBatch(r *http.Request) (any, error) {
+	var req api.PlanBatchRequest
+	if err := readJSON(r, &req); err != nil {
+		return nil, err
+	}
+	if n := len(req.Plans); n < 1 || n > api.MaxPlanBatch {
+		return nil, errs.New(errs.ErrBadRequest, "a plan batch of %d plans: send 1 to %d (split bigger batches)", n, api.MaxPlanBatch)
+	}
+	for i, it := range req.Plans {
+		if err := checkRequestID(it.RequestID); err != nil {
+			return nil, errs.New(errs.ErrBadRequest, "plan %d: %w", i, err)
+		}
+	}
+	out := api.PlanBatchAnswer{Plans: make([]api.PlanBatchResult, len(req.Plans))}
+	var wg sync.WaitGroup
+	for i, it := range req.Plans {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res := &out.Plans[i]
+			p, err := m.planOne(r.Context(), it.Session, it.RequestID, it.Plan)
+			if err == nil {
+				res.Plan, err = json.Marshal(p)
+			}
+			if err != nil {
+				res.Plan, res.Error = nil, &api.Error{Error: err.Error(), Code: errs.Code(err)}
+			}
+		}()
+	}
+	wg.Wait()
+	return out, nil
+}
+
+// planOne makes session id's plan for req (request id rid, "" for none).
+func (m *Master) planOne(ctx context.Context, id, rid string, req api.PlanRequest) (any, error) {
 	if req.Model == "" {
 		return nil, errs.New(errs.ErrBadRequest, "plan needs a model")
 	}
@@ -128,7 +177,7 @@ func (m *Master) plan(r *http.Request) (any, error) {
 		// (id, stored_kvcache, fresh_kvcache, load_threshold) with kv_uris
 		// they can dial; SGLang's have no flags and fail on unknown fields.
 		engine = true
-		if err := checkURISafe(r.PathValue("id")); err != nil {
+		if err := checkURISafe(id); err != nil {
 			return nil, err
 		}
 		if req.Format == "sglang" && len(req.Flags) > 0 {
@@ -146,10 +195,6 @@ func (m *Master) plan(r *http.Request) (any, error) {
 	if len(req.Flags) > 0 && !engine {
 		return nil, errs.New(errs.ErrBadRequest, "plan flags are passed to an engine in kvcache_params: give them with format vllm")
 	}
-	rid, err := requestID(r)
-	if err != nil {
-		return nil, err
-	}
 	prefixes := make([]string, len(req.Prefixes))
 	for i, p := range req.Prefixes {
 		var err error
@@ -157,12 +202,12 @@ func (m *Master) plan(r *http.Request) (any, error) {
 			return nil, err
 		}
 	}
-	p, err := m.sessions.PlanSession(r.Context(), meta.PlanInput{
-		Session: r.PathValue("id"), Model: req.Model, Prefixes: prefixes, PromptTokens: req.PromptTokens,
+	p, err := m.sessions.PlanSession(ctx, meta.PlanInput{
+		Session: id, Model: req.Model, Prefixes: prefixes, PromptTokens: req.PromptTokens,
 		TokenIDs: req.TokenIDs, BlockHashes: req.BlockHashes, UnsafeCountOnly: req.UnsafeCountOnly,
 		DecodeTokens: req.DecodeTokens, NewFile: req.NewFile, Dir: "/kv-sessions", Pool: m.cfg.SessionPool,
 		ChunkSize: DefaultChunkSize, Quota: m.cfg.SessionQuota, PlanTTL: 10 * time.Minute, Now: time.Now(), Aligned: engine,
-		Place: m.sessionPlacer(r, engine), RequestID: rid, Reachable: m.reachable(),
+		Place: m.sessionPlacer(ctx, engine), RequestID: rid, Reachable: m.reachable(),
 	})
 	if err != nil {
 		return nil, err
@@ -182,7 +227,7 @@ func (m *Master) plan(r *http.Request) (any, error) {
 	if engine {
 		out := api.EnginePlan{PlanID: p.ID, CachedTokens: p.Cached, VerifiedTokens: p.Verified, PrefillTokens: p.Prefill, DecodeTokens: p.Decode,
 			Shortened: p.Shortened, ShortenedTokens: p.ShortenedTokens,
-			LoadBytes: p.Load, Evicted: p.Evicted, KVCacheParams: api.KVCacheParams{ID: r.PathValue("id"),
+			LoadBytes: p.Load, Evicted: p.Evicted, KVCacheParams: api.KVCacheParams{ID: id,
 				Stored: m.rangesAs(p.Stored, m.engineURI), Fresh: m.rangesAs(p.Fresh, m.engineURI), LoadThreshold: req.LoadThreshold,
 				Flags: req.Flags}}
 		if prompt > 0 {
@@ -237,15 +282,20 @@ func (m *Master) reachable() func(string) bool {
 // makes a repeat of it answer as the first did; "" when there is none.
 func requestID(r *http.Request) (string, error) {
 	id := r.URL.Query().Get(api.RequestIDParam)
+	return id, checkRequestID(id)
+}
+
+// checkRequestID refuses request ids that are too long or not printable.
+func checkRequestID(id string) error {
 	if len(id) > 128 {
-		return "", errs.New(errs.ErrBadRequest, "request_id of %d bytes: at most 128", len(id))
+		return errs.New(errs.ErrBadRequest, "request_id of %d bytes: at most 128", len(id))
 	}
 	for _, c := range id {
 		if c <= ' ' || c == 0x7f {
-			return "", errs.New(errs.ErrBadRequest, "request_id %q: printable characters only", id)
+			return errs.New(errs.ErrBadRequest, "request_id %q: printable characters only", id)
 		}
 	}
-	return id, nil
+	return nil
 }
 
 // checkURISafe refuses session ids that cannot stand unescaped in a kv_uri
@@ -295,13 +345,13 @@ func (m *Master) commitSession(r *http.Request) (any, error) {
 // sessionPlacer places the chunks of a gd2fs-format plan's fresh range
 // (meta.PlanInput.Place), so the client writes them with no master call;
 // vllm-format plans go to engines that open the file themselves.
-func (m *Master) sessionPlacer(r *http.Request, engine bool) meta.PlaceFunc {
+func (m *Master) sessionPlacer(ctx context.Context, engine bool) meta.PlaceFunc {
 	if engine {
 		return nil
 	}
 	// Looked up before the plan's transaction: on SQLite that transaction
 	// holds the store's one connection.
-	pool, err := m.pool(r.Context(), m.cfg.SessionPool)
+	pool, err := m.pool(ctx, m.cfg.SessionPool)
 	if err != nil {
 		return nil // the client allocates as it writes, and sees the error
 	}

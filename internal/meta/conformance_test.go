@@ -15,19 +15,35 @@ import (
 
 // engines returns a fresh store per engine. PostgreSQL runs when
 // GD2FS_TEST_POSTGRES names a server (scripts/test.sh starts one); with
-// GD2FS_REQUIRE_POSTGRES=1 its absence is a failure, not a skip.
+// GD2FS_REQUIRE_POSTGRES=1 its absence is a failure, not a skip. Each store
+// leads, as a master's does, so its sessions go through the leader's
+// session cache (cache.go; the invariants compare it with SQL after every
+// batch).
 func engines(t *testing.T) map[string]func(t *testing.T) Store {
 	return map[string]func(t *testing.T) Store{
-		"sqlite": func(t *testing.T) Store {
-			s, err := Open(context.Background(), "sqlite://"+filepath.Join(t.TempDir(), "meta.db"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { s.Close() })
-			return s
-		},
-		"postgres": func(t *testing.T) Store { return PostgresForTest(t) },
+		"sqlite":   func(t *testing.T) Store { return leading(t, sqliteForTest(t)) },
+		"postgres": func(t *testing.T) Store { return leading(t, PostgresForTest(t)) },
 	}
+}
+
+func sqliteForTest(t *testing.T) Store {
+	s, err := Open(context.Background(), "sqlite://"+filepath.Join(t.TempDir(), "meta.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// testMasterURL is the url test stores lead under.
+const testMasterURL = "http://m1:7070"
+
+// leading makes s the leader of its database.
+func leading(t *testing.T, s Store) Store {
+	if ok, err := s.Lead(context.Background(), testMasterURL); err != nil || !ok {
+		t.Fatalf("store does not lead: %v %v", ok, err)
+	}
+	return s
 }
 
 // PostgresForTest opens a store in a fresh schema of the test PostgreSQL.
@@ -93,7 +109,11 @@ func TestLeadership(t *testing.T) {
 }
 
 func TestConformance(t *testing.T) {
-	for name, open := range engines(t) {
+	all := engines(t)
+	// A store that does not lead works from SQL alone (a master that lost
+	// the lead without noticing yet): the same rules must hold.
+	all["sqlite-unled"] = sqliteForTest
+	for name, open := range all {
 		t.Run(name, func(t *testing.T) {
 			for _, tc := range []struct {
 				name string
@@ -563,14 +583,14 @@ func testSessionQuota(t *testing.T, s Store) {
 
 func testLead(t *testing.T, s Store) {
 	ctx := context.Background()
-	ok, err := s.Lead(ctx, "http://m1:7070")
+	ok, err := s.Lead(ctx, testMasterURL)
 	if err != nil || !ok {
 		t.Fatalf("first master does not lead: %v %v", ok, err)
 	}
-	if ok, _ := s.Lead(ctx, "http://m1:7070"); !ok {
+	if ok, _ := s.Lead(ctx, testMasterURL); !ok {
 		t.Fatal("leader lost leadership by asking again")
 	}
-	if u, err := s.Leader(ctx); err != nil || u != "http://m1:7070" {
+	if u, err := s.Leader(ctx); err != nil || u != testMasterURL {
 		t.Fatalf("leader url %q %v", u, err)
 	}
 }

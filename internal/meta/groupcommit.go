@@ -105,14 +105,24 @@ func (s *sqlStore) runGroup() bool {
 // error that failed them all (begin, lock, commit), or nil with each op's
 // own error in op.err. The transaction is not tied to any one caller's
 // context: a caller that gives up must not fail the others.
-func (s *sqlStore) runBatch(ops []*groupOp) error {
+func (s *sqlStore) runBatch(ops []*groupOp) (err error) {
 	ctx := context.Background()
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
+		s.cache.reset()
 		return wrapDB(err)
 	}
 	defer tx.Rollback()
+	// Whatever did not commit leaves nothing in the session cache.
+	defer func() {
+		if err != nil {
+			s.cache.reset()
+		}
+	}()
 	if err := s.lockSessions(ctx, tx); err != nil {
+		return err
+	}
+	if err := s.beginBatch(ctx, tx); err != nil { // cache.go
 		return err
 	}
 	ran := 0
@@ -133,7 +143,9 @@ func (s *sqlStore) runBatch(ops []*groupOp) error {
 		// Once started, an operation runs to its end whatever its caller
 		// does: a statement cancelled half way would break the connection
 		// under the whole batch.
+		s.cache.journal = journal{}
 		if op.err = runOp(op.fn, tx); op.err != nil {
+			s.opFailed()
 			if _, err := tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT "+sp+"; RELEASE SAVEPOINT "+sp); err != nil {
 				return wrapDB(err)
 			}
@@ -142,11 +154,17 @@ func (s *sqlStore) runBatch(ops []*groupOp) error {
 		}
 		ran++
 	}
+	if err := s.endBatch(ctx, tx, ran > 0); err != nil {
+		return err
+	}
 	if err := tx.Commit(); err != nil {
 		return wrapDB(err)
 	}
 	if s.checks && ran > 0 {
-		return s.checkInvariants(ctx)
+		if err := s.checkInvariants(ctx); err != nil {
+			return err
+		}
+		return s.checkCache(ctx)
 	}
 	return nil
 }

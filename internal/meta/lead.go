@@ -62,6 +62,7 @@ func (s *sqlStore) Lead(ctx context.Context, url string) (bool, error) {
 			if err := l.conn.PingContext(ctx); err != nil {
 				l.conn.Close()
 				l.conn, l.leader = nil, false
+				s.leadTerm.Store(0)
 				return false, nil
 			}
 		}
@@ -109,7 +110,15 @@ func (s *sqlStore) Lead(ctx context.Context, url string) (bool, error) {
 		l.lock = f
 	}
 	l.leader = true
-	_, err := s.db.ExecContext(ctx, s.q(`INSERT INTO cluster_info (k, v) VALUES ('leader', ?) ON CONFLICT (k) DO UPDATE SET v = excluded.v`), url)
+	// A new lead term: the session cache of any master that led before
+	// (this one too) is not used again (cache.go).
+	term, err := s.counter(ctx, s.db, "lead_term", 1)
+	if err != nil {
+		l.releaseLocked()
+		return false, err
+	}
+	s.leadTerm.Store(term)
+	_, err = s.db.ExecContext(ctx, s.q(`INSERT INTO cluster_info (k, v) VALUES ('leader', ?) ON CONFLICT (k) DO UPDATE SET v = excluded.v`), url)
 	return true, wrapDB(err)
 }
 
@@ -126,6 +135,10 @@ func (s *sqlStore) Leader(ctx context.Context) (string, error) {
 func (l *leadership) release() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.releaseLocked()
+}
+
+func (l *leadership) releaseLocked() {
 	if l.conn != nil {
 		// Unlock before the connection goes back to the pool: a pooled
 		// session would keep the lock until the pool closes it.

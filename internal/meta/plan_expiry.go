@@ -24,6 +24,29 @@ import (
 // a file that also holds committed ranges stays reserved and goes with the
 // file.
 
+// expirePlansC is expirePlansTx through the session cache: the leader
+// knows its outstanding plans and their oldest, so most plans run no
+// expiry statement at all. When some plan expires, the expiry runs in SQL
+// as before and the cache forgets its sessions and plans (they reload).
+func (s *sqlStore) expirePlansC(ctx context.Context, tx *sql.Tx, dir string, before int64) error {
+	c := &s.cache
+	if !c.on {
+		return s.expirePlansTx(ctx, tx, dir, before)
+	}
+	if err := s.loadPlans(ctx, tx); err != nil {
+		return err
+	}
+	if len(c.plans) == 0 || c.oldest >= before {
+		return nil
+	}
+	if err := s.expirePlansTx(ctx, tx, dir, before); err != nil {
+		return err
+	}
+	c.sessions = map[string]*cachedSession{}
+	c.dropPlans()
+	return s.loadPlans(ctx, tx)
+}
+
 // expirePlansTx deletes the plans created before before (Unix ns) and
 // removes the session files they leave unused; dir is where session files
 // live (PlanInput.Dir).

@@ -219,10 +219,12 @@ func (s *sqlStore) PutLayout(ctx context.Context, l Layout) error {
 		return err
 	}
 	l.TPSize = max(l.TPSize, 1)
-	return s.tx(ctx, func(tx *sql.Tx) error {
-		if err := s.lockSessions(ctx, tx); err != nil {
-			return err
-		}
+	// Session tables change only in group transactions (cache.go).
+	caller := ctx
+	ctx = context.WithoutCancel(ctx)
+	return s.groupTx(caller, func(tx *sql.Tx) error {
+		s.cache.journal.layouts = append(s.cache.journal.layouts, l.Model)
+		delete(s.cache.layouts, l.Model)
 		// Stored KV is only meaningful in the layout it was written with.
 		old, err := s.layoutTx(ctx, tx, l.Model)
 		if err == nil && old != l {
@@ -269,11 +271,10 @@ func (s *sqlStore) PutPrefix(ctx context.Context, p Prefix) error {
 	if err := checkText("prefix", p.Path, p.Model); err != nil {
 		return err
 	}
-	return s.tx(ctx, func(tx *sql.Tx) error {
-		if err := s.lockSessions(ctx, tx); err != nil {
-			return err
-		}
-		l, err := s.layoutTx(ctx, tx, p.Model)
+	caller := ctx
+	ctx = context.WithoutCancel(ctx)
+	return s.groupTx(caller, func(tx *sql.Tx) error {
+		l, err := s.layoutC(ctx, tx, p.Model)
 		if err != nil {
 			return err
 		}
@@ -385,12 +386,21 @@ func (s *sqlStore) PlanSession(ctx context.Context, in PlanInput) (Plan, error) 
 			return err
 		}
 		now := in.Now.UnixNano()
-		if err := s.expirePlansTx(ctx, tx, in.Dir, in.Now.Add(-in.PlanTTL).UnixNano()); err != nil { // plan_expiry.go
+		if err := s.expirePlansC(ctx, tx, in.Dir, in.Now.Add(-in.PlanTTL).UnixNano()); err != nil { // plan_expiry.go
 			return err
 		}
 		if in.RequestID != "" {
 			var answer string
-			err := tx.QueryRowContext(ctx, s.q(`SELECT answer FROM kv_plans WHERE session_id = ? AND request_id = ?`), in.Session, in.RequestID).Scan(&answer)
+			var err error
+			c := &s.cache
+			if c.on && c.plansLoaded {
+				err = sql.ErrNoRows
+				if id, ok := c.byRequest[in.Session+"\x00"+in.RequestID]; ok {
+					answer, err = c.plans[id].answer, nil
+				}
+			} else {
+				err = tx.QueryRowContext(ctx, s.q(`SELECT answer FROM kv_plans WHERE session_id = ? AND request_id = ?`), in.Session, in.RequestID).Scan(&answer)
+			}
 			switch {
 			case err == nil:
 				if err := json.Unmarshal([]byte(answer), &p); err != nil {
@@ -403,7 +413,7 @@ func (s *sqlStore) PlanSession(ctx context.Context, in PlanInput) (Plan, error) 
 			}
 			// Not outstanding (never made, committed or expired): a new plan.
 		}
-		l, err := s.layoutTx(ctx, tx, in.Model)
+		l, err := s.layoutC(ctx, tx, in.Model)
 		if err != nil {
 			return err
 		}
@@ -411,22 +421,20 @@ func (s *sqlStore) PlanSession(ctx context.Context, in PlanInput) (Plan, error) 
 		if err != nil {
 			return err
 		}
-		sess, ok, err := s.sessionTx(ctx, tx, in.Session)
+		e, ok, err := s.sessionC(ctx, tx, in.Session) // cache.go
 		if err != nil {
 			return err
 		}
-		if ok && sess.model != in.Model {
-			return errs.New(errs.ErrBadRequest, "session %s holds KV of model %s, not %s", in.Session, sess.model, in.Model)
+		if ok && e.row.model != in.Model {
+			return errs.New(errs.ErrBadRequest, "session %s holds KV of model %s, not %s", in.Session, e.row.model, in.Model)
 		}
 		if !ok {
-			if sess, err = s.createSessionTx(ctx, tx, in, l); err != nil {
+			if e, err = s.createSessionTx(ctx, tx, in, l); err != nil {
 				return err
 			}
+			s.cache.putSession(in.Session, e)
 		}
-		ranges, err := s.rangesTx(ctx, tx, in.Session)
-		if err != nil {
-			return err
-		}
+		sess, ranges := e.row, e.ranges
 		n := in.PromptTokens
 		end := n + in.DecodeTokens
 		pt := int64(l.PageTokens)
@@ -483,6 +491,11 @@ func (s *sqlStore) PlanSession(ctx context.Context, in PlanInput) (Plan, error) 
 			if fr.Path, fr.KVStart, err = s.reserveTx(ctx, tx, in, &sess, fr.KVLength); err != nil {
 				return err
 			}
+			if sess.fileSeq != e.row.fileSeq { // a new file
+				n := *e
+				n.row.fileSeq = sess.fileSeq
+				s.cache.putSession(in.Session, &n)
+			}
 			p.Fresh = splitFresh(l, fr, split)
 			if in.Place != nil {
 				if p.FreshFile, p.FreshChunks, err = s.allocFreshTx(ctx, tx, in.Place, fr); err != nil {
@@ -503,20 +516,22 @@ func (s *sqlStore) PlanSession(ctx context.Context, in PlanInput) (Plan, error) 
 		if checked {
 			planned, hashes = n, encodeHashes(pr.hashes[hashFrom:])
 		}
-		if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO kv_plans (id, session_id, token_start, token_length, path, kv_start, kv_length, base_tokens, base_version, created,
-			hash_from, hashes, planned_tokens, split_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`), p.ID, in.Session, fr.TokenStart, fr.TokenLength, fr.Path, fr.KVStart, fr.KVLength,
-			sess.tokens, sess.version, now, hashFrom, hashes, planned, split); err != nil {
-			return wrapDB(err)
-		}
+		// A plan with a request id keeps its answer, for a repeat.
+		answer := ""
 		if in.RequestID != "" {
-			answer, err := json.Marshal(p)
+			a, err := json.Marshal(p)
 			if err != nil {
 				return errs.New(errs.ErrInternal, "plan answer: %v", err)
 			}
-			if _, err := tx.ExecContext(ctx, s.q(`UPDATE kv_plans SET request_id = ?, answer = ? WHERE id = ?`), in.RequestID, string(answer), p.ID); err != nil {
-				return wrapDB(err)
-			}
+			answer = string(a)
 		}
+		if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO kv_plans (id, session_id, token_start, token_length, path, kv_start, kv_length, base_tokens, base_version, created,
+			hash_from, hashes, planned_tokens, split_at, request_id, answer) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`), p.ID, in.Session, fr.TokenStart, fr.TokenLength, fr.Path, fr.KVStart, fr.KVLength,
+			sess.tokens, sess.version, now, hashFrom, hashes, planned, split, in.RequestID, answer); err != nil {
+			return wrapDB(err)
+		}
+		s.cache.addPlan(p.ID, &cachedPlan{session: in.Session, fr: fr, base: sess.version, hashFrom: hashFrom, hashes: hashes, planned: planned,
+			split: split, requestID: in.RequestID, answer: answer, created: now})
 		_, err = tx.ExecContext(ctx, s.q(`UPDATE kv_sessions SET last_used = ? WHERE id = ?`), now, in.Session)
 		return wrapDB(err)
 	})
@@ -586,42 +601,44 @@ func (s *sqlStore) tailDownTx(ctx context.Context, tx *sql.Tx, in PlanInput, ses
 // its ids from position 0, so a second prefix's bytes are not the KV of its
 // tokens after the first (they attend to nothing before them); it is stored,
 // and a plan recomputes it.
-func (s *sqlStore) createSessionTx(ctx context.Context, tx *sql.Tx, in PlanInput, l Layout) (sessionRow, error) {
+func (s *sqlStore) createSessionTx(ctx context.Context, tx *sql.Tx, in PlanInput, l Layout) (*cachedSession, error) {
 	var tokens int64
 	var ids []uint32
+	var ranges []Range
 	for i, path := range in.Prefixes {
 		var model, hexIDs string
 		var n int64
 		err := tx.QueryRowContext(ctx, s.q(`SELECT model, tokens, token_ids FROM kv_prefixes WHERE path = ?`), path).Scan(&model, &n, &hexIDs)
 		if errors.Is(err, sql.ErrNoRows) {
-			return sessionRow{}, errs.New(errs.ErrNotFound, "no registered prefix %s: register it with POST /v1/prefixes", path)
+			return nil, errs.New(errs.ErrNotFound, "no registered prefix %s: register it with POST /v1/prefixes", path)
 		}
 		if err != nil {
-			return sessionRow{}, wrapDB(err)
+			return nil, wrapDB(err)
 		}
 		if model != in.Model {
-			return sessionRow{}, errs.New(errs.ErrBadRequest, "prefix %s holds KV of model %s, not %s", path, model, in.Model)
+			return nil, errs.New(errs.ErrBadRequest, "prefix %s holds KV of model %s, not %s", path, model, in.Model)
 		}
 		if i == 0 && hexIDs != "" {
 			pids, err := decodeIDs(hexIDs)
 			if err != nil {
-				return sessionRow{}, err
+				return nil, err
 			}
 			ids = append(ids, pids...)
 		}
 		if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO kv_ranges (session_id, token_start, token_length, path, kv_start, kv_length)
 			VALUES (?, ?, ?, ?, 0, ?)`), in.Session, tokens, n, path, l.RangeBytes(n)); err != nil {
-			return sessionRow{}, wrapDB(err)
+			return nil, wrapDB(err)
 		}
+		ranges = append(ranges, Range{TokenStart: tokens, TokenLength: n, Path: path, KVLength: l.RangeBytes(n)})
 		tokens += n
 	}
 	now := in.Now.UnixNano()
 	hashes := kvlayout.BlockHashes(ids, l.PageTokens)
 	if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO kv_sessions (id, model, tokens, last_used, created, file_seq, hashes, hashed_tokens) VALUES (?, ?, ?, ?, ?, 0, ?, ?)`),
 		in.Session, in.Model, tokens, now, now, encodeHashes(hashes), len(ids)); err != nil {
-		return sessionRow{}, wrapDB(err)
+		return nil, wrapDB(err)
 	}
-	return sessionRow{model: in.Model, tokens: tokens, hashes: hashes, hashed: int64(len(ids))}, nil
+	return &cachedSession{row: sessionRow{model: in.Model, tokens: tokens, hashes: hashes, hashed: int64(len(ids))}, ranges: ranges}, nil
 }
 
 // reserveTx picks the file for a fresh range and reserves n bytes at its end.
@@ -691,6 +708,7 @@ func (s *sqlStore) enforceQuotaTx(ctx context.Context, tx *sql.Tx, in PlanInput)
 // deleteSessionTx removes a session; files it owns go when no other session
 // (a fork) still references them, else pass to one that does.
 func (s *sqlStore) deleteSessionTx(ctx context.Context, tx *sql.Tx, id string) error {
+	s.cache.dropSession(id)
 	for _, q := range []string{`DELETE FROM kv_ranges WHERE session_id = ?`, `DELETE FROM kv_plans WHERE session_id = ?`} {
 		if _, err := tx.ExecContext(ctx, s.q(q), id); err != nil {
 			return wrapDB(err)
@@ -763,13 +781,14 @@ func (s *sqlStore) CommitSession(ctx context.Context, in CommitInput) (Session, 
 		if err := s.lockSessions(ctx, tx); err != nil {
 			return err
 		}
-		sess, ok, err := s.sessionTx(ctx, tx, id)
+		e, ok, err := s.sessionC(ctx, tx, id) // cache.go
 		if err != nil {
 			return err
 		}
 		if !ok {
 			return errs.New(errs.ErrExists, "session %s is gone (evicted or deleted) since its plan: plan again", id)
 		}
+		sess := e.row
 		if planID == 0 {
 			if !in.Partial || len(in.Saved) == 0 {
 				return errs.New(errs.ErrBadRequest, "commit of session %s names no plan_id and no saved segment: nothing to commit", id)
@@ -780,8 +799,8 @@ func (s *sqlStore) CommitSession(ctx context.Context, in CommitInput) (Session, 
 				// A repeat of a commit that was applied (its answer lost to a
 				// cut): the session holds exactly the saved segments. Bytes
 				// are never rewritten, so a segment belongs to one plan only.
-				if held, err := s.holdsTx(ctx, tx, id, in.Saved); err != nil || held {
-					return err
+				if holds(e.ranges, in.Saved) {
+					return nil
 				}
 				return errs.New(errs.ErrNotFound, "no outstanding plan of session %s reserved %s at byte %d (plans expire, and commit once; was the session evicted?): plan again",
 					id, in.Saved[0].Path, in.Saved[0].KVStart)
@@ -796,17 +815,21 @@ func (s *sqlStore) CommitSession(ctx context.Context, in CommitInput) (Session, 
 		var pc planContent
 		var planHashes string
 		var split int64
-		err = tx.QueryRowContext(ctx, s.q(`SELECT session_id, token_start, token_length, path, kv_start, kv_length, base_version, hash_from, hashes, planned_tokens, split_at
+		if err := s.loadPlans(ctx, tx); err != nil {
+			return err
+		}
+		if c := &s.cache; c.on {
+			err = sql.ErrNoRows
+			if cp, ok := c.plans[planID]; ok {
+				sid, fr, base, pc.from, planHashes, pc.planned, split, err = cp.session, cp.fr, cp.base, cp.hashFrom, cp.hashes, cp.planned, cp.split, nil
+			}
+		} else {
+			err = tx.QueryRowContext(ctx, s.q(`SELECT session_id, token_start, token_length, path, kv_start, kv_length, base_version, hash_from, hashes, planned_tokens, split_at
 			FROM kv_plans WHERE id = ?`), planID).
-			Scan(&sid, &fr.TokenStart, &fr.TokenLength, &fr.Path, &fr.KVStart, &fr.KVLength, &base, &pc.from, &planHashes, &pc.planned, &split)
-		if errors.Is(err, sql.ErrNoRows) {
-			var last int64
-			if err := tx.QueryRowContext(ctx, s.q(`SELECT last_plan FROM kv_sessions WHERE id = ?`), id).Scan(&last); err != nil {
-				return wrapDB(err)
-			}
-			if last == planID {
-				return nil // this very plan was the last commit: a repeat
-			}
+				Scan(&sid, &fr.TokenStart, &fr.TokenLength, &fr.Path, &fr.KVStart, &fr.KVLength, &base, &pc.from, &planHashes, &pc.planned, &split)
+		}
+		if errors.Is(err, sql.ErrNoRows) && e.lastPlan == planID {
+			return nil // this very plan was the last commit: a repeat
 		}
 		if errors.Is(err, sql.ErrNoRows) || (err == nil && sid != id) {
 			return errs.New(errs.ErrNotFound, "no outstanding plan %d for session %s (plans expire, and commit once; was the session evicted?): plan again", planID, id)
@@ -817,7 +840,7 @@ func (s *sqlStore) CommitSession(ctx context.Context, in CommitInput) (Session, 
 		if sess.version != base {
 			return errs.New(errs.ErrExists, "session %s changed since plan %d (another plan committed in between): plan again", id, planID)
 		}
-		l, err := s.layoutTx(ctx, tx, sess.model)
+		l, err := s.layoutC(ctx, tx, sess.model)
 		if err != nil {
 			return err
 		}
@@ -849,15 +872,15 @@ func (s *sqlStore) CommitSession(ctx context.Context, in CommitInput) (Session, 
 		if pc.hashes, err = decodeHashes(planHashes); err != nil {
 			return err
 		}
-		if err := s.replaceRangesTx(ctx, tx, id, l, sess, fr.TokenStart, fresh, pc, in.Now); err != nil {
+		next, err := s.replaceRangesTx(ctx, tx, id, l, e, planID, fr.TokenStart, fresh, pc, in.Now)
+		if err != nil {
 			return err
 		}
 		if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM kv_plans WHERE id = ?`), planID); err != nil {
 			return wrapDB(err)
 		}
-		if _, err := tx.ExecContext(ctx, s.q(`UPDATE kv_sessions SET last_plan = ? WHERE id = ?`), planID, id); err != nil {
-			return wrapDB(err)
-		}
+		s.cache.removePlan(planID)
+		s.cache.putSession(id, next)
 		return nil
 	})
 	if err != nil {
@@ -866,19 +889,14 @@ func (s *sqlStore) CommitSession(ctx context.Context, in CommitInput) (Session, 
 	return s.Session(ctx, id)
 }
 
-// holdsTx reports whether session id's ranges include every one of want,
-// exactly.
-func (s *sqlStore) holdsTx(ctx context.Context, tx *sql.Tx, id string, want []Range) (bool, error) {
-	ranges, err := s.rangesTx(ctx, tx, id)
-	if err != nil {
-		return false, err
-	}
+// holds reports whether ranges include every one of want, exactly.
+func holds(ranges, want []Range) bool {
 	for _, w := range want {
 		if !slices.Contains(ranges, w) {
-			return false, nil
+			return false
 		}
 	}
-	return true, nil
+	return true
 }
 
 // planContent is what a plan row knew of its prompt (content.go).
@@ -887,21 +905,19 @@ type planContent struct {
 	hashes        []BlockHash
 }
 
-// replaceRangesTx cuts session id at token keep and appends fresh
-// (afterCommit), writing only the rows that change, records the hashes of
-// what it now holds (hashesAfterCommit) and counts the change in the
-// session's version.
-func (s *sqlStore) replaceRangesTx(ctx context.Context, tx *sql.Tx, id string, l Layout, sess sessionRow, keep int64, fresh []Range, pc planContent, now time.Time) error {
-	ranges, err := s.rangesTx(ctx, tx, id)
-	if err != nil {
-		return err
-	}
+// replaceRangesTx cuts session id (entry e) at token keep and appends
+// fresh (afterCommit), writing only the rows that change, records the
+// hashes of what it now holds (hashesAfterCommit), counts the change in
+// the session's version and records plan as its last commit. It returns
+// the session's new entry.
+func (s *sqlStore) replaceRangesTx(ctx context.Context, tx *sql.Tx, id string, l Layout, e *cachedSession, plan, keep int64, fresh []Range, pc planContent, now time.Time) (*cachedSession, error) {
+	sess, ranges := e.row, e.ranges
 	next, err := afterCommit(l, ranges, keep, fresh)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM kv_ranges WHERE session_id = ? AND token_start >= ?`), id, keep); err != nil {
-		return wrapDB(err)
+		return nil, wrapDB(err)
 	}
 	var tokens int64
 	for i, r := range next {
@@ -915,17 +931,22 @@ func (s *sqlStore) replaceRangesTx(ctx context.Context, tx *sql.Tx, id string, l
 				r.TokenLength, r.KVLength, id, r.TokenStart)
 		}
 		if err != nil {
-			return wrapDB(err)
+			return nil, wrapDB(err)
 		}
 	}
 	pt := int64(l.PageTokens)
 	hashes, hashed := hashesAfterCommit(pt, sess.hashes, sess.hashed, keep, tokens, pc.from, pc.hashes, pc.planned)
 	if err := checkHashes(pt, hashes, hashed, tokens); err != nil {
-		return err
+		return nil, err
 	}
-	_, err = tx.ExecContext(ctx, s.q(`UPDATE kv_sessions SET tokens = ?, version = version + 1, last_used = ?, hashes = ?, hashed_tokens = ? WHERE id = ?`),
-		tokens, now.UnixNano(), encodeHashes(hashes), hashed, id)
-	return wrapDB(err)
+	if _, err = tx.ExecContext(ctx, s.q(`UPDATE kv_sessions SET tokens = ?, version = version + 1, last_used = ?, hashes = ?, hashed_tokens = ?, last_plan = ? WHERE id = ?`),
+		tokens, now.UnixNano(), encodeHashes(hashes), hashed, plan, id); err != nil {
+		return nil, wrapDB(err)
+	}
+	n := *e
+	n.row.tokens, n.row.version, n.row.hashes, n.row.hashed = tokens, sess.version+1, hashes, hashed
+	n.ranges, n.lastPlan = next, plan
+	return &n, nil
 }
 
 // ForkSession makes dst share src's ranges (no bytes are copied).
@@ -938,25 +959,21 @@ func (s *sqlStore) ForkSession(ctx context.Context, src, dst, requestID string, 
 	if err := checkText("session id", src); err != nil {
 		return err
 	}
-	return s.tx(ctx, func(tx *sql.Tx) error {
-		if err := s.lockSessions(ctx, tx); err != nil {
-			return err
-		}
-		sess, ok, err := s.sessionTx(ctx, tx, src)
+	caller := ctx
+	ctx = context.WithoutCancel(ctx)
+	return s.groupTx(caller, func(tx *sql.Tx) error {
+		e, ok, err := s.sessionC(ctx, tx, src) // cache.go
 		if err != nil {
 			return err
 		}
 		if !ok {
 			return errs.New(errs.ErrNotFound, "no session %s", src)
 		}
-		if _, exists, err := s.sessionTx(ctx, tx, dst); err != nil {
+		sess := e.row
+		if d, exists, err := s.sessionC(ctx, tx, dst); err != nil {
 			return err
 		} else if exists {
-			var made string
-			if err := tx.QueryRowContext(ctx, s.q(`SELECT fork_request FROM kv_sessions WHERE id = ?`), dst).Scan(&made); err != nil {
-				return wrapDB(err)
-			}
-			if requestID != "" && made == requestID {
+			if requestID != "" && d.forkReq == requestID {
 				return nil // a repeat of the fork that made it
 			}
 			return errs.New(errs.ErrExists, "session %s already exists", dst)
@@ -975,10 +992,9 @@ func (s *sqlStore) DeleteSession(ctx context.Context, id string) error {
 	if err := checkText("session id", id); err != nil {
 		return err
 	}
-	return s.tx(ctx, func(tx *sql.Tx) error {
-		if err := s.lockSessions(ctx, tx); err != nil {
-			return err
-		}
+	caller := ctx
+	ctx = context.WithoutCancel(ctx)
+	return s.groupTx(caller, func(tx *sql.Tx) error {
 		return s.deleteSessionTx(ctx, tx, id)
 	})
 }

@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/gd2fs/gd2fs/errs"
@@ -28,6 +29,11 @@ type sqlStore struct {
 	// group batches session transactions into one SQL transaction
 	// (groupcommit.go).
 	group groupCommit
+	// cache is the session table in the leader's memory (cache.go), used
+	// only by the runner of group transactions; leadTerm is the lead term
+	// this store took the lead under (0: it does not lead).
+	cache    sessionCache
+	leadTerm atomic.Int64
 }
 
 // Open opens the store named by dsn:
@@ -103,6 +109,10 @@ var schema = []string{
 	`CREATE TABLE IF NOT EXISTS counters (k TEXT PRIMARY KEY, v BIGINT NOT NULL)`,
 	`INSERT INTO counters (k, v) VALUES ('epoch', 1) ON CONFLICT (k) DO NOTHING`,
 	`INSERT INTO counters (k, v) VALUES ('next_id', 0) ON CONFLICT (k) DO NOTHING`,
+	// lead_term counts the times a master took the lead; sessions_gen the
+	// session batches written without the leader's cache (cache.go).
+	`INSERT INTO counters (k, v) VALUES ('lead_term', 0) ON CONFLICT (k) DO NOTHING`,
+	`INSERT INTO counters (k, v) VALUES ('sessions_gen', 0) ON CONFLICT (k) DO NOTHING`,
 	`CREATE TABLE IF NOT EXISTS cluster_info (k TEXT PRIMARY KEY, v TEXT NOT NULL)`,
 	`CREATE TABLE IF NOT EXISTS servers (id TEXT PRIMARY KEY, addr TEXT NOT NULL, mem_cap BIGINT NOT NULL, disk_cap BIGINT NOT NULL)`,
 	`CREATE TABLE IF NOT EXISTS pools (name TEXT PRIMARY KEY, replicas INTEGER NOT NULL)`,
@@ -218,6 +228,7 @@ func (s *sqlStore) addColumns(ctx context.Context, x execer) error {
 
 func (s *sqlStore) Close() error {
 	s.lead.release()
+	s.leadTerm.Store(0)
 	return s.db.Close()
 }
 

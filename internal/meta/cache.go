@@ -1,0 +1,347 @@
+package meta
+
+import (
+	"context"
+	"database/sql"
+	"reflect"
+
+	"github.com/gd2fs/gd2fs/errs"
+)
+
+// The session table in the leader's memory (docs/kv-cache.md, "The
+// session table in the leader's memory"). A plan or a commit reads a
+// session's row, its ranges, its model's layout and the outstanding plans;
+// here the leading store keeps what it has read and written of them, so a
+// plan or commit reads none of it from SQL. Every change is still written
+// to SQL in the same (group) transaction as before, and nobody is answered
+// before that transaction commits: the cache is write-through, a crash
+// loses nothing acknowledged, and SQL stays the truth every other reader
+// (Session, Sessions, the invariants, a new leader) reads.
+//
+// What keeps the cache equal to SQL:
+//
+//   - Only the runner of group transactions touches it (one batch at a time
+//     per store), and every operation that writes session tables runs as a
+//     group operation (plans, commits, forks, deletions, layouts, prefixes).
+//   - A batch uses it only when this store leads under the current lead
+//     term: Lead increments counters.lead_term when it takes the lead, and
+//     each batch reads the term under the sessions lock. A master that lost
+//     the lead without noticing yet (its lock's connection dropped) sees a
+//     newer term and works from SQL, as before the cache.
+//   - A batch that wrote session tables without the cache (a store that does
+//     not lead, or one whose term is old) increments counters.sessions_gen
+//     in its transaction; a leader whose cache was built under another
+//     generation drops it. So no writer anywhere leaves a leader's cache
+//     stale.
+//   - An operation that fails is rolled back to its savepoint: whatever it
+//     loaded or changed in the cache is dropped with it (the journal). A
+//     batch whose COMMIT fails drops the whole cache.
+//
+// With GD2FS_META_INVARIANTS=1 every batch ends by comparing each cached
+// entry with SQL (checkCache), so every test of sessions tests the cache.
+type sessionCache struct {
+	on       bool  // this batch may use the cache
+	term     int64 // lead term the cache was built under
+	gen      int64 // sessions_gen it was built under
+	sessions map[string]*cachedSession
+	layouts  map[string]Layout
+	// plans holds every outstanding plan when plansLoaded (then a plan or
+	// request id not in it is not outstanding); oldest is at most the
+	// creation time of the oldest of them (expiry needs no SQL before it).
+	plans       map[int64]*cachedPlan
+	byRequest   map[string]int64 // session + "\x00" + request id -> plan id
+	plansLoaded bool
+	oldest      int64
+	journal     journal
+}
+
+// cachedSession is a session's row and ranges as in SQL.
+type cachedSession struct {
+	row      sessionRow
+	ranges   []Range
+	lastPlan int64
+	forkReq  string
+}
+
+// cachedPlan is a kv_plans row.
+type cachedPlan struct {
+	session   string
+	fr        Range
+	base      int64
+	hashFrom  int64
+	hashes    string
+	planned   int64
+	split     int64
+	requestID string
+	answer    string
+	created   int64
+}
+
+// journal is what the running operation put into the cache, dropped if it
+// fails.
+type journal struct {
+	sessions []string
+	layouts  []string
+	plans    bool
+}
+
+func (c *sessionCache) reset() {
+	c.sessions = map[string]*cachedSession{}
+	c.layouts = map[string]Layout{}
+	c.dropPlans()
+}
+
+func (c *sessionCache) dropPlans() {
+	c.plans = map[int64]*cachedPlan{}
+	c.byRequest = map[string]int64{}
+	c.plansLoaded = false
+	c.oldest = 0
+}
+
+// beginBatch decides, inside the batch's transaction and under the
+// sessions lock, whether the batch uses the cache.
+func (s *sqlStore) beginBatch(ctx context.Context, tx *sql.Tx) error {
+	c := &s.cache
+	var term, gen int64
+	if err := tx.QueryRowContext(ctx, `SELECT (SELECT v FROM counters WHERE k = 'lead_term'), (SELECT v FROM counters WHERE k = 'sessions_gen')`).Scan(&term, &gen); err != nil {
+		return wrapDB(err)
+	}
+	mine := s.leadTerm.Load()
+	c.on = mine > 0 && mine == term
+	if !c.on || c.term != term || c.gen != gen || c.sessions == nil {
+		c.reset()
+		c.term, c.gen = term, gen
+	}
+	c.journal = journal{}
+	return nil
+}
+
+// endBatch runs after the batch's operations, before COMMIT: a batch that
+// wrote session tables without the cache tells every cache so.
+func (s *sqlStore) endBatch(ctx context.Context, tx *sql.Tx, wrote bool) error {
+	if s.cache.on || !wrote {
+		return nil
+	}
+	_, err := tx.ExecContext(ctx, `UPDATE counters SET v = v + 1 WHERE k = 'sessions_gen'`)
+	return wrapDB(err)
+}
+
+// opFailed drops what a failed operation put into the cache (SQL rolled
+// it back to the operation's savepoint).
+func (s *sqlStore) opFailed() {
+	c := &s.cache
+	for _, id := range c.journal.sessions {
+		delete(c.sessions, id)
+	}
+	for _, m := range c.journal.layouts {
+		delete(c.layouts, m)
+	}
+	if c.journal.plans {
+		c.dropPlans()
+	}
+	c.journal = journal{}
+}
+
+// touchSession records that the running operation changes session id's
+// cache entry (or loads it).
+func (c *sessionCache) touchSession(id string) { c.journal.sessions = append(c.journal.sessions, id) }
+
+// dropSession forgets session id and its plans.
+func (c *sessionCache) dropSession(id string) {
+	if !c.on {
+		return
+	}
+	c.touchSession(id)
+	delete(c.sessions, id)
+	c.journal.plans = true
+	for pid, p := range c.plans {
+		if p.session == id {
+			c.removePlan(pid)
+		}
+	}
+}
+
+func (c *sessionCache) removePlan(id int64) {
+	c.journal.plans = true
+	if p, ok := c.plans[id]; ok {
+		if p.requestID != "" {
+			delete(c.byRequest, p.session+"\x00"+p.requestID)
+		}
+		delete(c.plans, id)
+	}
+}
+
+func (c *sessionCache) addPlan(id int64, p *cachedPlan) {
+	c.journal.plans = true
+	if !c.plansLoaded {
+		return
+	}
+	c.plans[id] = p
+	if p.requestID != "" {
+		c.byRequest[p.session+"\x00"+p.requestID] = id
+	}
+	if len(c.plans) == 1 || p.created < c.oldest {
+		c.oldest = p.created
+	}
+}
+
+// layoutC is layoutTx through the cache.
+func (s *sqlStore) layoutC(ctx context.Context, tx *sql.Tx, model string) (Layout, error) {
+	c := &s.cache
+	if c.on {
+		if l, ok := c.layouts[model]; ok {
+			c.journal.layouts = append(c.journal.layouts, model)
+			return l, nil
+		}
+	}
+	l, err := s.layoutTx(ctx, tx, model)
+	if err == nil && c.on {
+		c.journal.layouts = append(c.journal.layouts, model)
+		c.layouts[model] = l
+	}
+	return l, err
+}
+
+// sessionC is a session's row and ranges through the cache; the entry is
+// the cache's own (change it only with touchSession first), or a fresh one
+// when the cache is off. ok is false when there is no such session.
+func (s *sqlStore) sessionC(ctx context.Context, tx *sql.Tx, id string) (*cachedSession, bool, error) {
+	c := &s.cache
+	if c.on {
+		if e, ok := c.sessions[id]; ok {
+			c.touchSession(id) // an operation that fails forgets what it read
+			return e, true, nil
+		}
+	}
+	e, ok, err := s.loadSession(ctx, tx, id)
+	if err != nil || !ok {
+		return nil, ok, err
+	}
+	if c.on {
+		c.touchSession(id)
+		c.sessions[id] = e
+	}
+	return e, true, nil
+}
+
+func (s *sqlStore) loadSession(ctx context.Context, x execer, id string) (*cachedSession, bool, error) {
+	row, ok, err := s.sessionTx(ctx, x, id)
+	if err != nil || !ok {
+		return nil, ok, err
+	}
+	e := &cachedSession{row: row}
+	if err := x.QueryRowContext(ctx, s.q(`SELECT last_plan, fork_request FROM kv_sessions WHERE id = ?`), id).Scan(&e.lastPlan, &e.forkReq); err != nil {
+		return nil, false, wrapDB(err)
+	}
+	if e.ranges, err = s.rangesTx(ctx, x, id); err != nil {
+		return nil, false, err
+	}
+	return e, true, nil
+}
+
+// putSession records session id's new entry (the operation wrote it to SQL).
+func (c *sessionCache) putSession(id string, e *cachedSession) {
+	if !c.on {
+		return
+	}
+	c.touchSession(id)
+	c.sessions[id] = e
+}
+
+// loadPlans fills the cache with every outstanding plan, once per cache.
+func (s *sqlStore) loadPlans(ctx context.Context, tx *sql.Tx) error {
+	c := &s.cache
+	if !c.on || c.plansLoaded {
+		return nil
+	}
+	ps, err := s.allPlans(ctx, tx)
+	if err != nil {
+		return err
+	}
+	c.journal.plans = true
+	c.plansLoaded = true
+	for id, p := range ps {
+		c.addPlan(id, p)
+	}
+	return nil
+}
+
+func (s *sqlStore) allPlans(ctx context.Context, x execer) (map[int64]*cachedPlan, error) {
+	rows, err := x.QueryContext(ctx, `SELECT id, session_id, token_start, token_length, path, kv_start, kv_length, base_version, hash_from, hashes,
+		planned_tokens, split_at, request_id, answer, created FROM kv_plans`)
+	if err != nil {
+		return nil, wrapDB(err)
+	}
+	defer rows.Close()
+	out := map[int64]*cachedPlan{}
+	for rows.Next() {
+		var id int64
+		p := &cachedPlan{}
+		if err := rows.Scan(&id, &p.session, &p.fr.TokenStart, &p.fr.TokenLength, &p.fr.Path, &p.fr.KVStart, &p.fr.KVLength, &p.base, &p.hashFrom, &p.hashes,
+			&p.planned, &p.split, &p.requestID, &p.answer, &p.created); err != nil {
+			return nil, wrapDB(err)
+		}
+		out[id] = p
+	}
+	return out, wrapDB(rows.Err())
+}
+
+// checkCache compares every cached entry with SQL (GD2FS_META_INVARIANTS=1),
+// after a batch committed.
+func (s *sqlStore) checkCache(ctx context.Context) error {
+	c := &s.cache
+	if !c.on {
+		return nil
+	}
+	for id, e := range c.sessions {
+		got, ok, err := s.loadSession(ctx, s.db, id)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return errs.New(errs.ErrInternal, "session cache holds session %s, which SQL does not", id)
+		}
+		if !reflect.DeepEqual(normal(got), normal(e)) {
+			return errs.New(errs.ErrInternal, "session cache differs from SQL for %s:\ncache %+v\nsql   %+v", id, *e, *got)
+		}
+	}
+	for m, l := range c.layouts {
+		got, err := s.layoutTx(ctx, s.db, m)
+		if err != nil || got != l {
+			return errs.New(errs.ErrInternal, "layout cache differs from SQL for %s: %+v, %+v %v", m, l, got, err)
+		}
+	}
+	if c.plansLoaded {
+		ps, err := s.allPlans(ctx, s.db)
+		if err != nil {
+			return err
+		}
+		if !reflect.DeepEqual(ps, c.plans) {
+			return errs.New(errs.ErrInternal, "plan cache differs from SQL: %d plans cached, %d in SQL", len(c.plans), len(ps))
+		}
+		for id, p := range ps {
+			if p.created < c.oldest {
+				return errs.New(errs.ErrInternal, "plan %d created at %d, before the cache's oldest %d", id, p.created, c.oldest)
+			}
+			if p.requestID != "" && c.byRequest[p.session+"\x00"+p.requestID] != id {
+				return errs.New(errs.ErrInternal, "plan %d's request %q not indexed", id, p.requestID)
+			}
+		}
+		if len(c.byRequest) > len(ps) {
+			return errs.New(errs.ErrInternal, "request index has %d entries for %d plans", len(c.byRequest), len(ps))
+		}
+	}
+	return nil
+}
+
+// normal makes nil and empty slices compare equal.
+func normal(e *cachedSession) cachedSession {
+	x := *e
+	if len(x.ranges) == 0 {
+		x.ranges = nil
+	}
+	if len(x.row.hashes) == 0 {
+		x.row.hashes = nil
+	}
+	return x
+}

@@ -1,0 +1,118 @@
+package meta
+
+import (
+	"context"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+)
+
+// TestCacheStaleLeader: a master that lost the lead without noticing (its
+// lock gone, its process still answering) must not plan from its session
+// cache, and the new leader's cache must not miss what that old master
+// then wrote. Master a plans and commits turns of session x (x is in a's
+// cache); a's lock goes, b leads, deletes x and makes it again with other
+// content. a plans and commits a rewind of x, which must start from b's x
+// (a's cache is of an older term), and b must see a's rewind: b's next
+// plan stores only ranges x holds in SQL. The lead term and the sessions
+// generation of cache.go are each needed: without either, b plans from
+// the x of its own last turn — 40 tokens where x holds 28 others.
+func TestCacheStaleLeader(t *testing.T) {
+	dsns := map[string]func(t *testing.T) string{
+		"sqlite":   func(t *testing.T) string { return "sqlite://" + filepath.Join(t.TempDir(), "meta.db") },
+		"postgres": func(t *testing.T) string { return PostgresDSNForTest(t) },
+	}
+	for name, mk := range dsns {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			dsn := mk(t)
+			open := func() *sqlStore {
+				s, err := Open(ctx, dsn)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { s.Close() })
+				return s.(*sqlStore)
+			}
+			a, b := open(), open()
+			if ok, err := a.Lead(ctx, "http://a"); !ok || err != nil {
+				t.Fatalf("a: %v %v", ok, err)
+			}
+			l := Layout{Model: "m", Layers: 2, KVHeads: 1, HeadDim: 8, DType: "fp16", PageTokens: 4, Order: "page_first"}
+			if err := a.PutLayout(ctx, l); err != nil {
+				t.Fatal(err)
+			}
+			ids := func(first uint32, n int) []uint32 {
+				out := make([]uint32, n)
+				for i := range out {
+					out[i] = first + uint32(i)
+				}
+				return out
+			}
+			turn := func(s *sqlStore, prompt []uint32) Plan {
+				t.Helper()
+				p, err := s.PlanSession(ctx, PlanInput{Session: "x", Model: "m", TokenIDs: prompt, Dir: "/kv-sessions", Pool: "perf",
+					ChunkSize: 1 << 20, PlanTTL: time.Hour, Now: time.Now(),
+					Place: func(fileID, idx int64) ([]string, error) { return []string{"s1"}, nil }})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := s.CommitSession(ctx, CommitInput{Session: "x", PlanID: p.ID, Written: true, Now: time.Now()}); err != nil {
+					t.Fatal(err)
+				}
+				return p
+			}
+			// storedInSQL: every stored range of p is one x holds now, or
+			// its first pages.
+			storedInSQL := func(who string, p Plan) {
+				t.Helper()
+				x, err := b.Session(ctx, "x")
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, r := range p.Stored {
+					if !slices.ContainsFunc(x.Ranges, func(h Range) bool {
+						return h.Path == r.Path && h.TokenStart == r.TokenStart && h.KVStart == r.KVStart && h.TokenLength >= r.TokenLength && h.KVLength >= r.KVLength
+					}) {
+						t.Fatalf("%s planned x with stored range %+v, which x does not hold (it holds %+v): a stale session cache", who, r, x.Ranges)
+					}
+				}
+			}
+			first := ids(100, 40)
+			turn(a, first)
+			turn(a, first[:32]) // a rewind: x is in a's cache, read and written
+
+			a.lead.release() // a's lock is gone; a has not noticed (its term stays)
+			if ok, err := b.Lead(ctx, "http://b"); !ok || err != nil {
+				t.Fatalf("b: %v %v", ok, err)
+			}
+			if err := b.DeleteSession(ctx, "x"); err != nil {
+				t.Fatal(err)
+			}
+			turn(b, ids(900, 40)) // x again, other content
+
+			// A rewind to 20 tokens and 8 new ones: x's ranges change.
+			p, err := a.PlanSession(ctx, PlanInput{Session: "x", Model: "m", UnsafeCountOnly: true, PromptTokens: 20, DecodeTokens: 8, Dir: "/kv-sessions", Pool: "perf",
+				ChunkSize: 1 << 20, PlanTTL: time.Hour, Now: time.Now(), Place: func(fileID, idx int64) ([]string, error) { return []string{"s1"}, nil }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			storedInSQL("the old leader", p)
+			if _, err := a.CommitSession(ctx, CommitInput{Session: "x", PlanID: p.ID, Written: true, Now: time.Now()}); err != nil {
+				t.Fatal(err)
+			}
+			// a committed x from SQL; b's cache (x from its own turn) must
+			// not be used as it was.
+			p, err = b.PlanSession(ctx, PlanInput{Session: "x", Model: "m", UnsafeCountOnly: true, PromptTokens: 60, Dir: "/kv-sessions", Pool: "perf",
+				ChunkSize: 1 << 20, PlanTTL: time.Hour, Now: time.Now()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			storedInSQL("the leader", p)
+			if _, err := b.CommitSession(ctx, CommitInput{Session: "x", PlanID: p.ID, Written: true, Now: time.Now()}); err != nil {
+				t.Fatalf("the leader's commit after the old leader's: %v", err)
+			}
+		})
+	}
+}
