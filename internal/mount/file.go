@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -240,14 +241,14 @@ func (n *fileNode) Read(ctx context.Context, fh fs.FileHandle, dest []byte, off 
 	return nil, syscall.EBADF
 }
 
-// readAt returns the bytes at off (len(dest) at most): in dest, or a view
-// of a block of the shared reader.
-func (n *fileNode) readAt(ctx context.Context, dest []byte, off int64) ([]byte, error) {
+// read returns the bytes at off (len(dest) at most): in dest, or as a
+// reply pointing into the shared reader's blocks.
+func (n *fileNode) read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, error) {
 	n.mu.Lock()
 	size, blob, fill := n.info.Size, n.blob, n.fill
 	n.mu.Unlock()
 	if off >= size {
-		return nil, nil
+		return fuse.ReadResultData(nil), nil
 	}
 	if int64(len(dest)) > size-off {
 		dest = dest[:size-off]
@@ -258,7 +259,7 @@ func (n *fileNode) readAt(ctx context.Context, dest []byte, off int64) ([]byte, 
 		if err == io.EOF && k == len(dest) {
 			err = nil
 		}
-		return dest[:k], err
+		return fuse.ReadResultData(dest[:k]), err
 	}
 	if fill != nil {
 		done := fill.Filled()
@@ -266,7 +267,7 @@ func (n *fileNode) readAt(ctx context.Context, dest []byte, off int64) ([]byte, 
 		// reading the bytes twice; far past it, the servers answer.
 		if off < done+n.m.opts.ReadAhead && fill.WaitFor(ctx, end) == nil {
 			if k, err := fill.ReadAt(dest, off); err == nil || (err == io.EOF && k == len(dest)) {
-				return dest[:k], nil
+				return fuse.ReadResultData(dest[:k]), nil
 			}
 		}
 		if ctx.Err() != nil {
@@ -279,7 +280,7 @@ func (n *fileNode) readAt(ctx context.Context, dest []byte, off int64) ([]byte, 
 	n.mu.Lock()
 	rd := n.rd
 	n.mu.Unlock()
-	return rd.readAt(ctx, dest, off)
+	return rd.read(ctx, off, len(dest))
 }
 
 // readHandle is an open of a file for reading.
@@ -315,12 +316,15 @@ func (h *readHandle) PassthroughFd() (int, bool) {
 }
 
 func (h *readHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
-	h.n.m.reads.Add(1)
-	b, err := h.n.readAt(ctx, dest, off)
+	st := &h.n.m.stats
+	st.reads.Add(1)
+	st.readBytes.Add(int64(len(dest)))
+	storeMax(&st.largestRead, int64(len(dest)))
+	res, err := h.n.read(ctx, dest, off)
 	if err != nil {
 		return nil, errno(err)
 	}
-	return fuse.ReadResultData(b), 0
+	return res, 0
 }
 
 func (h *readHandle) Release(ctx context.Context) syscall.Errno {
@@ -346,4 +350,14 @@ func (h *readHandle) Release(ctx context.Context) syscall.Errno {
 		}
 	}
 	return 0
+}
+
+// storeMax raises a to v if v is larger.
+func storeMax(a *atomic.Int64, v int64) {
+	for {
+		l := a.Load()
+		if v <= l || a.CompareAndSwap(l, v) {
+			return
+		}
+	}
 }

@@ -639,7 +639,7 @@ func TestHotCache(t *testing.T) {
 			t.Fatal(err)
 		}
 		unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
-		reads := m.reads.Load()
+		reads := m.stats.reads.Load()
 		got := make([]byte, len(want))
 		if _, err := f.ReadAt(got, 0); err != nil || !bytes.Equal(got, want) {
 			t.Fatalf("hot read: %v", err)
@@ -652,8 +652,8 @@ func TestHotCache(t *testing.T) {
 			t.Fatal("hot mmap differs")
 		}
 		unix.Munmap(mm)
-		if pt && m.reads.Load() != reads {
-			t.Fatalf("passthrough on, yet the daemon served %d reads of a hot file", m.reads.Load()-reads)
+		if pt && m.stats.reads.Load() != reads {
+			t.Fatalf("passthrough on, yet the daemon served %d reads of a hot file", m.stats.reads.Load()-reads)
 		}
 		f.Close()
 	}
@@ -701,4 +701,35 @@ func TestBlockMemoryBound(t *testing.T) {
 	testutil.Eventually(t, 10*time.Second, func() (bool, string) {
 		return m.mem.Load() == 0, fmt.Sprintf("%d block bytes held with no file open", m.mem.Load())
 	})
+}
+
+// TestSequentialReadOnce: a cold sequential read through the mount (cat's
+// 1 MiB reads under the kernel's read-ahead) asks the servers for every
+// byte of the file once: read-ahead drops no block before the kernel has
+// had it. (The first reader kept blocks least recently used first, up to a
+// bound the kernel's read-ahead outran: 1.5x the file.)
+func TestSequentialReadOnce(t *testing.T) {
+	e := setup(t, nil)
+	want := testutil.RandomBytes(96<<20+12345, 11)
+	e.put(t, "/s/big", want)
+	m, cl := e.mountFS(t, Options{Root: "/s"})
+	f, err := os.Open(filepath.Join(m.Dir(), "big"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.CopyBuffer(h, struct{ io.Reader }{f}, make([]byte, 1<<20)); err != nil {
+		t.Fatal(err)
+	}
+	if got, exp := h.Sum(nil), sha256.Sum256(want); !bytes.Equal(got, exp[:]) {
+		t.Fatal("the read through the mount returned other bytes")
+	}
+	got, st := cl.ReadStats().FromServers, m.Stats()
+	ratio := float64(got) / float64(len(want))
+	t.Logf("%d bytes from servers for a %d-byte file (%.3fx); %d read requests of %d bytes on average, the largest %d; %d blocks fetched, %d bytes dropped unread",
+		got, len(want), ratio, st.Reads, st.ReadBytes/max(st.Reads, 1), st.LargestRead, st.Blocks, st.DroppedUnread)
+	if ratio > 1.05 {
+		t.Fatalf("a sequential read fetched %.2fx the file from the servers (%d bytes of blocks dropped before the kernel asked for them)", ratio, st.DroppedUnread)
+	}
 }
