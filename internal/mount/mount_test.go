@@ -712,7 +712,7 @@ func TestBlockMemoryBound(t *testing.T) {
 func TestSequentialReadOnce(t *testing.T) {
 	e := setup(t, nil)
 	want := testutil.RandomBytes(256<<20+12345, 11)
-	f, err := e.cl.Create(context.Background(), "/s/big", client.CreateOptions{}) // the default chunk size
+	f, err := e.cl.Create(context.Background(), "/s/big", client.CreateOptions{Pool: "perf"}) // one copy, the default chunk size (as gd2fs-bench mount)
 	if err != nil {
 		t.Fatal(err)
 	}
