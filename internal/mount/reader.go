@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"sync"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -21,12 +22,15 @@ import (
 // requests in flight. A block is dropped as soon as every page of it has
 // been handed to the kernel (it is in the page cache now; asking again
 // would only follow an eviction there). Until then it is kept: read-ahead
-// never pushes out a block a reader has not had yet, it stops instead
-// (the window is full) and goes on when blocks are delivered. An earlier
-// version kept the least recently used blocks up to a bound: the kernel's
-// own 64 MiB read-ahead put its requests behind the reader's window, the
-// window evicted blocks before the kernel asked for them, and a
-// sequential read fetched 1.5x the file (see docs/mount.md).
+// never pushes out a block a reader may still ask for, it stops instead
+// (the window is full) and goes on as blocks are delivered; only stale
+// blocks (no read for two windows' worth of reads: every reader is past
+// them, or went away) make room for it. Blocks just delivered are not
+// fetched ahead again. An earlier version kept the least recently used
+// blocks up to a bound: the kernel's own 64 MiB read-ahead put its
+// requests behind the reader's window, the window evicted blocks before
+// the kernel asked for them, and a sequential read fetched 1.3-1.5x the
+// file, two readers at once 2x (see docs/mount.md).
 type reader struct {
 	m      *FS
 	f      *client.File
@@ -37,14 +41,17 @@ type reader struct {
 
 	mu     sync.Mutex
 	blocks map[int64]*block
-	seen   map[int64]uint64 // blocks read lately (tick): the sequential test
-	// Blocks handed whole to the kernel lately (tick): read-ahead skips
+	seen   map[int64]int64 // blocks read lately (clock): the sequential test
+	// Blocks handed whole to the kernel lately (clock): read-ahead skips
 	// them. The kernel's requests run in parallel and out of order, so a
 	// late request for a block behind starts read-ahead over blocks
 	// already delivered and dropped.
-	gone map[int64]uint64
-	tick   uint64
-	closed bool // dropped by its inode: blocks still arriving are not kept
+	gone map[int64]int64
+	// clock counts the bytes asked of this reader: a block not read for
+	// stale bytes of reads (twice the blocks the reader holds) was passed
+	// by every reader, or fetched for one that went away.
+	clock, stale int64
+	closed       bool // dropped by its inode: blocks still arriving are not kept
 }
 
 type block struct {
@@ -52,8 +59,7 @@ type block struct {
 	done chan struct{} // closed when buf or err is set
 	buf  []byte        // from FS.bufs
 	err  error
-	used uint64 // tick of the last read (LRU among blocks being read)
-	read bool   // a read asked for it (else it was fetched ahead and waits)
+	used int64 // clock at its fetch or last read
 	// Pages not yet handed to the kernel, one bit each.
 	pending []uint64
 	left    int
@@ -69,8 +75,9 @@ const pageSize = 4096
 func newReader(m *FS, f *client.File) *reader {
 	bs := m.opts.BlockSize
 	w := m.opts.ReadAhead / bs
-	return &reader{m: m, f: f, size: f.Size(), bs: bs, window: w, max: int(2*w) + 4,
-		blocks: map[int64]*block{}, seen: map[int64]uint64{}, gone: map[int64]uint64{}}
+	max := 2*w + 4
+	return &reader{m: m, f: f, size: f.Size(), bs: bs, window: w, max: int(max), stale: 2 * max * bs,
+		blocks: map[int64]*block{}, seen: map[int64]int64{}, gone: map[int64]int64{}}
 }
 
 // read returns the bytes at off, n at most (fewer at the end of the file),
@@ -83,11 +90,11 @@ func (r *reader) read(ctx context.Context, off int64, n int) (fuse.ReadResult, e
 	end := min(off+int64(n), r.size)
 	first, last := off/r.bs, (end-1)/r.bs
 	r.mu.Lock()
-	r.tick++
+	r.clock += end - off
 	want := make([]*block, 0, last-first+1)
 	for i := first; i <= last; i++ {
-		b := r.get(i, first, false)
-		b.read, b.used = true, r.tick
+		b := r.get(i, false)
+		b.used = r.clock
 		b.refs++ // this read's; kept as the reply's or undone below
 		want = append(want, b)
 	}
@@ -99,13 +106,13 @@ func (r *reader) read(ctx context.Context, off int64, n int) (fuse.ReadResult, e
 			if _, ok := r.gone[i]; ok {
 				continue
 			}
-			if r.get(i, first, true) == nil {
+			if r.get(i, true) == nil {
 				break // the window or the mount's block memory is full
 			}
 		}
 	}
 	for i := first; i <= last; i++ {
-		remember(r.seen, i, r.tick, 64)
+		remember(r.seen, i, r.clock, 64)
 	}
 	r.mu.Unlock()
 
@@ -160,20 +167,20 @@ func (r *reader) delivered(b *block, d []byte) {
 		}
 	}
 	if b.left == 0 {
-		remember(r.gone, b.i, r.tick, int(4*r.window)+16)
+		remember(r.gone, b.i, r.clock, int(4*r.window)+16)
 		r.drop(b)
 	}
 }
 
-// remember records i at tick in m, forgetting the oldest entry past
+// remember records i at clock t in m, forgetting the oldest entry past
 // limit.
-func remember(m map[int64]uint64, i int64, tick uint64, limit int) {
-	m[i] = tick
+func remember(m map[int64]int64, i, t int64, limit int) {
+	m[i] = t
 	if len(m) <= limit {
 		return
 	}
 	var old int64
-	oldest := ^uint64(0)
+	oldest := int64(math.MaxInt64)
 	for k, t := range m {
 		if t < oldest {
 			old, oldest = k, t
@@ -183,24 +190,23 @@ func remember(m map[int64]uint64, i int64, tick uint64, limit int) {
 }
 
 // get returns block i, starting its fetch when absent. A block fetched
-// ahead (ahead of a read of block from) is not started, and get returns
-// nil, when the reader holds its most blocks after dropping those a window
-// behind from, or when the mount's blocks hold Options.Memory; a block a
-// read waits for always is. r.mu is held.
-func (r *reader) get(i, from int64, ahead bool) *block {
+// ahead is not started, and get returns nil, when the reader holds its
+// most blocks and none is stale, or when the mount's blocks hold
+// Options.Memory; a block a read waits for always is. r.mu is held.
+func (r *reader) get(i int64, ahead bool) *block {
 	if b, ok := r.blocks[i]; ok {
 		return b
 	}
 	delete(r.gone, i) // asked again: the kernel dropped its pages
 	n := min(r.bs, r.size-i*r.bs)
 	if len(r.blocks) >= r.max {
-		r.evict(from, ahead)
+		r.evict(ahead)
 	}
 	if ahead && (len(r.blocks) >= r.max || r.m.mem.Load()+n > r.m.opts.Memory) {
 		return nil
 	}
 	pages := (n + pageSize - 1) / pageSize
-	b := &block{i: i, done: make(chan struct{}), buf: r.m.getBuf(n), pending: make([]uint64, (pages+63)/64), left: int(pages), refs: 1}
+	b := &block{i: i, done: make(chan struct{}), buf: r.m.getBuf(n), used: r.clock, pending: make([]uint64, (pages+63)/64), left: int(pages), refs: 1}
 	for p := int64(0); p < pages; p++ {
 		b.pending[p/64] |= 1 << (p % 64)
 	}
@@ -256,23 +262,10 @@ func (r *reader) unref(b *block) {
 	}
 }
 
-// evict drops finished blocks (never one in flight) down to the bound,
-// for a read of block from. For read-ahead (ahead) only blocks a window
-// or more behind from go: a sequential reader is past them (pages the
-// kernel found in its cache and never asked for leave such blocks), while
-// nearer ones still have requests coming, out of order. For a block a
-// read waits for, any: those behind from first, then those read least
-// recently, blocks fetched ahead and not yet read last. r.mu is held.
-func (r *reader) evict(from int64, ahead bool) {
-	rank := func(b *block) int {
-		switch {
-		case b.i < from:
-			return 0
-		case b.read:
-			return 1
-		}
-		return 2
-	}
+// evict drops finished blocks (never one in flight), least recently read
+// or fetched first, down to the bound: for read-ahead (ahead) only stale
+// ones, for a block a read waits for any. r.mu is held.
+func (r *reader) evict(ahead bool) {
 	for len(r.blocks) >= r.max {
 		var victim *block
 		for _, b := range r.blocks {
@@ -281,14 +274,11 @@ func (r *reader) evict(from int64, ahead bool) {
 			default:
 				continue // in flight
 			}
-			if ahead && b.i > from-r.window {
-				continue
-			}
-			if victim == nil || rank(b) < rank(victim) || rank(b) == rank(victim) && b.used < victim.used {
+			if victim == nil || b.used < victim.used {
 				victim = b
 			}
 		}
-		if victim == nil {
+		if victim == nil || ahead && r.clock-victim.used <= r.stale {
 			return
 		}
 		r.drop(victim)
