@@ -36,6 +36,7 @@ type fileNode struct {
 	// plain handle is open.
 	opens, plain, pt int
 	w                *writeHandle // this mount is writing the file
+	unlinked         string       // unlinked while open: removed on the cluster at the last close
 }
 
 var (
@@ -337,6 +338,11 @@ func (h *readHandle) Release(ctx context.Context) syscall.Errno {
 	} else {
 		n.plain--
 	}
+	if n.opens == 0 && n.unlinked != "" {
+		p := n.unlinked
+		n.unlinked = ""
+		go n.m.removeUnlinked(p, n)
+	}
 	if n.opens == 0 {
 		// Nothing open: free the blocks, and let the cache evict the local
 		// copy (an open file is never evicted). The page cache stays.
@@ -360,4 +366,59 @@ func storeMax(a *atomic.Int64, v int64) {
 			return
 		}
 	}
+}
+
+// unlinkLater hides p and leaves its removal to the last close, if the
+// file is open for reading here.
+func (n *fileNode) unlinkLater(p string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.opens == 0 || n.w != nil {
+		return false
+	}
+	n.unlinked = p
+	n.m.hide.Lock()
+	n.m.hiddenPaths[p] = n
+	n.m.hide.Unlock()
+	return true
+}
+
+// hidden reports whether p was unlinked here while open (still on the
+// cluster until its last close).
+func (m *FS) hidden(p string) bool {
+	m.hide.Lock()
+	defer m.hide.Unlock()
+	_, ok := m.hiddenPaths[p]
+	return ok
+}
+
+// removeUnlinked removes p on the cluster, unless its name was taken by a
+// new file meanwhile (removeHidden removed it then).
+func (m *FS) removeUnlinked(p string, n *fileNode) {
+	m.hide.Lock()
+	if m.hiddenPaths[p] != n {
+		m.hide.Unlock()
+		return
+	}
+	delete(m.hiddenPaths, p)
+	m.hide.Unlock()
+	if err := m.cl.Remove(m.ctx, p); err != nil && m.ctx.Err() == nil {
+		m.opts.Log.Warn("an unlinked file was closed; removing it on the cluster failed (remove it again)", "file", p, "err", err)
+	}
+}
+
+// removeHidden removes p on the cluster now if it was unlinked here while
+// open, so a new file can take the name.
+func (m *FS) removeHidden(ctx context.Context, p string) error {
+	m.hide.Lock()
+	n, ok := m.hiddenPaths[p]
+	delete(m.hiddenPaths, p)
+	m.hide.Unlock()
+	if !ok {
+		return nil
+	}
+	n.mu.Lock()
+	n.unlinked = ""
+	n.mu.Unlock()
+	return m.cl.Remove(ctx, p)
 }

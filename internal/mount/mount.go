@@ -71,6 +71,8 @@ type FS struct {
 	why         string       // why passthrough is off
 	mem         atomic.Int64 // bytes of reader blocks held or being fetched
 	bufs        sync.Pool    // *[]byte of BlockSize: block buffers
+	hide        sync.Mutex
+	hiddenPaths map[string]*fileNode // unlinked while open (file.go)
 	stats       struct {
 		reads, readBytes, largestRead atomic.Int64
 		blocks, droppedUnread         atomic.Int64
@@ -147,7 +149,7 @@ func Mount(dir string, o Options) (*FS, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	m := &FS{opts: o, cl: o.Client, dir: abs, ctx: ctx, cancel: cancel}
+	m := &FS{opts: o, cl: o.Client, dir: abs, ctx: ctx, cancel: cancel, hiddenPaths: map[string]*fileNode{}}
 	root := &dirNode{m: m, path: o.Root}
 	m.root = root
 	zero := time.Duration(0)

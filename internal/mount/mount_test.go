@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gd2fs/gd2fs/client"
+	"github.com/gd2fs/gd2fs/errs"
 	"github.com/gd2fs/gd2fs/internal/cluster"
 	"github.com/gd2fs/gd2fs/internal/cold"
 	"github.com/gd2fs/gd2fs/internal/s3test"
@@ -759,5 +760,55 @@ func TestSequentialReadOnce(t *testing.T) {
 				t.Fatalf("%d sequential readers fetched %.2fx the file from the servers (%d bytes of blocks dropped before the kernel asked for them)", streams, ratio, st.DroppedUnread)
 			}
 		})
+	}
+}
+
+// TestUnlinkOpenFile: a file unlinked through the mount while a process
+// has it open keeps reading whole (POSIX); the name is gone at once, and
+// the file is removed on the cluster when the last descriptor closes.
+// (Before, the unlink removed it on the cluster at once, and the servers
+// free a removed file's chunks at their next heartbeat: reads then fail.)
+func TestUnlinkOpenFile(t *testing.T) {
+	e := setup(t, nil)
+	want := testutil.RandomBytes(6<<20+5, 21)
+	e.put(t, "/u/f.bin", want)
+	m, _ := e.mountFS(t, Options{Root: "/u"})
+	p := filepath.Join(m.Dir(), "f.bin")
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	head := make([]byte, 4096)
+	if _, err := io.ReadFull(f, head); err != nil || !bytes.Equal(head, want[:4096]) {
+		t.Fatalf("read before the unlink: %v", err)
+	}
+	if err := os.Remove(p); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("stat after unlink: %v, want ENOENT", err)
+	}
+	if es, err := os.ReadDir(m.Dir()); err != nil || len(es) != 0 {
+		t.Fatalf("the folder after unlink: %v %v, want empty", es, err)
+	}
+	if _, err := e.cl.Stat(context.Background(), "/u/f.bin"); err != nil {
+		t.Fatalf("the file on the cluster while still open here: %v (removed: its chunks go at the next heartbeat, and the open reader with them)", err)
+	}
+	rest, err := io.ReadAll(f)
+	if err != nil || !bytes.Equal(rest, want[4096:]) {
+		t.Fatalf("the open file after its unlink: %d bytes, %v", len(rest), err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The kernel sends the release after close returns.
+	testutil.Eventually(t, 10*time.Second, func() (bool, string) {
+		_, err := e.cl.Stat(context.Background(), "/u/f.bin")
+		return errors.Is(err, errs.ErrNotFound), fmt.Sprintf("stat on the cluster after the last close: %v, want not found", err)
+	})
+	// The name is free again.
+	if err := os.WriteFile(p, []byte("new"), 0o644); err != nil {
+		t.Fatal(err)
 	}
 }
