@@ -41,6 +41,9 @@ which at start ("passthrough=on" or "passthrough=off" and why).
 Writes: create a new file, write it sequentially, close: close seals it (cp, torch.save,
 safetensors save_file). Overwriting a sealed file is EPERM, writing out of order
 EOPNOTSUPP, rename EXDEV (mv and shutil.move then copy); docs/mount.md has the table.
+A writer killed by a signal leaves its file unsealed with the bytes it wrote (remove it
+and write again). A file unlinked while processes here still read it is removed on the
+cluster at their last close.
 
 If the daemon is killed (kill -9), the mountpoint answers "Transport endpoint is not
 connected" until 'gd2fs umount MOUNTPOINT' (or fusermount3 -u) clears it.`,

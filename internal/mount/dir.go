@@ -66,6 +66,9 @@ func (d *dirNode) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttr
 }
 
 func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if d.m.hidden(d.child(name)) {
+		return nil, syscall.ENOENT
+	}
 	fi, err := d.m.cl.Stat(ctx, d.child(name))
 	if err != nil {
 		return nil, errno(err)
@@ -100,6 +103,9 @@ func (d *dirNode) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
 	}
 	out := make([]fuse.DirEntry, 0, len(es))
 	for _, e := range es {
+		if d.m.hidden(e.Path) {
+			continue
+		}
 		mode := uint32(syscall.S_IFREG)
 		if e.IsDir {
 			mode = syscall.S_IFDIR
@@ -125,8 +131,18 @@ func (d *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse
 	return d.m.inode(ctx, &d.Inode, fi, out), 0
 }
 
+// Unlink removes the file on the cluster, or, while processes here have
+// it open for reading, hides the name and removes the file when the last
+// of them closes it: POSIX readers of an unlinked file keep reading, and
+// the servers free a removed file's chunks at their next heartbeat.
 func (d *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
-	return errno(d.m.cl.Remove(ctx, d.child(name)))
+	p := d.child(name)
+	if ch := d.GetChild(name); ch != nil {
+		if n, ok := ch.Operations().(*fileNode); ok && n.unlinkLater(p) {
+			return 0
+		}
+	}
+	return errno(d.m.cl.Remove(ctx, p))
 }
 
 func (d *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
@@ -155,6 +171,9 @@ func (d *dirNode) Mknod(ctx context.Context, name string, mode uint32, dev uint3
 // Create makes a new file, open for sequential writing (write.go).
 func (d *dirNode) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
 	p := d.child(name)
+	if err := d.m.removeHidden(ctx, p); err != nil { // the name is free now: its readers here lose the old file
+		return nil, nil, 0, errno(err)
+	}
 	f, err := d.m.cl.Create(ctx, p, client.CreateOptions{Pool: d.m.opts.Pool, ChunkSize: d.m.opts.ChunkSize})
 	if err != nil {
 		return nil, nil, 0, errno(err)

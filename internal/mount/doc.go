@@ -15,10 +15,12 @@
 // The kernel asks for at most 1 MiB per request. Under it, one reader per
 // inode (shared by every open handle and process) reads the file in blocks
 // of Options.BlockSize through the SDK; concurrent misses of one block wait
-// on one fetch, and a read that follows the block before it starts the
+// on one fetch, and a read that follows a block read lately starts the
 // next Options.ReadAhead bytes as parallel block fetches (client.File
 // spreads them over servers; linked files fill from S3 once per cluster,
-// on the servers).
+// on the servers). A block is dropped once the kernel has had all its
+// pages, and read-ahead never evicts a block a reader may still ask for
+// (reader.go says why): a sequential read fetches each byte once.
 //
 // # The hot tier
 //
@@ -38,7 +40,9 @@
 // # Writes
 //
 // The honest subset: create a new file, write it from offset 0 onwards
-// without gaps, close: close (the first flush) commits and seals it. The
+// without gaps, close: close (the first flush) commits and seals it. A
+// writer killed by a signal (its exit code, read at the flush the kernel
+// sends as it dies) leaves the file committed and unsealed instead. The
 // rest answers (see docs/mount.md):
 //
 //	open for writing an existing file, O_TRUNC     EPERM (sealed files are immutable)
@@ -49,7 +53,8 @@
 //	link, symlink, mknod                           EPERM
 //	setxattr                                       EOPNOTSUPP
 //	chmod, chown, utimes                           accepted, not stored
-//	unlink, mkdir, rmdir (empty)                   done on the cluster
+//	unlink, mkdir, rmdir (empty)                   done on the cluster (a file open for
+//	                                               reading here: at its last close)
 //	any op on a read-only mount                    EROFS
 //
 // SDK errors map once (errno.go): not found ENOENT, exists EEXIST, not

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -35,6 +36,7 @@ type fileNode struct {
 	// plain handle is open.
 	opens, plain, pt int
 	w                *writeHandle // this mount is writing the file
+	unlinked         string       // unlinked while open: removed on the cluster at the last close
 }
 
 var (
@@ -240,14 +242,14 @@ func (n *fileNode) Read(ctx context.Context, fh fs.FileHandle, dest []byte, off 
 	return nil, syscall.EBADF
 }
 
-// readAt returns the bytes at off (len(dest) at most): in dest, or a view
-// of a block of the shared reader.
-func (n *fileNode) readAt(ctx context.Context, dest []byte, off int64) ([]byte, error) {
+// read returns the bytes at off (len(dest) at most): in dest, or as a
+// reply pointing into the shared reader's blocks.
+func (n *fileNode) read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, error) {
 	n.mu.Lock()
 	size, blob, fill := n.info.Size, n.blob, n.fill
 	n.mu.Unlock()
 	if off >= size {
-		return nil, nil
+		return fuse.ReadResultData(nil), nil
 	}
 	if int64(len(dest)) > size-off {
 		dest = dest[:size-off]
@@ -258,7 +260,7 @@ func (n *fileNode) readAt(ctx context.Context, dest []byte, off int64) ([]byte, 
 		if err == io.EOF && k == len(dest) {
 			err = nil
 		}
-		return dest[:k], err
+		return fuse.ReadResultData(dest[:k]), err
 	}
 	if fill != nil {
 		done := fill.Filled()
@@ -266,7 +268,7 @@ func (n *fileNode) readAt(ctx context.Context, dest []byte, off int64) ([]byte, 
 		// reading the bytes twice; far past it, the servers answer.
 		if off < done+n.m.opts.ReadAhead && fill.WaitFor(ctx, end) == nil {
 			if k, err := fill.ReadAt(dest, off); err == nil || (err == io.EOF && k == len(dest)) {
-				return dest[:k], nil
+				return fuse.ReadResultData(dest[:k]), nil
 			}
 		}
 		if ctx.Err() != nil {
@@ -279,7 +281,7 @@ func (n *fileNode) readAt(ctx context.Context, dest []byte, off int64) ([]byte, 
 	n.mu.Lock()
 	rd := n.rd
 	n.mu.Unlock()
-	return rd.readAt(ctx, dest, off)
+	return rd.read(ctx, off, len(dest))
 }
 
 // readHandle is an open of a file for reading.
@@ -315,12 +317,15 @@ func (h *readHandle) PassthroughFd() (int, bool) {
 }
 
 func (h *readHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
-	h.n.m.reads.Add(1)
-	b, err := h.n.readAt(ctx, dest, off)
+	st := &h.n.m.stats
+	st.reads.Add(1)
+	st.readBytes.Add(int64(len(dest)))
+	storeMax(&st.largestRead, int64(len(dest)))
+	res, err := h.n.read(ctx, dest, off)
 	if err != nil {
 		return nil, errno(err)
 	}
-	return fuse.ReadResultData(b), 0
+	return res, 0
 }
 
 func (h *readHandle) Release(ctx context.Context) syscall.Errno {
@@ -332,6 +337,11 @@ func (h *readHandle) Release(ctx context.Context) syscall.Errno {
 		n.pt--
 	} else {
 		n.plain--
+	}
+	if n.opens == 0 && n.unlinked != "" {
+		p := n.unlinked
+		n.unlinked = ""
+		go n.m.removeUnlinked(p, n)
 	}
 	if n.opens == 0 {
 		// Nothing open: free the blocks, and let the cache evict the local
@@ -346,4 +356,69 @@ func (h *readHandle) Release(ctx context.Context) syscall.Errno {
 		}
 	}
 	return 0
+}
+
+// storeMax raises a to v if v is larger.
+func storeMax(a *atomic.Int64, v int64) {
+	for {
+		l := a.Load()
+		if v <= l || a.CompareAndSwap(l, v) {
+			return
+		}
+	}
+}
+
+// unlinkLater hides p and leaves its removal to the last close, if the
+// file is open for reading here.
+func (n *fileNode) unlinkLater(p string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.opens == 0 || n.w != nil {
+		return false
+	}
+	n.unlinked = p
+	n.m.hide.Lock()
+	n.m.hiddenPaths[p] = n
+	n.m.hide.Unlock()
+	return true
+}
+
+// hidden reports whether p was unlinked here while open (still on the
+// cluster until its last close).
+func (m *FS) hidden(p string) bool {
+	m.hide.Lock()
+	defer m.hide.Unlock()
+	_, ok := m.hiddenPaths[p]
+	return ok
+}
+
+// removeUnlinked removes p on the cluster, unless its name was taken by a
+// new file meanwhile (removeHidden removed it then).
+func (m *FS) removeUnlinked(p string, n *fileNode) {
+	m.hide.Lock()
+	if m.hiddenPaths[p] != n {
+		m.hide.Unlock()
+		return
+	}
+	delete(m.hiddenPaths, p)
+	m.hide.Unlock()
+	if err := m.cl.Remove(m.ctx, p); err != nil && m.ctx.Err() == nil {
+		m.opts.Log.Warn("an unlinked file was closed; removing it on the cluster failed (remove it again)", "file", p, "err", err)
+	}
+}
+
+// removeHidden removes p on the cluster now if it was unlinked here while
+// open, so a new file can take the name.
+func (m *FS) removeHidden(ctx context.Context, p string) error {
+	m.hide.Lock()
+	n, ok := m.hiddenPaths[p]
+	delete(m.hiddenPaths, p)
+	m.hide.Unlock()
+	if !ok {
+		return nil
+	}
+	n.mu.Lock()
+	n.unlinked = ""
+	n.mu.Unlock()
+	return m.cl.Remove(ctx, p)
 }

@@ -12,6 +12,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -68,8 +69,46 @@ type FS struct {
 	root        *dirNode
 	passthrough bool
 	why         string       // why passthrough is off
-	reads       atomic.Int64 // read requests this process served (none for passthrough files)
 	mem         atomic.Int64 // bytes of reader blocks held or being fetched
+	bufs        sync.Pool    // *[]byte of BlockSize: block buffers
+	hide        sync.Mutex
+	hiddenPaths map[string]*fileNode // unlinked while open (file.go)
+	stats       struct {
+		reads, readBytes, largestRead atomic.Int64
+		blocks, droppedUnread         atomic.Int64
+	}
+}
+
+// Stats count what the mount did since it was mounted.
+type Stats struct {
+	// Reads and ReadBytes are the read requests this process served (none
+	// for passthrough files) and the bytes asked for in them; LargestRead
+	// the largest request (the kernel's max_read and read-ahead decide).
+	Reads, ReadBytes, LargestRead int64
+	// Blocks is the number of blocks fetched from the servers;
+	// DroppedUnread the bytes of blocks dropped before the kernel asked for
+	// them (fetched again if it does).
+	Blocks, DroppedUnread int64
+}
+
+// Stats returns the mount's counters.
+func (m *FS) Stats() Stats {
+	return Stats{Reads: m.stats.reads.Load(), ReadBytes: m.stats.readBytes.Load(), LargestRead: m.stats.largestRead.Load(),
+		Blocks: m.stats.blocks.Load(), DroppedUnread: m.stats.droppedUnread.Load()}
+}
+
+// getBuf returns a block buffer of n bytes (n <= BlockSize), reused.
+func (m *FS) getBuf(n int64) []byte {
+	if p, ok := m.bufs.Get().(*[]byte); ok {
+		return (*p)[:n]
+	}
+	return make([]byte, n, m.opts.BlockSize)
+}
+
+// putBuf gives back a buffer from getBuf that nothing points into.
+func (m *FS) putBuf(b []byte) {
+	b = b[:cap(b)]
+	m.bufs.Put(&b)
 }
 
 // Mount mounts o.Root at dir and serves it until Unmount. The caller must
@@ -110,7 +149,7 @@ func Mount(dir string, o Options) (*FS, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	m := &FS{opts: o, cl: o.Client, dir: abs, ctx: ctx, cancel: cancel}
+	m := &FS{opts: o, cl: o.Client, dir: abs, ctx: ctx, cancel: cancel, hiddenPaths: map[string]*fileNode{}}
 	root := &dirNode{m: m, path: o.Root}
 	m.root = root
 	zero := time.Duration(0)

@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gd2fs/gd2fs/client"
+	"github.com/gd2fs/gd2fs/errs"
 	"github.com/gd2fs/gd2fs/internal/cluster"
 	"github.com/gd2fs/gd2fs/internal/cold"
 	"github.com/gd2fs/gd2fs/internal/s3test"
@@ -639,7 +640,7 @@ func TestHotCache(t *testing.T) {
 			t.Fatal(err)
 		}
 		unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
-		reads := m.reads.Load()
+		reads := m.stats.reads.Load()
 		got := make([]byte, len(want))
 		if _, err := f.ReadAt(got, 0); err != nil || !bytes.Equal(got, want) {
 			t.Fatalf("hot read: %v", err)
@@ -652,8 +653,8 @@ func TestHotCache(t *testing.T) {
 			t.Fatal("hot mmap differs")
 		}
 		unix.Munmap(mm)
-		if pt && m.reads.Load() != reads {
-			t.Fatalf("passthrough on, yet the daemon served %d reads of a hot file", m.reads.Load()-reads)
+		if pt && m.stats.reads.Load() != reads {
+			t.Fatalf("passthrough on, yet the daemon served %d reads of a hot file", m.stats.reads.Load()-reads)
 		}
 		f.Close()
 	}
@@ -701,4 +702,113 @@ func TestBlockMemoryBound(t *testing.T) {
 	testutil.Eventually(t, 10*time.Second, func() (bool, string) {
 		return m.mem.Load() == 0, fmt.Sprintf("%d block bytes held with no file open", m.mem.Load())
 	})
+}
+
+// TestSequentialReadOnce: cold sequential reads through the mount (cat's
+// 1 MiB reads under the kernel's 64 MiB read-ahead) ask the servers for
+// every byte of the file once: read-ahead drops no block before the
+// kernel has had it, and fetches none twice. One reader over the file, and
+// two over its halves at once (a loader reading tensors in parallel).
+// (The first reader kept blocks least recently used first, up to a bound
+// the kernel's read-ahead outran: one reader 1.0-1.3x, two 1.9-2.4x.)
+func TestSequentialReadOnce(t *testing.T) {
+	e := setup(t, nil)
+	want := testutil.RandomBytes(192<<20+12345, 11)
+	f, err := e.cl.Create(context.Background(), "/s/big", client.CreateOptions{Pool: "perf"}) // one copy, the default chunk size (as gd2fs-bench mount)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(want); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, streams := range []int{1, 2} {
+		t.Run(fmt.Sprintf("%d readers", streams), func(t *testing.T) {
+			m, cl := e.mountFS(t, Options{Root: "/s"}) // a fresh page cache
+			errc := make(chan error, streams)
+			hs := make([][]byte, streams)
+			for s := range streams {
+				go func() {
+					r, err := os.Open(filepath.Join(m.Dir(), "big"))
+					if err != nil {
+						errc <- err
+						return
+					}
+					defer r.Close()
+					lo, hi := int64(len(want))*int64(s)/int64(streams), int64(len(want))*int64(s+1)/int64(streams)
+					h := sha256.New()
+					_, err = io.CopyBuffer(h, io.NewSectionReader(r, lo, hi-lo), make([]byte, 1<<20))
+					hs[s] = h.Sum(nil)
+					if exp := sha256.Sum256(want[lo:hi]); err == nil && !bytes.Equal(hs[s], exp[:]) {
+						err = fmt.Errorf("bytes %d-%d: the read through the mount returned other bytes", lo, hi)
+					}
+					errc <- err
+				}()
+			}
+			for range streams {
+				if err := <-errc; err != nil {
+					t.Fatal(err)
+				}
+			}
+			got, st := cl.ReadStats().FromServers, m.Stats()
+			ratio := float64(got) / float64(len(want))
+			t.Logf("%d bytes from servers for a %d-byte file (%.3fx); %d read requests of %d bytes on average, the largest %d; %d blocks fetched, %d bytes dropped unread",
+				got, len(want), ratio, st.Reads, st.ReadBytes/max(st.Reads, 1), st.LargestRead, st.Blocks, st.DroppedUnread)
+			if ratio > 1.05 {
+				t.Fatalf("%d sequential readers fetched %.2fx the file from the servers (%d bytes of blocks dropped before the kernel asked for them)", streams, ratio, st.DroppedUnread)
+			}
+		})
+	}
+}
+
+// TestUnlinkOpenFile: a file unlinked through the mount while a process
+// has it open keeps reading whole (POSIX); the name is gone at once, and
+// the file is removed on the cluster when the last descriptor closes.
+// (Before, the unlink removed it on the cluster at once, and the servers
+// free a removed file's chunks at their next heartbeat: reads then fail.)
+func TestUnlinkOpenFile(t *testing.T) {
+	e := setup(t, nil)
+	want := testutil.RandomBytes(6<<20+5, 21)
+	e.put(t, "/u/f.bin", want)
+	m, _ := e.mountFS(t, Options{Root: "/u"})
+	p := filepath.Join(m.Dir(), "f.bin")
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	head := make([]byte, 4096)
+	if _, err := io.ReadFull(f, head); err != nil || !bytes.Equal(head, want[:4096]) {
+		t.Fatalf("read before the unlink: %v", err)
+	}
+	if err := os.Remove(p); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("stat after unlink: %v, want ENOENT", err)
+	}
+	if es, err := os.ReadDir(m.Dir()); err != nil || len(es) != 0 {
+		t.Fatalf("the folder after unlink: %v %v, want empty", es, err)
+	}
+	if _, err := e.cl.Stat(context.Background(), "/u/f.bin"); err != nil {
+		t.Fatalf("the file on the cluster while still open here: %v (removed: its chunks go at the next heartbeat, and the open reader with them)", err)
+	}
+	rest, err := io.ReadAll(f)
+	if err != nil || !bytes.Equal(rest, want[4096:]) {
+		t.Fatalf("the open file after its unlink: %d bytes, %v", len(rest), err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The kernel sends the release after close returns.
+	testutil.Eventually(t, 10*time.Second, func() (bool, string) {
+		_, err := e.cl.Stat(context.Background(), "/u/f.bin")
+		return errors.Is(err, errs.ErrNotFound), fmt.Sprintf("stat on the cluster after the last close: %v, want not found", err)
+	})
+	// The name is free again.
+	if err := os.WriteFile(p, []byte("new"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 }

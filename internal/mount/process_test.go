@@ -3,6 +3,7 @@ package mount
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -148,5 +149,69 @@ func TestUnmountOpenFilesAndKill9(t *testing.T) {
 	}
 	if _, err := os.ReadDir(dir); err != nil {
 		t.Fatalf("the mountpoint after unmount: %v", err)
+	}
+}
+
+// TestKilledWriter: a writer killed by a signal mid-file leaves the bytes
+// it wrote committed and the file unsealed (not passed off as complete; a
+// mode of 0644, not 0444, through the mount); the same writer ending
+// normally seals its file. (Before, both were sealed: the kernel flushes a
+// killed process's descriptors like any close.)
+func TestKilledWriter(t *testing.T) {
+	if _, err := os.Stat("/usr/bin/python3"); err != nil {
+		t.Skipf("the writer is a python3 script: %v", err)
+	}
+	e := setup(t, nil)
+	if err := e.cl.Mkdir(context.Background(), "/w"); err != nil {
+		t.Fatal(err)
+	}
+	m, _ := e.mountFS(t, Options{Root: "/w"})
+	const n = 3 << 20
+	// One process writes (a descriptor closed anywhere, a dup in a child
+	// too, is a close that seals), says so, then waits or ends.
+	writer := func(name, end string) *exec.Cmd {
+		cmd := exec.Command("/usr/bin/python3", "-c", `import sys, time
+f = open(sys.argv[1], "wb", buffering=0)
+f.write(bytes(`+fmt.Sprint(n)+`))
+print("written", flush=True)
+if sys.argv[2] == "wait":
+    time.sleep(600)
+f.close()`, filepath.Join(m.Dir(), name), end)
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		if line, err := bufio.NewReader(out).ReadString('\n'); line != "written\n" {
+			t.Fatalf("writer: %q %v", line, err)
+		}
+		return cmd
+	}
+	w := writer("killed.bin", "wait")
+	w.Process.Kill()
+	if err := w.Wait(); err == nil {
+		t.Fatal("the killed writer exited 0")
+	}
+	// The exit waited for the close (FUSE flush), so the file is settled.
+	fi, err := e.cl.Stat(context.Background(), "/w/killed.bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Sealed || fi.Size != n {
+		t.Fatalf("a killed writer's file: sealed %v, %d bytes; want unsealed with the %d bytes written", fi.Sealed, fi.Size, n)
+	}
+	st, err := os.Stat(filepath.Join(m.Dir(), "killed.bin"))
+	if err != nil || st.Mode().Perm() != 0o644 || st.Size() != n {
+		t.Fatalf("the killed writer's file through the mount: %v %v", st, err)
+	}
+
+	w = writer("done.bin", "close")
+	if err := w.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := e.cl.Stat(context.Background(), "/w/done.bin"); err != nil || !fi.Sealed || fi.Size != n {
+		t.Fatalf("a writer that ended: %+v %v, want sealed with %d bytes", fi, err, n)
 	}
 }

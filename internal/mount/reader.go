@@ -4,122 +4,219 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"sync"
 
-	"github.com/gd2fs/gd2fs/errs"
+	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/gd2fs/gd2fs/client"
+	"github.com/gd2fs/gd2fs/errs"
 )
 
 // reader reads one file from the servers in blocks, for every handle of
 // its inode: concurrent misses of one block (eight processes faulting the
 // same pages) wait on one fetch, and a read that follows the block before
-// it fetches the next ReadAhead bytes in parallel. Blocks are kept, least
-// recently used out, up to the read-ahead window plus a few: the kernel's
-// page cache is the real cache, this only bridges the requests in flight.
+// it fetches the next blocks ahead, in parallel.
+//
+// The kernel's page cache is the real cache; blocks only bridge the
+// requests in flight. A block is dropped as soon as every page of it has
+// been handed to the kernel (it is in the page cache now; asking again
+// would only follow an eviction there). Until then it is kept: read-ahead
+// never pushes out a block a reader may still ask for, it stops instead
+// (the window is full) and goes on as blocks are delivered; only stale
+// blocks (no read for two windows' worth of reads: every reader is past
+// them, or went away) make room for it. Blocks just delivered are not
+// fetched ahead again. An earlier version kept the least recently used
+// blocks up to a bound: the kernel's own 64 MiB read-ahead put its
+// requests behind the reader's window, the window evicted blocks before
+// the kernel asked for them, and a sequential read fetched 1.3-1.5x the
+// file, two readers at once 2x (see docs/mount.md).
 type reader struct {
 	m      *FS
 	f      *client.File
 	size   int64
 	bs     int64
 	window int64 // blocks fetched ahead of a sequential reader
-	max    int   // blocks kept
+	max    int   // blocks held: read-ahead stops there
 
 	mu     sync.Mutex
 	blocks map[int64]*block
-	tick   uint64
-	closed bool // dropped by its inode: blocks still arriving are not kept
+	seen   map[int64]int64 // blocks read lately (clock): the sequential test
+	// Blocks handed whole to the kernel lately (clock): read-ahead skips
+	// them. The kernel's requests run in parallel and out of order, so a
+	// late request for a block behind starts read-ahead over blocks
+	// already delivered and dropped.
+	gone map[int64]int64
+	// clock counts the bytes asked of this reader: a block not read for
+	// stale bytes of reads (twice the blocks the reader holds) was passed
+	// by every reader, or fetched for one that went away.
+	clock, stale int64
+	closed       bool // dropped by its inode: blocks still arriving are not kept
 }
 
 type block struct {
+	i    int64
 	done chan struct{} // closed when buf or err is set
-	buf  []byte
+	buf  []byte        // from FS.bufs
 	err  error
-	used uint64
+	used int64 // clock at its fetch or last read
+	// Pages not yet handed to the kernel, one bit each.
+	pending []uint64
+	left    int
+	// refs counts the fetch and the replies that still point into buf;
+	// out is set once it left r.blocks. buf goes back to the pool when
+	// both say so: a reply is written to the kernel after Read returns.
+	refs int
+	out  bool
 }
+
+const pageSize = 4096
 
 func newReader(m *FS, f *client.File) *reader {
 	bs := m.opts.BlockSize
 	w := m.opts.ReadAhead / bs
-	return &reader{m: m, f: f, size: f.Size(), bs: bs, window: w, max: int(w) + 8, blocks: map[int64]*block{}}
+	max := 2*w + 4
+	return &reader{m: m, f: f, size: f.Size(), bs: bs, window: w, max: int(max), stale: 2 * max * bs,
+		blocks: map[int64]*block{}, seen: map[int64]int64{}, gone: map[int64]int64{}}
 }
 
-// readAt returns the bytes at off, len(dest) at most (fewer at the end of
-// the file): a view of the block when they lie inside one (blocks are
-// never written after their fetch, so the reply is sent straight from it),
-// else copied into dest.
-func (r *reader) readAt(ctx context.Context, dest []byte, off int64) ([]byte, error) {
-	if off >= r.size || len(dest) == 0 {
-		return nil, nil
+// read returns the bytes at off, n at most (fewer at the end of the file),
+// as a reply that points into the blocks (no copy; the blocks are kept
+// until the kernel has the bytes).
+func (r *reader) read(ctx context.Context, off int64, n int) (fuse.ReadResult, error) {
+	if off >= r.size || n <= 0 {
+		return fuse.ReadResultData(nil), nil
 	}
-	if int64(len(dest)) > r.size-off {
-		dest = dest[:r.size-off]
-	}
-	first, last := off/r.bs, (off+int64(len(dest))-1)/r.bs
+	end := min(off+int64(n), r.size)
+	first, last := off/r.bs, (end-1)/r.bs
 	r.mu.Lock()
+	r.clock += end - off
 	want := make([]*block, 0, last-first+1)
 	for i := first; i <= last; i++ {
-		want = append(want, r.get(i, false))
+		b := r.get(i, false)
+		b.used = r.clock
+		b.refs++ // this read's; kept as the reply's or undone below
+		want = append(want, b)
 	}
 	// Sequential: this read starts at the file's head or follows a block
-	// already fetched.
-	if _, ok := r.blocks[first-1]; ok || first == 0 {
+	// read lately.
+	_, follows := r.seen[first-1]
+	if follows || first == 0 {
 		for i := last + 1; i <= last+r.window && i*r.bs < r.size; i++ {
+			if _, ok := r.gone[i]; ok {
+				continue
+			}
 			if r.get(i, true) == nil {
-				break // the mount's block memory is spent: no more ahead
+				break // the window or the mount's block memory is full
 			}
 		}
 	}
-	r.evict()
+	for i := first; i <= last; i++ {
+		remember(r.seen, i, r.clock, 64)
+	}
 	r.mu.Unlock()
-	n := 0
+
+	reply := &blockReply{r: r, blocks: want}
 	for k, b := range want {
+		var err error
 		select {
 		case <-b.done:
+			err = b.err
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			err = ctx.Err()
 		}
-		if b.err != nil {
-			return nil, b.err
+		if err != nil {
+			reply.Done()
+			return nil, err
 		}
-		i := first + int64(k)
-		lo := int64(0)
-		if i == first {
+		lo, hi := int64(0), r.bs
+		if i := first + int64(k); i == first {
 			lo = off - i*r.bs
 		}
-		if len(want) == 1 {
-			return b.buf[lo : lo+int64(len(dest))], nil
+		if k == len(want)-1 {
+			hi = end - (first+int64(k))*r.bs
 		}
-		n += copy(dest[n:], b.buf[lo:])
+		reply.data = append(reply.data, b.buf[lo:hi])
 	}
-	return dest[:n], nil
+	r.mu.Lock()
+	for k, b := range want {
+		r.delivered(b, reply.data[k])
+	}
+	r.mu.Unlock()
+	return reply, nil
+}
+
+// delivered marks the pages of b that d (a slice of b.buf) covers, and
+// drops b once the kernel has had every page. A page counts when d covers
+// it whole, or up to the end of the file. r.mu is held.
+func (r *reader) delivered(b *block, d []byte) {
+	if len(d) == 0 || b.out {
+		return
+	}
+	start := int64(cap(b.buf) - cap(d)) // d is b.buf[start:...]
+	lo := (start + pageSize - 1) / pageSize
+	endOff := start + int64(len(d))
+	hi := endOff / pageSize
+	if endOff == int64(len(b.buf)) { // the block's (the file's) last page may be short
+		hi = (endOff + pageSize - 1) / pageSize
+	}
+	for p := lo; p < hi; p++ {
+		if w, bit := p/64, uint64(1)<<(p%64); b.pending[w]&bit != 0 {
+			b.pending[w] &^= bit
+			b.left--
+		}
+	}
+	if b.left == 0 {
+		remember(r.gone, b.i, r.clock, int(4*r.window)+16)
+		r.drop(b)
+	}
+}
+
+// remember records i at clock t in m, forgetting the oldest entry past
+// limit.
+func remember(m map[int64]int64, i, t int64, limit int) {
+	m[i] = t
+	if len(m) <= limit {
+		return
+	}
+	var old int64
+	oldest := int64(math.MaxInt64)
+	for k, t := range m {
+		if t < oldest {
+			old, oldest = k, t
+		}
+	}
+	delete(m, old)
 }
 
 // get returns block i, starting its fetch when absent. A block fetched
-// ahead (ahead) is not started, and get returns nil, while the mount's
-// blocks hold Options.Memory; a block a read waits for always is. r.mu is
-// held.
+// ahead is not started, and get returns nil, when the reader holds its
+// most blocks and none is stale, or when the mount's blocks hold
+// Options.Memory; a block a read waits for always is. r.mu is held.
 func (r *reader) get(i int64, ahead bool) *block {
-	r.tick++
 	if b, ok := r.blocks[i]; ok {
-		b.used = r.tick
 		return b
 	}
-	n := r.bs
-	if rest := r.size - i*r.bs; rest < n {
-		n = rest
+	delete(r.gone, i) // asked again: the kernel dropped its pages
+	n := min(r.bs, r.size-i*r.bs)
+	if len(r.blocks) >= r.max {
+		r.evict(ahead)
 	}
-	if ahead && r.m.mem.Load()+n > r.m.opts.Memory {
+	if ahead && (len(r.blocks) >= r.max || r.m.mem.Load()+n > r.m.opts.Memory) {
 		return nil
 	}
-	b := &block{done: make(chan struct{}), used: r.tick}
+	pages := (n + pageSize - 1) / pageSize
+	b := &block{i: i, done: make(chan struct{}), buf: r.m.getBuf(n), used: r.clock, pending: make([]uint64, (pages+63)/64), left: int(pages), refs: 1}
+	for p := int64(0); p < pages; p++ {
+		b.pending[p/64] |= 1 << (p % 64)
+	}
 	r.blocks[i] = b
-	r.m.mem.Add(n) // counted from the start: the buffer is allocated now
+	r.m.mem.Add(n) // counted from the start: the buffer is taken now
+	r.m.stats.blocks.Add(1)
 	go func() {
 		// The mount's context, not the caller's: another process may be
 		// waiting on the same block when this caller is interrupted.
-		buf := make([]byte, n)
-		k, err := r.f.ReadAtContext(r.m.ctx, buf, i*r.bs)
+		k, err := r.f.ReadAtContext(r.m.ctx, b.buf, i*r.bs)
 		if err == io.EOF && int64(k) == n {
 			err = nil
 		}
@@ -127,43 +224,64 @@ func (r *reader) get(i int64, ahead bool) *block {
 			err = fmt.Errorf("%s: %d of %d bytes at %d: %w", r.f.Name(), k, n, i*r.bs, errs.ErrInternal)
 		}
 		r.mu.Lock()
+		defer r.mu.Unlock()
 		if err != nil {
 			b.err = err
-			delete(r.blocks, i) // the next read tries again
-			r.m.mem.Add(-n)
-		} else {
-			b.buf = buf
-			if r.closed { // nobody will evict it: readers waiting hold it
-				r.m.mem.Add(-n)
-			}
+			r.drop(b) // the next read tries again
+		} else if r.closed {
+			r.drop(b) // nobody else will: readers waiting hold it
 		}
 		close(b.done)
-		r.mu.Unlock()
+		r.unref(b)
 	}()
 	return b
 }
 
-// evict drops the least recently used finished blocks over the bound.
-// r.mu is held.
-func (r *reader) evict() {
-	for len(r.blocks) > r.max {
-		var old int64 = -1
-		var oldest uint64
-		for i, b := range r.blocks {
+// drop takes b out of the reader; its buffer goes back to the pool when
+// the last reply pointing into it is written. r.mu is held.
+func (r *reader) drop(b *block) {
+	if b.out {
+		return
+	}
+	b.out = true
+	if r.blocks[b.i] == b {
+		delete(r.blocks, b.i)
+	}
+	r.m.mem.Add(-int64(len(b.buf)))
+	if b.err == nil && b.left > 0 && !r.closed {
+		r.m.stats.droppedUnread.Add(int64(b.left) * pageSize)
+	}
+}
+
+// unref releases one reference to b. r.mu is held.
+func (r *reader) unref(b *block) {
+	b.refs--
+	if b.refs == 0 && b.out && b.buf != nil {
+		r.m.putBuf(b.buf)
+		b.buf = nil
+	}
+}
+
+// evict drops finished blocks (never one in flight), least recently read
+// or fetched first, down to the bound: for read-ahead (ahead) only stale
+// ones, for a block a read waits for any. r.mu is held.
+func (r *reader) evict(ahead bool) {
+	for len(r.blocks) >= r.max {
+		var victim *block
+		for _, b := range r.blocks {
 			select {
 			case <-b.done:
 			default:
 				continue // in flight
 			}
-			if old < 0 || b.used < oldest {
-				old, oldest = i, b.used
+			if victim == nil || b.used < victim.used {
+				victim = b
 			}
 		}
-		if old < 0 {
+		if victim == nil || ahead && r.clock-victim.used <= r.stale {
 			return
 		}
-		r.m.mem.Add(-int64(len(r.blocks[old].buf)))
-		delete(r.blocks, old)
+		r.drop(victim)
 	}
 }
 
@@ -173,12 +291,54 @@ func (r *reader) close() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.closed = true
-	for i, b := range r.blocks {
+	for _, b := range r.blocks {
 		select {
 		case <-b.done:
-			r.m.mem.Add(-int64(len(b.buf)))
-			delete(r.blocks, i)
-		default: // in flight: its goroutine uncounts it
+			r.drop(b)
+		default: // in flight: its goroutine drops it
 		}
 	}
+}
+
+// blockReply is a read's reply: slices of blocks, written to the kernel
+// with one writev after Read returns (go-fuse calls Done then).
+type blockReply struct {
+	r      *reader
+	blocks []*block
+	data   [][]byte
+}
+
+func (x *blockReply) Size() int {
+	n := 0
+	for _, d := range x.data {
+		n += len(d)
+	}
+	return n
+}
+
+// Slices makes go-fuse write the reply with writev straight from the
+// blocks (not through a splice pipe: there is no file to splice from).
+func (x *blockReply) Slices() ([][]byte, fuse.Status) { return x.data, fuse.OK }
+
+func (x *blockReply) Bytes(buf []byte) ([]byte, fuse.Status) {
+	if len(x.data) == 1 {
+		return x.data[0], fuse.OK
+	}
+	buf = buf[:0]
+	for _, d := range x.data {
+		buf = append(buf, d...)
+	}
+	return buf, fuse.OK
+}
+
+func (x *blockReply) Done() {
+	if x.blocks == nil {
+		return
+	}
+	x.r.mu.Lock()
+	defer x.r.mu.Unlock()
+	for _, b := range x.blocks {
+		x.r.unref(b)
+	}
+	x.blocks = nil
 }

@@ -1,7 +1,12 @@
 package mount
 
 import (
+	"bytes"
 	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -110,12 +115,35 @@ func (w *writeHandle) drain(ctx context.Context) error {
 }
 
 // Flush is close(2): commit and seal. A dup'ed descriptor's close seals
-// too; writes after it answer EPERM.
+// too; writes after it answer EPERM. A writer killed by a signal closes
+// its descriptors too (the kernel flushes them as the process exits): its
+// bytes are committed, and the file is left unsealed, never passed off as
+// complete.
 func (w *writeHandle) Flush(ctx context.Context) syscall.Errno {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {
 		return 0
+	}
+	if sig := killedBy(ctx); sig != 0 {
+		// The mount's context: a dying caller's requests are interrupted.
+		w.closed = true
+		err := w.drain(w.n.m.ctx)
+		if err == nil {
+			err = w.f.Sync(w.n.m.ctx)
+		}
+		w.n.m.opts.Log.Warn("the writer was killed: its file is left unsealed (remove it and write it again)",
+			"file", w.f.Name(), "bytes", w.written.Load(), "signal", sig, "err", err)
+		n := w.n
+		fi, serr := n.m.cl.Stat(n.m.ctx, w.f.Name())
+		if serr != nil {
+			fi = w.f.Info()
+			fi.Size = w.written.Load()
+		}
+		n.mu.Lock()
+		n.info, n.w = fi, nil
+		n.mu.Unlock()
+		return errno(err)
 	}
 	if err := w.drain(ctx); err != nil {
 		return errno(err)
@@ -167,3 +195,35 @@ var (
 	_ fs.FileReader   = (*writeHandle)(nil)
 	_ fs.FileReleaser = (*writeHandle)(nil)
 )
+
+// killedBy returns the signal that is killing the process behind ctx (a
+// close's caller), or 0 when it is alive or exiting normally. Linux sets
+// an exiting task's exit code (field 52 of /proc/PID/stat, since 3.5)
+// before it closes the task's files, and the close waits for this reply,
+// so the file is still there to read. Without /proc (or the caller), 0:
+// the file is sealed, as before.
+func killedBy(ctx context.Context) syscall.Signal {
+	c, ok := fuse.FromContext(ctx)
+	if !ok || c.Pid == 0 {
+		return 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", c.Pid))
+	if err != nil {
+		return 0
+	}
+	// The command name (field 2) may hold spaces and parentheses: count
+	// from the last ')'. fields[0] is then field 3.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0
+	}
+	fields := strings.Fields(string(b[i+1:]))
+	if len(fields) < 50 {
+		return 0
+	}
+	code, err := strconv.Atoi(fields[49])
+	if err != nil {
+		return 0
+	}
+	return syscall.Signal(code & 0x7f) // exit(n) is n<<8; a signal's death its number
+}
