@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"text/tabwriter"
 	"time"
 
@@ -16,14 +17,15 @@ import (
 )
 
 func newBenchFiles() *cobra.Command {
-	var size, chunk, mem, disk, dir, syncPolicy string
+	var size, chunk, mem, disk, dir, syncPolicy, profDir string
 	var streams, parallel, runs int
 	cmd := &cobra.Command{
 		Use:   "files",
 		Short: "Sequential write and read of a large file through a local 3-server cluster, beside raw loopback TCP",
 		Example: `  gd2fs-bench files                       # 1 GiB, perf and ha pools, 3 runs, medians
   gd2fs-bench files --size 256MiB --runs 5 --streams 2
-  gd2fs-bench files --sync never          # servers ack from the page cache (the figures before issue 14)`,
+  gd2fs-bench files --sync never          # servers ack from the page cache (the figures before issue 14)
+  gd2fs-bench files --cpuprofile /tmp/p   # a CPU profile per case and run: go tool pprof -top /tmp/p/ha-write-*.pprof`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			sz, err := parseSize(size)
@@ -72,6 +74,7 @@ func newBenchFiles() *cobra.Command {
 				data[i] = byte(i*7 + i>>13)
 			}
 			dst := make([]byte, sz)
+			copy(dst, data) // touched once, as data is: run 1 must not pay the first touch of fresh memory
 			tcpStreams := streams * servers
 			fmt.Printf("bench files: %s file, chunk %s, %d servers (%s DRAM, %s disk each) x %d streams = %d TCP streams, %d requests in flight, %d runs (medians)\n",
 				human(sz), human(cs), servers, human(memB), human(diskB), streams, tcpStreams, parallel, runs)
@@ -80,9 +83,13 @@ func newBenchFiles() *cobra.Command {
 			// this process: its CPU time per GiB is each case's cost.
 			results, cpu := map[string][]float64{}, map[string][]float64{}
 			meter := newCPUMeter()
+			prof := &caseProfiler{dir: profDir}
+			defer prof.stop() // a case that failed leaves its profile complete
 			for r := 0; r < runs; r++ {
 				meter.Start()
+				prof.start("loopback", r)
 				raw, err := bench.Loopback(sz, tcpStreams)
+				prof.stop()
 				if err != nil {
 					return err
 				}
@@ -91,6 +98,7 @@ func newBenchFiles() *cobra.Command {
 				for _, pool := range []string{"perf", "ha"} {
 					p := fmt.Sprintf("/bench/%s-%d", pool, r)
 					meter.Start()
+					prof.start(pool+"-write", r)
 					start := time.Now()
 					f, err := cl.Create(ctx, p, client.CreateOptions{Pool: pool, ChunkSize: cs})
 					if err != nil {
@@ -103,16 +111,19 @@ func newBenchFiles() *cobra.Command {
 						return err
 					}
 					results[pool+" write"] = append(results[pool+" write"], float64(sz)/time.Since(start).Seconds())
+					prof.stop()
 					cpu[pool+" write"] = append(cpu[pool+" write"], meter.Stop(sz))
 					rf, err := cl.Open(ctx, p)
 					if err != nil {
 						return err
 					}
 					meter.Start()
+					prof.start(pool+"-read", r)
 					start = time.Now()
 					if _, err := rf.ReadAt(dst, 0); err != nil {
 						return err
 					}
+					prof.stop()
 					results[pool+" read"] = append(results[pool+" read"], float64(sz)/time.Since(start).Seconds())
 					cpu[pool+" read"] = append(cpu[pool+" read"], meter.Stop(sz))
 					if dst[sz/2] != data[sz/2] || dst[sz-1] != data[sz-1] {
@@ -163,5 +174,46 @@ func newBenchFiles() *cobra.Command {
 	f.IntVar(&streams, "streams", 4, "TCP streams per server")
 	f.IntVar(&parallel, "parallel", 16, "requests in flight")
 	f.IntVar(&runs, "runs", 3, "repetitions; medians are reported")
+	f.StringVar(&profDir, "cpuprofile", "", "write a CPU profile of each case and run into this folder (<case>-<run>.pprof); the client and the servers run in this process, so each profile holds all of them")
 	return cmd
+}
+
+// caseProfiler writes a CPU profile of each measured case, when a folder
+// is given. Profiling costs a few percent: compare runs made with it only
+// to runs made with it.
+type caseProfiler struct {
+	dir string
+	f   *os.File
+}
+
+func (p *caseProfiler) start(name string, run int) {
+	if p.dir == "" {
+		return
+	}
+	if err := os.MkdirAll(p.dir, 0o755); err != nil {
+		fmt.Fprintf(os.Stderr, "cpuprofile: %v\n", err)
+		return
+	}
+	f, err := os.Create(filepath.Join(p.dir, fmt.Sprintf("%s-%d.pprof", name, run+1)))
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "cpuprofile: %v\n", err)
+		return
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		fmt.Fprintf(os.Stderr, "cpuprofile: %v\n", err)
+		f.Close()
+		return
+	}
+	p.f = f
+}
+
+func (p *caseProfiler) stop() {
+	if p.f == nil {
+		return
+	}
+	pprof.StopCPUProfile()
+	if err := p.f.Close(); err != nil {
+		fmt.Fprintf(os.Stderr, "cpuprofile: %v\n", err)
+	}
+	p.f = nil
 }
