@@ -25,7 +25,9 @@ func newBenchFiles() *cobra.Command {
 		Example: `  gd2fs-bench files                       # 1 GiB, perf and ha pools, 3 runs, medians
   gd2fs-bench files --size 256MiB --runs 5 --streams 2
   gd2fs-bench files --sync never          # servers ack from the page cache (the figures before issue 14)
-  gd2fs-bench files --cpuprofile /tmp/p   # a CPU profile per case and run: go tool pprof -top /tmp/p/ha-write-*.pprof`,
+  gd2fs-bench files --cpuprofile /tmp/p   # a CPU profile per case and run: go tool pprof -top /tmp/p/ha-write-*.pprof
+  # Each run also measures the limits: raw loopback TCP on as many streams, memmove, and the disk
+  # (fio if installed, else a Go writer) writing as the pools do with the servers' sync policy.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			sz, err := parseSize(size)
@@ -83,6 +85,8 @@ func newBenchFiles() *cobra.Command {
 			// this process: its CPU time per GiB is each case's cost.
 			results, cpu := map[string][]float64{}, map[string][]float64{}
 			meter := newCPUMeter()
+			const piece = 4 << 20 // the client's request size (client.Config.PieceSize's default)
+			diskTool, diskEvery := "", map[string]int64{}
 			prof := &caseProfiler{dir: profDir}
 			defer prof.stop() // a case that failed leaves its profile complete
 			for r := 0; r < runs; r++ {
@@ -145,21 +149,68 @@ func newBenchFiles() *cobra.Command {
 						break
 					}
 				}
+				results["memmove"] = append(results["memmove"], bench.Memmove(dst, data))
+				if diskB > 0 {
+					// After the cases, whose chunks are deleted by now: the disk's limits with the servers' sync policy, on
+					// the file system of their disk tiers: a perf write
+					// puts one copy of the file over the servers, an ha
+					// write a copy on each, fdatasynced per request.
+					for _, pool := range []string{"perf", "ha"} {
+						per, every := sz/servers, int64(0)
+						if pool == "ha" {
+							per = sz
+						}
+						if sp == store.SyncAlways || pool == "ha" && sp == store.SyncReplicated {
+							every = piece
+						}
+						v, tool, err := bench.DiskWrite(dir, servers, per, every)
+						if err != nil {
+							return err
+						}
+						// In bytes of the file per second: what the
+						// pool's write can reach at most.
+						results[pool+" disk"] = append(results[pool+" disk"], v*float64(sz)/float64(per*servers))
+						diskTool, diskEvery[pool] = tool, every
+					}
+				}
 				fmt.Fprintf(os.Stderr, "  run %d/%d (MiB/s, CPU s/GiB):", r+1, runs)
 				for _, k := range []string{"raw", "perf write", "perf read", "ha write", "ha read"} {
 					fmt.Fprintf(os.Stderr, " %s %.0f, %.2f;", k, results[k][r]/(1<<20), cpu[k][r])
+				}
+				for _, k := range []string{"memmove", "perf disk", "ha disk"} {
+					if len(results[k]) > r {
+						fmt.Fprintf(os.Stderr, " %s %.0f;", k, results[k][r]/(1<<20))
+					}
 				}
 				fmt.Fprintln(os.Stderr)
 			}
 			raw := bench.Median(results["raw"])
 			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
 			rawCPU := bench.Median(cpu["raw"])
-			fmt.Fprintln(tw, "case\tMiB/s (median)\tvs raw loopback\ttarget\tCPU s/GiB (median)\tCPU vs loopback\t")
-			fmt.Fprintf(tw, "raw loopback TCP, %d streams\t%.0f\t1.00x\t\t%.2f\t1.00x\t\n", tcpStreams, raw/(1<<20), rawCPU)
-			targets := map[string]string{"perf read": ">= 0.70x", "perf write": ">= 0.60x", "ha write": ">= 0.25x", "ha read": ""}
+			fmt.Fprintln(tw, "case\tMiB/s (median)\tvs raw loopback\ttarget\tvs disk limit\ttarget\tCPU s/GiB (median)\tCPU vs loopback\ttarget\t")
+			fmt.Fprintf(tw, "raw loopback TCP, %d streams\t%.0f\t1.00x\t\t\t\t%.2f\t1.00x\t\t\n", tcpStreams, raw/(1<<20), rawCPU)
+			fmt.Fprintf(tw, "memmove (copy of the file in memory)\t%.0f\t%.2fx\t\t\t\t\t\t\t\n", bench.Median(results["memmove"])/(1<<20), bench.Median(results["memmove"])/raw)
+			for _, pool := range []string{"perf", "ha"} {
+				if v := results[pool+" disk"]; len(v) > 0 {
+					what := "page cache"
+					if e := diskEvery[pool]; e > 0 {
+						what = "fdatasync every " + human(e)
+					}
+					copies := map[string]string{"perf": "1 copy", "ha": fmt.Sprintf("%d copies", servers)}[pool]
+					fmt.Fprintf(tw, "disk limit, %s write: %s, %d writers, %s, %s\t%.0f\t%.2fx\t\t\t\t\t\t\t\n", pool, diskTool, servers, what, copies, bench.Median(v)/(1<<20), bench.Median(v)/raw)
+				}
+			}
+			type target struct{ raw, disk, cpu string }
+			targets := map[string]target{"perf write": {">= 0.60x", "", "<= 1.5x"}, "perf read": {">= 0.85x", "", "<= 1.1x"},
+				"ha write": {">= 0.25x (no disk)", ">= 0.90x", "<= 4x"}, "ha read": {}}
 			for _, k := range []string{"perf write", "perf read", "ha write", "ha read"} {
 				v, c := bench.Median(results[k]), bench.Median(cpu[k])
-				fmt.Fprintf(tw, "%s\t%.0f\t%.2fx\t%s\t%.2f\t%.2fx\t\n", k, v/(1<<20), v/raw, targets[k], c, c/rawCPU)
+				vsDisk := ""
+				if d := results[k[:len(k)-len(" write")]+" disk"]; len(d) > 0 && k[len(k)-5:] == "write" {
+					vsDisk = fmt.Sprintf("%.2fx", v/bench.Median(d))
+				}
+				t := targets[k]
+				fmt.Fprintf(tw, "%s\t%.0f\t%.2fx\t%s\t%s\t%s\t%.2f\t%.2fx\t%s\t\n", k, v/(1<<20), v/raw, t.raw, vsDisk, t.disk, c, c/rawCPU, t.cpu)
 			}
 			return tw.Flush()
 		},
