@@ -149,12 +149,23 @@ func newBenchFiles() *cobra.Command {
 						break
 					}
 				}
+				fmt.Fprintf(os.Stderr, "  run %d/%d (MiB/s, CPU s/GiB):", r+1, runs)
+				for _, k := range []string{"raw", "perf write", "perf read", "ha write", "ha read"} {
+					fmt.Fprintf(os.Stderr, " %s %.0f, %.2f;", k, results[k][r]/(1<<20), cpu[k][r])
+				}
+				fmt.Fprintln(os.Stderr)
+			}
+			// The limits, measured after every run of the cases: the disk
+			// references fill and free as much page cache as a run does, and
+			// on a VM freed memory is slow to use again, which would charge
+			// the cases that followed them.
+			for r := range runs {
 				results["memmove"] = append(results["memmove"], bench.Memmove(dst, data))
 				if diskB > 0 {
-					// After the cases, whose chunks are deleted by now: the disk's limits with the servers' sync policy, on
-					// the file system of their disk tiers: a perf write
-					// puts one copy of the file over the servers, an ha
-					// write a copy on each, fdatasynced per request.
+					// The disk with the servers' sync policy, on the file
+					// system of their disk tiers: a perf write puts one
+					// copy of the file over the servers, an ha write a
+					// copy on each, fdatasynced per request.
 					for _, pool := range []string{"perf", "ha"} {
 						per, every := sz/servers, int64(0)
 						if pool == "ha" {
@@ -173,10 +184,7 @@ func newBenchFiles() *cobra.Command {
 						diskTool, diskEvery[pool] = tool, every
 					}
 				}
-				fmt.Fprintf(os.Stderr, "  run %d/%d (MiB/s, CPU s/GiB):", r+1, runs)
-				for _, k := range []string{"raw", "perf write", "perf read", "ha write", "ha read"} {
-					fmt.Fprintf(os.Stderr, " %s %.0f, %.2f;", k, results[k][r]/(1<<20), cpu[k][r])
-				}
+				fmt.Fprintf(os.Stderr, "  limits %d/%d (MiB/s):", r+1, runs)
 				for _, k := range []string{"memmove", "perf disk", "ha disk"} {
 					if len(results[k]) > r {
 						fmt.Fprintf(os.Stderr, " %s %.0f;", k, results[k][r]/(1<<20))
