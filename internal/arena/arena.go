@@ -6,7 +6,6 @@ package arena
 
 import (
 	"fmt"
-	"slices"
 
 	"golang.org/x/sys/unix"
 )
@@ -62,29 +61,17 @@ func (a *Arena) Alloc(n int) ([]int32, bool) {
 	return got, true
 }
 
-// Release returns pages. They are marked MADV_FREE: the kernel may take the
-// memory back under pressure, but a page reused before that costs no fault
-// (MADV_DONTNEED made every reuse fault and zero 16 small pages, which showed
-// up as a third of the write path's CPU). Runs of consecutive pages go in
-// one call: a chunk's pages are usually consecutive, and one madvise per
-// page made deleting a large file stall the store's lock for long.
+// Release returns pages to the free stack. They stay mapped and resident:
+// the tier's memory is the tier's, and the next Alloc reuses them as they
+// are. Giving them back (MADV_DONTNEED, then MADV_FREE) cost every reuse:
+// DONTNEED a fault and a zeroed page each time; FREE, on a virtual machine
+// that traps page-table changes (measured on the Firecracker VMs gd2fs is
+// developed on), as much as the first touch of fresh memory: writes into
+// released pages ran at 0.27 GB/s against 8.9 GB/s into kept ones, and
+// `bench files` perf writes cost 3.6x the CPU per GiB (docs/benchmarks.md,
+// issue 26). A DRAM tier of N bytes therefore holds up to N bytes
+// resident once it has been full, as a cache of that size does.
 func (a *Arena) Release(ps []int32) {
-	if len(ps) == 0 {
-		return
-	}
-	sorted := append([]int32(nil), ps...)
-	slices.Sort(sorted)
-	start := sorted[0]
-	for i := 1; i <= len(sorted); i++ {
-		if i < len(sorted) && sorted[i] == sorted[i-1]+1 {
-			continue
-		}
-		end := sorted[i-1] + 1
-		_ = unix.Madvise(a.mem[int(start)*a.pageSize:int(end)*a.pageSize], unix.MADV_FREE)
-		if i < len(sorted) {
-			start = sorted[i]
-		}
-	}
 	a.free = append(a.free, ps...)
 }
 

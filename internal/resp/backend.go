@@ -10,6 +10,7 @@ import (
 
 	"github.com/gd2fs/gd2fs/client"
 	"github.com/gd2fs/gd2fs/errs"
+	"github.com/gd2fs/gd2fs/internal/bufpool"
 	"github.com/gd2fs/gd2fs/internal/crc32c"
 )
 
@@ -54,6 +55,7 @@ type Cluster struct {
 	kv          *client.KV
 	once        sync.Once
 	lastRefresh atomic.Int64
+	lastSize    atomic.Int64 // of the last value too large for the pooled buffer
 }
 
 func (c *Cluster) init() {
@@ -100,12 +102,25 @@ func (c *Cluster) Get(ctx context.Context, key []byte, fn func(bufs [][]byte, si
 	if c.local(ctx, key) {
 		return c.Local.KVGetLocal(c.Pool, key, fn)
 	}
-	v, err := c.kv.Get(ctx, string(key))
+	// Into a pooled buffer the size of the last value read (values of one
+	// workload are usually alike): a fresh slice per GET costs allocating,
+	// zeroing and collecting it, more than the copy off the socket. A
+	// larger value fails the pooled read and is read again into a new slice.
+	bp := bufpool.Get(int(max(c.lastSize.Load(), 64<<10)))
+	defer bufpool.Put(bp)
+	n, err := c.kv.GetInto(ctx, string(key), *bp)
+	if errors.Is(err, errs.ErrTooLarge) {
+		var v []byte
+		if v, err = c.kv.Get(ctx, string(key)); err == nil {
+			c.lastSize.Store(int64(len(v)))
+			return fn([][]byte{v}, len(v))
+		}
+	}
 	if err != nil {
 		c.unreachable(err)
 		return err
 	}
-	return fn([][]byte{v}, len(v))
+	return fn([][]byte{(*bp)[:n]}, n)
 }
 
 func (c *Cluster) Put(ctx context.Context, key, value []byte, overwrite bool) (bool, error) {

@@ -19,7 +19,7 @@ import (
 // beside the reader, at most maxInflight at a time.
 func (s *Server) serveData(nc net.Conn, br *bufio.Reader) {
 	dc := &dataConn{s: s, nc: nc, sem: make(chan struct{}, maxInflight)}
-	r := wire.NewReader(br, wire.DefaultLimits())
+	r := wire.NewBufferedReader(br, nc, wire.DefaultLimits())
 	defer nc.Close()
 	s.metrics.conns.Inc()
 	defer s.metrics.conns.Dec()

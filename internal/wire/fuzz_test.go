@@ -3,6 +3,8 @@ package wire
 import (
 	"bytes"
 	"testing"
+
+	"github.com/gd2fs/gd2fs/internal/crc32c"
 )
 
 // FuzzReader feeds arbitrary bytes to the frame decoder: it must never panic,
@@ -29,8 +31,22 @@ func FuzzReader(f *testing.F) {
 				t.Fatalf("accepted lengths beyond limits: %+v", h)
 			}
 			keyCopy := append([]byte{}, key...)
-			n, err := r.ReadPayload(buf, h.PayloadCRC)
-			if err != nil {
+			var n int
+			if i%2 == 1 {
+				// Every other payload into page-sized views, as a
+				// server's zero-copy write reads it, checked here.
+				n = int(h.PayloadLen)
+				var views [][]byte
+				for off := 0; off < n; off += 20000 {
+					views = append(views, buf[off:min(off+20000, n)])
+				}
+				if err := r.ReadPayloadInto(views); err != nil {
+					return
+				}
+				if crc32c.Checksum(buf[:n]) != h.PayloadCRC {
+					continue
+				}
+			} else if n, err = r.ReadPayload(buf, h.PayloadCRC); err != nil {
 				continue
 			}
 			re := frame(h, keyCopy, buf[:n])

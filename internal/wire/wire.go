@@ -314,19 +314,54 @@ func VerifyHeader(b []byte, key []byte) error {
 // ReadPayload or Discard before calling Next again.
 type Reader struct {
 	r    *bufio.Reader
+	src  io.Reader // what r reads from, when known: large payloads are read from it directly
 	lim  Limits
 	hdr  [HeaderSize]byte
 	key  []byte
 	left int // payload bytes not yet consumed
 }
 
-// NewReader returns a frame reader over r.
+// NewReader returns a frame reader over r. Payloads are read from r
+// straight into the caller's buffers; headers and keys through a buffer.
 func NewReader(r io.Reader, lim Limits) *Reader {
-	br, ok := r.(*bufio.Reader)
-	if !ok {
-		br = bufio.NewReaderSize(r, 64<<10)
+	if br, ok := r.(*bufio.Reader); ok {
+		return NewBufferedReader(br, nil, lim)
 	}
-	return &Reader{r: br, lim: lim, key: make([]byte, 0, 256)}
+	return NewBufferedReader(bufio.NewReaderSize(r, 64<<10), r, lim)
+}
+
+// NewBufferedReader returns a frame reader over br, which reads from src (a
+// server that sniffed the connection's first bytes through br passes both).
+// A payload's bytes past what br holds are read from src straight into the
+// destination: one copy, the kernel's, instead of a second one out of br's
+// buffer. A nil src reads everything through br.
+func NewBufferedReader(br *bufio.Reader, src io.Reader, lim Limits) *Reader {
+	return &Reader{r: br, src: src, lim: lim, key: make([]byte, 0, 256)}
+}
+
+// directMin is the least a payload read goes to the connection for directly;
+// below it, reading through the buffer also picks up the next header in the
+// same system call.
+const directMin = 16 << 10
+
+// fill reads exactly len(d) payload bytes into d: what the buffer holds
+// first, then the rest straight from the source when the payload has at
+// least directMin bytes left from d on (rest counts them: d and the views
+// after it). Reading a short tail of one view through the buffer would
+// refill the buffer with the next view's bytes, to be copied again.
+func (r *Reader) fill(d []byte, rest int) error {
+	n := 0
+	if r.src != nil && rest >= directMin {
+		if b := r.r.Buffered(); b > 0 {
+			n, _ = r.r.Read(d[:min(b, len(d))]) // buffered bytes: no read, no error
+		}
+		if rest-n >= directMin {
+			_, err := io.ReadFull(r.src, d[n:])
+			return err
+		}
+	}
+	_, err := io.ReadFull(r.r, d[n:])
+	return err
 }
 
 // Next reads the next header and key. On error the stream cannot be trusted
@@ -373,7 +408,7 @@ func (r *Reader) ReadPayload(dst []byte, want uint32) (int, error) {
 		return 0, ErrShortPayload
 	}
 	r.left = 0
-	if _, err := io.ReadFull(r.r, dst[:n]); err != nil {
+	if err := r.fill(dst[:n], n); err != nil {
 		return 0, truncated(err, "payload")
 	}
 	if crc32c.Checksum(dst[:n]) != want {
@@ -394,7 +429,7 @@ func (r *Reader) ReadPayloadUnchecked(dst []byte) (int, error) {
 		return 0, ErrShortPayload
 	}
 	r.left = 0
-	if _, err := io.ReadFull(r.r, dst[:n]); err != nil {
+	if err := r.fill(dst[:n], n); err != nil {
 		return 0, truncated(err, "payload")
 	}
 	return n, nil
@@ -416,9 +451,10 @@ func (r *Reader) ReadPayloadInto(dst [][]byte) error {
 	}
 	r.left = 0
 	for _, d := range dst {
-		if _, err := io.ReadFull(r.r, d); err != nil {
+		if err := r.fill(d, n); err != nil {
 			return truncated(err, "payload")
 		}
+		n -= len(d)
 	}
 	return nil
 }

@@ -1,9 +1,13 @@
 package wire
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
+	"io"
 	"testing"
+	"testing/iotest"
+	"unsafe"
 
 	"github.com/gd2fs/gd2fs/errs"
 	"github.com/gd2fs/gd2fs/internal/crc32c"
@@ -124,5 +128,76 @@ func TestKVRef(t *testing.T) {
 		if _, err := ParseKVRef(b); !errors.Is(err, errs.ErrBadRequest) {
 			t.Errorf("%q: %v", b, err)
 		}
+	}
+}
+
+// readLog is a source that remembers every buffer it was asked to fill.
+type readLog struct {
+	r     io.Reader
+	calls [][]byte
+}
+
+func (l *readLog) Read(p []byte) (int, error) {
+	n, err := l.r.Read(p)
+	l.calls = append(l.calls, p[:n])
+	return n, err
+}
+
+// TestPayloadReadDirect: a large payload goes from the connection straight
+// into the caller's views (one copy), not through the reader's buffer, and
+// the bytes the buffer had already read ahead are not lost; small frames
+// around it still go through the buffer. Before, every payload byte of a
+// server's zero-copy write was copied once more out of its 256 KiB buffer.
+func TestPayloadReadDirect(t *testing.T) {
+	payload := make([]byte, 300<<10)
+	for i := range payload {
+		payload[i] = byte(i * 7)
+	}
+	var stream []byte
+	stream = append(stream, frame(Header{Op: OpPing, ReqID: 1}, nil, []byte("small"))...)
+	stream = append(stream, frame(Header{Op: OpWrite, ReqID: 2}, []byte("k"), payload)...)
+	stream = append(stream, frame(Header{Op: OpPing, ReqID: 3}, nil, []byte("after"))...)
+	src := &readLog{r: iotest.HalfReader(bytes.NewReader(stream))}
+	r := NewBufferedReader(bufio.NewReaderSize(src, 256<<10), src, DefaultLimits())
+
+	h, _, err := r.Next()
+	if err != nil || h.ReqID != 1 {
+		t.Fatalf("first frame: %+v %v", h, err)
+	}
+	small := make([]byte, 16)
+	if n, err := r.ReadPayload(small, h.PayloadCRC); err != nil || string(small[:n]) != "small" {
+		t.Fatalf("small payload %q: %v", small[:n], err)
+	}
+	if h, _, err = r.Next(); err != nil || h.ReqID != 2 {
+		t.Fatalf("second frame: %+v %v", h, err)
+	}
+	// Views of a page each, as the DRAM tier gives them.
+	got := make([]byte, len(payload))
+	var views [][]byte
+	for off := 0; off < len(got); off += 64 << 10 {
+		views = append(views, got[off:min(off+64<<10, len(got))])
+	}
+	src.calls = nil
+	if err := r.ReadPayloadInto(views); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, payload) {
+		t.Fatal("payload read into views differs from the one sent")
+	}
+	direct := 0
+	lo, hi := uintptr(unsafe.Pointer(&got[0])), uintptr(unsafe.Pointer(&got[len(got)-1]))
+	for _, c := range src.calls {
+		if p := uintptr(unsafe.Pointer(unsafe.SliceData(c))); len(c) > 0 && p >= lo && p <= hi {
+			direct += len(c)
+		}
+	}
+	if direct < len(payload)/2 {
+		t.Fatalf("%d of %d payload bytes were read from the connection into the views; the rest was copied out of the reader's buffer", direct, len(payload))
+	}
+	if h, _, err = r.Next(); err != nil || h.ReqID != 3 {
+		t.Fatalf("frame after the payload: %+v %v", h, err)
+	}
+	if n, err := r.ReadPayload(small, h.PayloadCRC); err != nil || string(small[:n]) != "after" {
+		t.Fatalf("payload after the large one %q: %v", small[:n], err)
 	}
 }
