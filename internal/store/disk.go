@@ -36,7 +36,7 @@ import (
 
 const (
 	chunkMagic   = 0x4b434447 // "GDCK"
-	chunkVersion = 2 // 2: written extents after the header; 1 is still read
+	chunkVersion = 2          // 2: written extents after the header; 1 is still read
 	crcTableOff  = 4096
 	dataOff      = crcTableOff + (limits.MaxChunk/limits.BlockSize)*4
 	flagSealed   = 1

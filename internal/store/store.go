@@ -97,7 +97,7 @@ type chunk struct {
 	length  int64
 	sealed  bool
 	deleted bool
-	crcs    []uint32 // per block, disk tier only
+	crcs    []uint32  // per block, disk tier only
 	ext     extentSet // bytes some write covered (extents.go)
 
 	// Guarded by Store.mu.
