@@ -285,6 +285,7 @@ func (m *Master) commitSession(r *http.Request) (any, error) {
 		}
 		in.Saved = append(in.Saved, meta.Range{TokenStart: k.TokenStart, TokenLength: k.TokenLength, Path: path, KVStart: k.KVStart, KVLength: k.KVLength})
 	}
+	in.Held = m.heldHook(r.Context(), m.sessionHeld(r.Context(), in), in.Partial) // written.go
 	s, err := m.sessions.CommitSession(r.Context(), in)
 	if err != nil {
 		m.metrics.commitFailures.Inc()
