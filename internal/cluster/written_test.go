@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -236,5 +237,33 @@ func TestFileCommitPastWhatServersHold(t *testing.T) {
 	}
 	if code, msg := post(t, c, "/v1/commit/w/f", map[string]any{"size": 200, "lengths": map[string]int64{"0": 200}}); code != http.StatusOK {
 		t.Fatalf("commit of bytes every replica holds: %d %s", code, msg)
+	}
+}
+
+// TestCopyKeepsHoles: a repair copy of a chunk copies what was written,
+// extent by extent: the copy claims the same bytes as its source, not the
+// hole between them (a whole copy would make the hole a claim).
+func TestCopyKeepsHoles(t *testing.T) {
+	c := startWritten(t, 2)
+	ctx := context.Background()
+	pool := tcp.NewPool(tcp.Options{Name: "test", Streams: 1})
+	defer pool.Close()
+	src, dst := c.Servers[0].Addr(), c.Servers[1].Addr()
+	const id = 1 << 40
+	for _, off := range []int64{0, 100_000} {
+		if err := pool.WriteChunk(ctx, src, id, off, rnd(100, uint64(off)), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := pool.CopyChunk(ctx, dst, id, src); err != nil {
+		t.Fatal(err)
+	}
+	ext, length, _, err := pool.ChunkExtents(ctx, dst, id, 0, 1<<20)
+	if err != nil || length != 100_100 || !slices.Equal(ext, []int64{0, 100, 100_000, 100_100}) {
+		t.Fatalf("copy holds %v of %d bytes (%v), want the source's [0, 100) and [100000, 100100)", ext, length, err)
+	}
+	got := make([]byte, 100)
+	if err := pool.ReadChunk(ctx, dst, id, 100_000, got); err != nil || !bytes.Equal(got, rnd(100, 100_000)) {
+		t.Fatalf("copied bytes differ (%v)", err)
 	}
 }
