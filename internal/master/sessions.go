@@ -194,6 +194,7 @@ func (m *Master) plan(r *http.Request) (any, error) {
 		Shortened: p.Shortened, ShortenedTokens: p.ShortenedTokens,
 		PrefillTokens: p.Prefill, DecodeTokens: p.Decode, LoadBytes: p.Load, Evicted: p.Evicted}
 	if len(p.FreshChunks) > 0 {
+		m.planHeld.put(p.ID, p.Fresh, p.FreshFile, p.FreshChunks) // written.go
 		f := fileOut(p.FreshFile)
 		f.Chunks = m.chunksOut(p.FreshChunks)
 		out.FreshFiles = []api.File{f}

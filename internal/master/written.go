@@ -37,22 +37,72 @@ type heldFile struct {
 	chunkSize  int64
 	chunks     map[int64]*heldChunk // by index; absent: never allocated
 	err        error                // the file or a replica could not be read
+	// fromPlan: the chunks are those the plan placed (planHeld), not read
+	// again from the store; a gap found so is checked again with a fresh
+	// read before a commit is refused (a repair may have moved a replica).
+	fromPlan bool
 }
 
 // heldChunk is one chunk's replicas and what each holds of the range asked,
 // in chunk coordinates (flat pairs).
 type heldChunk struct {
+	index   int64
 	id      uint64
 	servers []string
 	ext     [][]int64
 }
 
-// askHeld asks the servers what they hold of each range, all in parallel.
-// A range whose file is gone comes back with its error.
+// askHeld asks the servers what they hold of each range, all in parallel,
+// with the file's chunks as the store has them now. A range whose file is
+// gone comes back with its error.
 func (m *Master) askHeld(ctx context.Context, rs []meta.Range) []*heldFile {
+	out := make([]*heldFile, len(rs))
+	type placed struct {
+		f  meta.File
+		cs []meta.Chunk
+	}
+	files := map[string]placed{}
+	for i, r := range rs {
+		pl, ok := files[r.Path]
+		if !ok {
+			f, err := m.meta.File(ctx, r.Path)
+			var cs []meta.Chunk
+			if err == nil {
+				cs, err = m.meta.Chunks(ctx, f.ID)
+			}
+			if err != nil {
+				out[i] = &heldFile{path: r.Path, err: err}
+				continue
+			}
+			pl = placed{f, cs}
+			files[r.Path] = pl
+		}
+		out[i] = newHeldFile(r, pl.f.ChunkSize, pl.cs)
+	}
+	m.askChunks(ctx, out)
+	return out
+}
+
+// newHeldFile is what to ask about range r of a file of chunks cs.
+func newHeldFile(r meta.Range, chunkSize int64, cs []meta.Chunk) *heldFile {
+	h := &heldFile{path: r.Path, start: r.KVStart, end: r.KVStart + r.KVLength, chunkSize: chunkSize, chunks: map[int64]*heldChunk{}}
+	if chunkSize <= 0 || h.start < 0 || h.end <= h.start {
+		h.err = errs.New(errs.ErrBadRequest, "%s bytes %d to %d: no such range", r.Path, h.start, h.end)
+		return h
+	}
+	first, last := h.start/chunkSize, (h.end-1)/chunkSize
+	for _, c := range cs {
+		if c.Index >= first && c.Index <= last {
+			h.chunks[c.Index] = &heldChunk{index: c.Index, id: c.ID, servers: c.Replicas, ext: make([][]int64, len(c.Replicas))}
+		}
+	}
+	return h
+}
+
+// askChunks asks every replica of every chunk of hs, all in parallel.
+func (m *Master) askChunks(ctx context.Context, hs []*heldFile) {
 	ctx, cancel := context.WithTimeout(ctx, heldTimeout)
 	defer cancel()
-	out := make([]*heldFile, len(rs))
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	fail := func(h *heldFile, err error) {
@@ -62,51 +112,25 @@ func (m *Master) askHeld(ctx context.Context, rs []meta.Range) []*heldFile {
 		}
 		mu.Unlock()
 	}
-	files := map[string]meta.File{}
-	chunksOf := map[string][]meta.Chunk{}
-	for i, r := range rs {
-		h := &heldFile{path: r.Path, start: r.KVStart, end: r.KVStart + r.KVLength, chunks: map[int64]*heldChunk{}}
-		out[i] = h
-		f, ok := files[r.Path]
-		if !ok {
-			var err error
-			if f, err = m.meta.File(ctx, r.Path); err != nil {
-				h.err = err
-				continue
-			}
-			cs, err := m.meta.Chunks(ctx, f.ID)
-			if err != nil {
-				h.err = err
-				continue
-			}
-			files[r.Path], chunksOf[r.Path] = f, cs
-		}
-		if f.ChunkSize <= 0 || h.start < 0 || h.end <= h.start {
-			h.err = errs.New(errs.ErrBadRequest, "%s bytes %d to %d: no such range", r.Path, h.start, h.end)
+	for _, h := range hs {
+		if h.err != nil {
 			continue
 		}
-		h.chunkSize = f.ChunkSize
-		first, last := h.start/f.ChunkSize, (h.end-1)/f.ChunkSize
-		for _, c := range chunksOf[r.Path] {
-			if c.Index < first || c.Index > last {
-				continue
-			}
-			hc := &heldChunk{id: c.ID, servers: c.Replicas, ext: make([][]int64, len(c.Replicas))}
-			h.chunks[c.Index] = hc
-			cs := c.Index * f.ChunkSize
-			from, to := max(h.start, cs)-cs, min(h.end, cs+f.ChunkSize)-cs
-			for k, sv := range c.Replicas {
+		for _, hc := range h.chunks {
+			cs := hc.index * h.chunkSize
+			from, to := max(h.start, cs)-cs, min(h.end, cs+h.chunkSize)-cs
+			for k, sv := range hc.servers {
 				addr, ok := m.serverAddr(sv)
 				if !ok {
-					fail(h, errs.New(errs.ErrUnavailable, "chunk %d of %s is on server %s, which this master does not know (yet): retry the commit", c.Index, r.Path, sv))
+					fail(h, errs.New(errs.ErrUnavailable, "chunk %d of %s is on server %s, which this master does not know (yet): retry the commit", hc.index, h.path, sv))
 					continue
 				}
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					ext, err := m.replicaHeld(ctx, addr, c.ID, from, to)
+					ext, err := m.replicaHeld(ctx, addr, hc.id, from, to)
 					if err != nil {
-						fail(h, errs.New(errs.ErrUnavailable, "could not ask server %s (%s) what it holds of chunk %d of %s: %v; retry the commit", sv, addr, c.Index, r.Path, err))
+						fail(h, errs.New(errs.ErrUnavailable, "could not ask server %s (%s) what it holds of chunk %d of %s: %v; retry the commit", sv, addr, hc.index, h.path, err))
 						return
 					}
 					hc.ext[k] = ext
@@ -115,7 +139,6 @@ func (m *Master) askHeld(ctx context.Context, rs []meta.Range) []*heldFile {
 		}
 	}
 	wg.Wait()
-	return out
 }
 
 // replicaHeld is what server addr holds of [from, to) of chunk id. A server
@@ -226,6 +249,11 @@ func (m *Master) heldHook(ctx context.Context, asked []*heldFile, partial bool) 
 			if h == nil { // not foreseen: ask now (a round trip inside the commit)
 				h = m.askHeld(context.WithoutCancel(ctx), []meta.Range{r})[0]
 			}
+			if h.fromPlan {
+				if _, _, _, ok := h.gap(start, end); ok || h.err != nil {
+					h = m.askHeld(context.WithoutCancel(ctx), []meta.Range{r})[0]
+				}
+			}
 			if h.err != nil {
 				return h.err
 			}
@@ -266,6 +294,11 @@ func holeErr(l meta.Layout, i int, r meta.Range, gs, ge int64, server string, pa
 func (m *Master) sessionHeld(ctx context.Context, in meta.CommitInput) []*heldFile {
 	rs := in.Saved
 	if !in.Partial {
+		if h := m.planHeld.take(in.PlanID); h != nil {
+			hs := []*heldFile{h}
+			m.askChunks(ctx, hs)
+			return hs
+		}
 		rs = nil
 		if pr, ok := m.sessions.(meta.PlanReader); ok && in.PlanID > 0 {
 			if fr, err := pr.OutstandingPlan(ctx, in.Session, in.PlanID); err == nil && fr.KVLength > 0 {
@@ -333,4 +366,54 @@ func (m *Master) checkChunksHeld(ctx context.Context, f meta.File, chunks []meta
 	default:
 		return nil
 	}
+}
+
+// planChunks remembers, for plans that placed their fresh range's chunks
+// (the default format's fresh_files), the range and its chunks, so that
+// their commit asks the servers without reading the plan, the file and its
+// chunks again. Bounded: when full it forgets everything (those commits
+// then read the store, as engine commits do).
+type planChunks struct {
+	mu sync.Mutex
+	m  map[int64]*heldFile
+}
+
+const maxPlanChunks = 16384
+
+func (pc *planChunks) put(id int64, fresh []meta.Range, f meta.File, cs []meta.Chunk) {
+	if len(fresh) == 0 || len(cs) == 0 {
+		return
+	}
+	r := meta.Range{Path: fresh[0].Path, KVStart: fresh[0].KVStart}
+	for _, x := range fresh {
+		r.KVLength += x.KVLength
+	}
+	h := newHeldFile(r, f.ChunkSize, cs)
+	h.fromPlan = true
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	if pc.m == nil || len(pc.m) >= maxPlanChunks {
+		pc.m = map[int64]*heldFile{}
+	}
+	pc.m[id] = h
+}
+
+// take returns plan id's range and chunks, fresh to ask, and forgets them
+// (a commit that fails is asked again from the store).
+func (pc *planChunks) take(id int64) *heldFile {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	h := pc.m[id]
+	if h == nil || h.err != nil {
+		return nil
+	}
+	delete(pc.m, id)
+	fresh := *h
+	fresh.chunks = make(map[int64]*heldChunk, len(h.chunks))
+	for k, c := range h.chunks {
+		cc := *c
+		cc.ext = make([][]int64, len(c.servers))
+		fresh.chunks[k] = &cc
+	}
+	return &fresh
 }
