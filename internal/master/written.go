@@ -37,10 +37,6 @@ type heldFile struct {
 	chunkSize  int64
 	chunks     map[int64]*heldChunk // by index; absent: never allocated
 	err        error                // the file or a replica could not be read
-	// fromPlan: the chunks are those the plan placed (planHeld), not read
-	// again from the store; a gap found so is checked again with a fresh
-	// read before a commit is refused (a repair may have moved a replica).
-	fromPlan bool
 }
 
 // heldChunk is one chunk's replicas and what each holds of the range asked,
@@ -246,13 +242,11 @@ func (m *Master) heldHook(ctx context.Context, asked []*heldFile, partial bool) 
 					break
 				}
 			}
-			if h == nil { // not foreseen: ask now (a round trip inside the commit)
-				h = m.askHeld(context.WithoutCancel(ctx), []meta.Range{r})[0]
-			}
-			if h.fromPlan {
-				if _, _, _, ok := h.gap(start, end); ok || h.err != nil {
-					h = m.askHeld(context.WithoutCancel(ctx), []meta.Range{r})[0]
-				}
+			if h == nil {
+				// Not foreseen (the servers are never asked inside the
+				// commit: on SQLite its transaction holds the store's one
+				// connection, which the lookup of the chunks needs).
+				return errs.New(errs.ErrUnavailable, "%s bytes %d to %d were not asked about before the commit (the plan changed meanwhile?): retry the commit", r.Path, start, end)
 			}
 			if h.err != nil {
 				return h.err
@@ -297,7 +291,11 @@ func (m *Master) sessionHeld(ctx context.Context, in meta.CommitInput) []*heldFi
 		if h := m.planHeld.take(in.PlanID); h != nil {
 			hs := []*heldFile{h}
 			m.askChunks(ctx, hs)
-			return hs
+			if _, _, _, gap := h.gap(h.start, h.end); !gap && h.err == nil {
+				return hs
+			}
+			// A refusal is decided on the store's chunks, not on what the
+			// plan placed (a repair may have moved a replica since).
 		}
 		rs = nil
 		if pr, ok := m.sessions.(meta.PlanReader); ok && in.PlanID > 0 {
@@ -389,7 +387,6 @@ func (pc *planChunks) put(id int64, fresh []meta.Range, f meta.File, cs []meta.C
 		r.KVLength += x.KVLength
 	}
 	h := newHeldFile(r, f.ChunkSize, cs)
-	h.fromPlan = true
 	pc.mu.Lock()
 	defer pc.mu.Unlock()
 	if pc.m == nil || len(pc.m) >= maxPlanChunks {
