@@ -25,3 +25,8 @@ const (
 	// a 64-bit cursor for the store's index.
 	ScanBits = 56
 )
+
+// MaxChunkExtents bounds the separate written byte ranges a data server
+// tracks per chunk (its persisted record fits the chunk file's header
+// region): a write that would leave a chunk in more pieces is refused.
+const MaxChunkExtents = 500

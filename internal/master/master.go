@@ -97,6 +97,9 @@ type Master struct {
 	srv     *http.Server
 	peers   *tcp.Pool
 	metrics *metrics
+	// planHeld: the fresh chunks of recent plans, for their commits
+	// (written.go); its own lock.
+	planHeld planChunks
 
 	// sessions is the part of meta the explicit-mode handlers use.
 	sessions meta.Sessions

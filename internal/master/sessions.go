@@ -239,6 +239,7 @@ func (m *Master) planOne(ctx context.Context, id, rid string, req api.PlanReques
 		Shortened: p.Shortened, ShortenedTokens: p.ShortenedTokens,
 		PrefillTokens: p.Prefill, DecodeTokens: p.Decode, LoadBytes: p.Load, Evicted: p.Evicted}
 	if len(p.FreshChunks) > 0 {
+		m.planHeld.put(p.ID, p.Fresh, p.FreshFile, p.FreshChunks) // written.go
 		f := fileOut(p.FreshFile)
 		f.Chunks = m.chunksOut(p.FreshChunks)
 		out.FreshFiles = []api.File{f}
@@ -335,6 +336,7 @@ func (m *Master) commitSession(r *http.Request) (any, error) {
 		}
 		in.Saved = append(in.Saved, meta.Range{TokenStart: k.TokenStart, TokenLength: k.TokenLength, Path: path, KVStart: k.KVStart, KVLength: k.KVLength})
 	}
+	in.Held = m.heldHook(r.Context(), m.sessionHeld(r.Context(), in), in.Partial) // written.go
 	s, err := m.sessions.CommitSession(r.Context(), in)
 	if err != nil {
 		m.metrics.commitFailures.Inc()

@@ -40,8 +40,9 @@ func checkHeartbeat(hb api.Heartbeat) error {
 // (issue 22 finding 15: 10 bytes never written, with chunk indexes -1 and
 // 99999, were accepted, and a later read waited for a server that never
 // had them): every length must be of a chunk the file has allocated and
-// within its chunk size, and the size must not reach past the bytes the
-// chunks' lengths (stored, or in this commit) account for.
+// within its chunk size, the size must not reach past the bytes the
+// chunks' lengths (stored, or in this commit) account for, and every
+// replica of a chunk the commit makes longer must hold that many bytes.
 func (m *Master) checkCommit(ctx context.Context, f meta.File, req api.CommitRequest) error {
 	if f.Sealed || (len(req.Lengths) == 0 && req.Size <= f.Size) {
 		return nil // the store answers "sealed"; or a seal, or a commit of what is known
@@ -51,6 +52,7 @@ func (m *Master) checkCommit(ctx context.Context, f meta.File, req api.CommitReq
 		return err
 	}
 	have := make(map[int64]int64, len(chunks))
+	grown := map[int64]int64{}
 	var extent int64
 	for _, c := range chunks {
 		have[c.Index] = c.Length
@@ -64,11 +66,14 @@ func (m *Master) checkCommit(ctx context.Context, f meta.File, req api.CommitReq
 			return errs.New(errs.ErrBadRequest, "commit of %s: chunk %d length %d is outside 0..%d", f.Path, idx, n, f.ChunkSize)
 		}
 		extent = max(extent, idx*f.ChunkSize+n)
+		if n > have[idx] {
+			grown[idx] = n
+		}
 	}
 	if req.Size > max(extent, f.Size) {
 		return errs.New(errs.ErrBadRequest, "commit of %s: size %d reaches past the %d bytes its chunks hold", f.Path, req.Size, max(extent, f.Size))
 	}
-	return nil
+	return m.checkChunksHeld(ctx, f, chunks, grown) // written.go: the servers' word
 }
 
 // checkS3Source is the rule for a link's source (issue 22 finding 17:

@@ -762,7 +762,13 @@ type CommitInput struct {
 	// plan allocated (Plan.FreshChunks) and did not Sync; the commit
 	// records their size itself (recordWrittenTx), in its own transaction.
 	Written bool
-	Now     time.Time
+	// Held, when set, is asked (inside the commit, after the saved
+	// segments passed their checks) whether the servers hold every byte
+	// of the ranges about to be recorded; its error refuses the commit
+	// and nothing is recorded. The master answers it from what it asked
+	// its servers before the transaction (internal/master/written.go).
+	Held func(l Layout, fresh []Range) error
+	Now  time.Time
 }
 
 // CommitSession records a plan as the session's new state: the session
@@ -852,6 +858,11 @@ func (s *sqlStore) CommitSession(ctx context.Context, in CommitInput) (Session, 
 			}
 		} else if err := checkSaved(l, fr, split, fresh); err != nil {
 			return errs.New(errs.ErrBadRequest, "commit of plan %d: %v; nothing recorded", planID, err)
+		}
+		if in.Held != nil && len(fresh) > 0 {
+			if err := in.Held(l, fresh); err != nil {
+				return fmt.Errorf("commit of plan %d: %w", planID, err)
+			}
 		}
 		for _, r := range fresh {
 			if in.Written {

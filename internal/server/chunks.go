@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/gd2fs/gd2fs/errs"
-	"github.com/gd2fs/gd2fs/internal/bufpool"
 	"github.com/gd2fs/gd2fs/internal/limits"
 	"github.com/gd2fs/gd2fs/internal/store"
 	"github.com/gd2fs/gd2fs/internal/wire"
@@ -196,22 +195,8 @@ func (s *Server) copyFrom(id uint64, src string) error {
 			return err
 		}
 	}
-	const piece = 4 << 20
-	bp := bufpool.Get(piece)
-	defer bufpool.Put(bp)
-	if length == 0 {
-		if err := s.store.Write(id, 0, nil); err != nil {
-			return err
-		}
-	}
-	for off := int64(0); off < length; off += piece {
-		n := min(piece, length-off)
-		if err := s.peers.ReadChunk(ctx, src, id, off, (*bp)[:n]); err != nil {
-			return fmt.Errorf("copy chunk %d from %s: %w", id, src, err)
-		}
-		if err := s.store.Write(id, off, (*bp)[:n]); err != nil {
-			return err
-		}
+	if err := s.copyExtents(ctx, id, src, length); err != nil { // extents.go
+		return err
 	}
 	// A copy made to restore the replica count is as durable as the
 	// replicas it joins, before the master records it as one.

@@ -120,6 +120,8 @@ func (s *Server) dispatch(dc *dataConn, r *wire.Reader, h wire.Header, key []byt
 		return dc.chunk(r, h, key, start, func(ref wire.ChunkRef) error { return s.read(dc, h, ref.ID, start) })
 	case wire.OpStat:
 		return dc.chunk(r, h, key, start, func(ref wire.ChunkRef) error { return s.stat(dc, h, ref.ID, start) })
+	case wire.OpExtents:
+		return dc.chunk(r, h, key, start, func(ref wire.ChunkRef) error { return s.extents(dc, h, ref.ID, start) })
 	case wire.OpSeal:
 		return dc.chunk(r, h, key, start, func(ref wire.ChunkRef) error { return s.store.Seal(ref.ID) })
 	case wire.OpDelete:

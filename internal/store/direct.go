@@ -41,7 +41,7 @@ func (s *Store) BeginWrite(id uint64, off int64, n int) (dst [][]byte, p *Pendin
 	}
 	s.mu.Unlock()
 	c.mu.Lock()
-	if c.deleted || c.sealed || off < c.length {
+	if c.deleted || c.sealed || off < c.length || c.ext.checkAdd(id, off, off+int64(n)) != nil {
 		c.mu.Unlock()
 		return nil, nil, false
 	}
@@ -146,9 +146,11 @@ func (p *Pending) commit(want uint32) error {
 			return s.diskErr(fmt.Errorf("store: write chunk %d: %w", c.id, err))
 		}
 	}
+	c.ext.add(p.off, p.off+p.n)
 	first := s.updateCRCs(c, f, p.off, p.off+p.n, p.newLen, segs)
 	if f != nil {
 		if err := s.writeCRCs(c, f, first, p.newLen); err != nil {
+			c.ext.remove(p.off, p.off+p.n) // claim less, never more
 			return s.diskErr(fmt.Errorf("store: %w", err))
 		}
 	}

@@ -24,6 +24,7 @@ import (
 //	0  u32 magic "GDCK"   4 u16 version   6 u16 flags (1 = sealed)
 //	8  u64 length         16 u32 block size
 //	20 u32 CRC32C of bytes 0..19
+//	24.. the written extents (version 2 on; extents.go), in the header's pwrite
 //	4096.. u32 CRC32C per 64 KiB block (up to limits.MaxChunk/limits.BlockSize entries)
 //
 // Writes go data first, then block CRCs, then the header, so a process killed
@@ -35,7 +36,7 @@ import (
 
 const (
 	chunkMagic   = 0x4b434447 // "GDCK"
-	chunkVersion = 1
+	chunkVersion = 2          // 2: written extents after the header; 1 is still read
 	crcTableOff  = 4096
 	dataOff      = crcTableOff + (limits.MaxChunk/limits.BlockSize)*4
 	flagSealed   = 1
@@ -70,7 +71,7 @@ func (s *Store) writeCRCs(c *chunk, f file, first int, newLen int64) error {
 	if _, err := f.WriteAt(tab, crcTableOff+int64(4*first)); err != nil {
 		return fmt.Errorf("store: write checksums of chunk %d: %w", c.id, err)
 	}
-	return writeHeaderTo(f, newLen, c.sealed)
+	return writeHeaderTo(f, newLen, c.sealed, &c.ext)
 }
 
 func (s *Store) writeHeader(c *chunk, sealed bool) error {
@@ -79,11 +80,14 @@ func (s *Store) writeHeader(c *chunk, sealed bool) error {
 		return fmt.Errorf("store: open chunk %d: %w", c.id, err)
 	}
 	defer f.Close()
-	return writeHeaderTo(f, c.length, sealed)
+	return writeHeaderTo(f, c.length, sealed, &c.ext)
 }
 
-func writeHeaderTo(f io.WriterAt, length int64, sealed bool) error {
-	var h [24]byte
+// writeHeaderTo writes the header and, right after it in the same pwrite,
+// the chunk's written extents.
+func writeHeaderTo(f io.WriterAt, length int64, sealed bool, ext *extentSet) error {
+	var buf [extRecordOff + 64]byte
+	h := buf[:extRecordOff]
 	binary.LittleEndian.PutUint32(h[0:], chunkMagic)
 	binary.LittleEndian.PutUint16(h[4:], chunkVersion)
 	if sealed {
@@ -92,7 +96,8 @@ func writeHeaderTo(f io.WriterAt, length int64, sealed bool) error {
 	binary.LittleEndian.PutUint64(h[8:], uint64(length))
 	binary.LittleEndian.PutUint32(h[16:], limits.BlockSize)
 	binary.LittleEndian.PutUint32(h[20:], crc32.Checksum(h[:20], crc32c.Table))
-	if _, err := f.WriteAt(h[:], 0); err != nil {
+	h = ext.appendRecord(h)
+	if _, err := f.WriteAt(h, 0); err != nil {
 		return fmt.Errorf("store: write chunk header: %w", err)
 	}
 	return nil
@@ -194,7 +199,8 @@ func (s *Store) loadChunk(p string, id uint64) (*chunk, error) {
 		return nil, err
 	}
 	le := binary.LittleEndian
-	if le.Uint32(h[0:]) != chunkMagic || le.Uint16(h[4:]) != chunkVersion ||
+	version := le.Uint16(h[4:])
+	if le.Uint32(h[0:]) != chunkMagic || (version != 1 && version != chunkVersion) ||
 		le.Uint32(h[20:]) != crc32.Checksum(h[:20], crc32c.Table) || le.Uint32(h[16:]) != limits.BlockSize {
 		return nil, fmt.Errorf("bad chunk header")
 	}
@@ -226,6 +232,20 @@ func (s *Store) loadChunk(p string, id uint64) (*chunk, error) {
 	c.durable.Store(true)
 	for i := range c.crcs {
 		c.crcs[i] = le.Uint32(tab[4*i:])
+	}
+	if version == 1 {
+		c.ext.add(0, length) // written before extents were kept: taken as whole then
+	} else {
+		rec := make([]byte, extRecordMax)
+		n, err := f.ReadAt(rec, extRecordOff)
+		if err != nil && !errors.Is(err, io.EOF) { // a file of an empty chunk ends after its record
+			return nil, err
+		}
+		ext, ok := parseRecord(rec[:n], length)
+		if !ok {
+			s.log.Warn("chunk's written extents are damaged: its bytes are kept, but no commit can claim them", "path", p)
+		}
+		c.ext = ext
 	}
 	return c, nil
 }

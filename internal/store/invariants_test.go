@@ -26,6 +26,13 @@ func (s *Store) checkInvariants() error {
 			return fmt.Errorf("chunk %d still pinned %d times", id, c.pins)
 		}
 		disk += c.length
+		prev := int64(-1)
+		for k := 0; k < len(c.ext.iv); k += 2 {
+			if a, b := c.ext.iv[k], c.ext.iv[k+1]; a <= prev || a >= b || b > c.length {
+				return fmt.Errorf("chunk %d of %d bytes: written extents %v not sorted, apart and within it", id, c.length, c.ext.iv)
+			}
+			prev = c.ext.iv[k+1]
+		}
 		if c.pages != nil {
 			if s.arena == nil {
 				return fmt.Errorf("chunk %d has DRAM pages without a DRAM tier", id)

@@ -97,7 +97,8 @@ type chunk struct {
 	length  int64
 	sealed  bool
 	deleted bool
-	crcs    []uint32 // per block, disk tier only
+	crcs    []uint32  // per block, disk tier only
+	ext     extentSet // bytes some write covered (extents.go)
 
 	// Guarded by Store.mu.
 	pages []int32 // DRAM pages covering [0, length), nil when not cached
@@ -311,6 +312,10 @@ func (s *Store) write(id uint64, off int64, p []byte, segs []uint32) error {
 	if c.sealed {
 		return errs.New(errs.ErrSealed, "store: chunk %d is sealed: its file was closed and is immutable", id)
 	}
+	if err := c.ext.checkAdd(id, off, end); err != nil {
+		s.dropIfEmpty(c)
+		return err
+	}
 	newLen := max(c.length, end)
 	if err := s.reserve(c, newLen); err != nil {
 		s.dropIfEmpty(c)
@@ -337,9 +342,11 @@ func (s *Store) write(id uint64, off int64, p []byte, segs []uint32) error {
 		s.touch(c)
 	}
 	s.mu.Unlock()
+	c.ext.add(off, end)
 	first := s.updateCRCs(c, f, off, end, newLen, segs)
 	if f != nil {
 		if err := s.writeCRCs(c, f, first, newLen); err != nil {
+			c.ext.remove(off, end) // claim less, never more
 			return s.diskErr(err)
 		}
 	}

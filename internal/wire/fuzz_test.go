@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/gd2fs/gd2fs/internal/crc32c"
+	"github.com/gd2fs/gd2fs/internal/limits"
 )
 
 // FuzzReader feeds arbitrary bytes to the frame decoder: it must never panic,
@@ -66,6 +67,33 @@ func FuzzReader(f *testing.F) {
 					t.Fatalf("KV ref does not round-trip: %+v", ref)
 				}
 			}
+		}
+	})
+}
+
+// FuzzExtents: an OpExtents payload either decodes to ranges a chunk can
+// hold (in order, apart, non-empty, within limits) that encode back to the
+// same bytes, or is an error.
+func FuzzExtents(f *testing.F) {
+	f.Add(AppendExtents(nil, []int64{0, 100, 200, 300}))
+	f.Add(AppendExtents(nil, []int64{5, 5}))
+	f.Add(AppendExtents(nil, []int64{0, 10, 10, 20}))
+	f.Add([]byte{1, 2, 3})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		ext, err := ParseExtents(b)
+		if err != nil {
+			return
+		}
+		if len(ext)/2 > limits.MaxChunkExtents {
+			t.Fatalf("%d ranges accepted", len(ext)/2)
+		}
+		for i := 0; i < len(ext); i += 2 {
+			if ext[i] >= ext[i+1] || ext[i+1] > limits.MaxChunk || (i > 0 && ext[i] <= ext[i-1]) {
+				t.Fatalf("accepted %v", ext)
+			}
+		}
+		if !bytes.Equal(AppendExtents(nil, ext), b) {
+			t.Fatalf("%v does not encode back to its bytes", ext)
 		}
 	})
 }

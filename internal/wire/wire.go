@@ -49,12 +49,13 @@ const (
 	OpKVDelete Op = 12 // response Offset = keys deleted
 	OpReadCold Op = 13 // key: cold ref; Offset, Count as OpRead; fills the chunk from its cold source first if absent
 	OpKVScan   Op = 14 // key: KV ref (pool; key unused); Offset: cursor; Count: keys wanted; response Offset = next cursor, Count = keys in the pool, payload = keys
-	opMaxKnown    = OpKVScan
+	OpExtents  Op = 15 // key: chunk ref; Offset, Count: the bytes asked about; response Offset = length, Flags&FlagSealed, payload = written extents within them (AppendExtents)
+	opMaxKnown    = OpExtents
 )
 
 func (o Op) String() string {
 	names := [...]string{"?", "hello", "ping", "write", "read", "stat", "seal", "delete", "copy",
-		"kv_put", "kv_get", "kv_exists", "kv_delete", "read_cold", "kv_scan"}
+		"kv_put", "kv_get", "kv_exists", "kv_delete", "read_cold", "kv_scan", "extents"}
 	if int(o) < len(names) {
 		return names[o]
 	}

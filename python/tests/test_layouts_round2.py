@@ -134,3 +134,38 @@ def test_tp_wider_than_heads_only_rank0_wrote_is_refused(conn):
     with pytest.raises(pygd2fs.Gd2fsError, match="not written"):
         conn.commit(sid, p, saved=[dict(fr, token_length=8, kv_length=region * 4)])
     assert conn.plan(sid, prompt_tokens=9, model=m, format="vllm", unsafe_count_only=True)["cached_tokens"] == 0
+
+
+def test_tp_wider_than_heads_a_middle_rank_missing_is_refused(conn):
+    """4 ranks over 2 KV heads, no MLA: ranks 0 and 3 wrote their regions,
+    ranks 1 and 2 did not, and the engine reports the whole segment saved.
+    The file's written length reaches the segment's end, but the servers
+    hold no write of rank 1's region: the commit is refused naming rank 1
+    and the engine as the cause, and nothing is recorded (a hole reads as
+    zeros: loading it would be wrong KV served as a hit). Once every rank
+    wrote, the same segment commits and each rank loads its own bytes."""
+    tp, layers, dim = 4, 2, 4
+    m = _model(conn, layers=layers, kv_heads=2, head_dim=dim, dtype="fp32", page_tokens=4, layout="kv_first", tp_size=tp)
+    sid = _sid()
+    p = conn.plan(sid, prompt_tokens=9, model=m, format="vllm", unsafe_count_only=True)
+    fr = p["kvcache_params"]["fresh_kvcache"][0]
+    tokens = 8
+    region = tokens * 2 * layers * 1 * dim * 4
+    ranks = [torch.randn(2, layers, tokens, 1, dim) for _ in range(tp)]
+    for r in (0, 3):
+        conn.write(fr["kv_uri"], ranks[r], offset=fr["kv_start"] + r * region)
+    seg = dict(fr, token_length=tokens, kv_length=region * tp)
+    with pytest.raises(pygd2fs.BadRequest, match=r"TP rank 1's region .* not written .* bug of the engine"):
+        conn.commit(sid, p, saved={"kvcache_params": {"id": sid, "fresh_kvcache": [seg]}})
+    assert conn.plan(sid, prompt_tokens=9, model=m, format="vllm", unsafe_count_only=True)["cached_tokens"] == 0
+    p = conn.plan(sid, prompt_tokens=9, model=m, format="vllm", unsafe_count_only=True)
+    fr = p["kvcache_params"]["fresh_kvcache"][0]
+    for r in range(tp):
+        conn.write(fr["kv_uri"], ranks[r], offset=fr["kv_start"] + r * region)
+    seg = dict(fr, token_length=tokens, kv_length=region * tp)
+    assert conn.commit(sid, p, saved={"kvcache_params": {"id": sid, "fresh_kvcache": [seg]}})["tokens"] == tokens
+    st = conn.plan(sid, prompt_tokens=12, model=m, format="vllm", unsafe_count_only=True)["kvcache_params"]["stored_kvcache"][0]
+    for r, t in enumerate(ranks):
+        back = torch.zeros_like(t)
+        conn.read_into(st["kv_uri"], back, offset=st["kv_start"] + r * region)
+        assert torch.equal(back, t), f"rank {r}"
