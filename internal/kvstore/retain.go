@@ -468,3 +468,6 @@ func (s *Store) loadRetention() {
 	}
 	s.log.Info("KV retention restored", "blocks", kept, "of", len(recs))
 }
+
+// Now is the store's clock (Config.Now): a relative TTL is measured from it.
+func (s *Store) Now() time.Time { return s.now() }

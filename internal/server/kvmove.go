@@ -179,6 +179,7 @@ func (s *Server) kvPullFrom(ms *api.Membership, ref wire.KVRef, tidy bool) (foun
 			s.log.Warn("kv move: cannot store a moved block", "err", err)
 			return false, 0
 		}
+		s.kvCopyRetention(src.Addr, ms.Epoch, ref, key)
 		s.kvm.moved.Add(1)
 		// Every earlier owner that is not an owner now drops its copy: the
 		// block has one home again, and no stale copy is left to be found.

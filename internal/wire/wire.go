@@ -49,12 +49,13 @@ const (
 	OpKVDelete Op = 12 // response Offset = keys deleted
 	OpReadCold Op = 13 // key: cold ref; Offset, Count as OpRead; fills the chunk from its cold source first if absent
 	OpKVScan   Op = 14 // key: KV ref (pool; key unused); Offset: cursor; Count: keys wanted; response Offset = next cursor, Count = keys in the pool, payload = keys
-	opMaxKnown    = OpKVScan
+	OpKVRetain Op = 15 // key: KV ref; Offset: client epoch; payload: Retain (16 bytes); response payload: the block's Retain, Offset = blocks changed
+	opMaxKnown    = OpKVRetain
 )
 
 func (o Op) String() string {
 	names := [...]string{"?", "hello", "ping", "write", "read", "stat", "seal", "delete", "copy",
-		"kv_put", "kv_get", "kv_exists", "kv_delete", "read_cold", "kv_scan"}
+		"kv_put", "kv_get", "kv_exists", "kv_delete", "read_cold", "kv_scan", "kv_retain"}
 	if int(o) < len(names) {
 		return names[o]
 	}
@@ -69,7 +70,8 @@ const (
 	FlagOverwrite uint16 = 1 << 1
 	// FlagExisted in an OpKVPut response: the key existed and was kept.
 	FlagExisted uint16 = 1 << 2
-	// FlagPrefix in an OpKVDelete request: delete every key with this prefix.
+	// FlagPrefix in an OpKVDelete or OpKVRetain request: every key with
+	// this prefix on the server.
 	FlagPrefix uint16 = 1 << 3
 	// FlagColdFilled in an OpReadCold response: the server fetched the chunk
 	// from the cold tier for this request (or while it waited).
