@@ -67,7 +67,7 @@ func RetainChange(r wire.Retain, now time.Time) kvstore.Change {
 func RetainOf(r kvstore.Retention, now time.Time) wire.Retain {
 	w := wire.Retain{Set: wire.RetainPin | wire.RetainPriority | wire.RetainTTL, Pin: uint8(r.Pin), Priority: r.Priority, TTL: -1}
 	if !r.Expires.IsZero() {
-		w.TTL = max(1, (r.Expires.Sub(now)+time.Millisecond-1).Milliseconds())
+		w.TTL = max(1, (r.Expires.Sub(now) + time.Millisecond - 1).Milliseconds())
 	}
 	return w
 }
