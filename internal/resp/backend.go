@@ -29,6 +29,10 @@ type Backend interface {
 	Scan(ctx context.Context, cursor uint64, count int) ([]string, uint64, error)
 	// Count is the number of keys.
 	Count(ctx context.Context) (int64, error)
+	// Retain changes key's pin, priority or TTL; gone: it expired at once.
+	Retain(ctx context.Context, key []byte, o client.RetainOptions) (r client.Retention, gone bool, err error)
+	// Retention returns key's pin, priority and TTL left.
+	Retention(ctx context.Context, key []byte) (client.Retention, error)
 }
 
 // Local is a data server in the same process (internal/server.Server):
@@ -150,4 +154,22 @@ func (c *Cluster) Scan(ctx context.Context, cursor uint64, count int) ([]string,
 func (c *Cluster) Count(ctx context.Context) (int64, error) {
 	c.init()
 	return c.kv.Count(ctx)
+}
+
+// Retain changes key's pin, priority or TTL on its owners (the binary
+// protocol: a rare command needs no fast path, and it finds a block that
+// moved with a membership change as a read does).
+func (c *Cluster) Retain(ctx context.Context, key []byte, o client.RetainOptions) (client.Retention, bool, error) {
+	c.init()
+	r, gone, err := c.kv.Retain(ctx, string(key), o)
+	c.unreachable(err)
+	return r, gone, err
+}
+
+// Retention returns key's pin, priority and TTL left.
+func (c *Cluster) Retention(ctx context.Context, key []byte) (client.Retention, error) {
+	c.init()
+	r, err := c.kv.Retention(ctx, string(key))
+	c.unreachable(err)
+	return r, err
 }
