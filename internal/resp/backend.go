@@ -43,7 +43,7 @@ type Local interface {
 	KVOwner(pool string, key []byte) bool
 	KVGetLocal(pool string, key []byte, fn func(bufs [][]byte, size int) error) error
 	KVPutLocal(pool string, key, value []byte, crc uint32, overwrite bool) (existed bool, err error)
-	KVExistsLocal(pool string, key []byte) (size int64, found bool)
+	KVStatLocal(pool string, key []byte) (size int64, found bool)
 	KVDeleteLocal(pool string, key []byte) (bool, error)
 }
 
@@ -115,7 +115,11 @@ func (c *Cluster) Get(ctx context.Context, key []byte, fn func(bufs [][]byte, si
 func (c *Cluster) Put(ctx context.Context, key, value []byte, overwrite bool) (bool, error) {
 	c.init()
 	if c.local(ctx, key) {
-		return c.Local.KVPutLocal(c.Pool, key, value, crc32.Checksum(value, crc32c.Table), overwrite)
+		existed, err := c.Local.KVPutLocal(c.Pool, key, value, crc32.Checksum(value, crc32c.Table), overwrite)
+		if !errors.Is(err, errs.ErrMoved) {
+			return existed, err
+		}
+		// The map moved the key while this put landed (undone): its owner now.
 	}
 	existed, err := c.kv.PutWith(ctx, string(key), value, client.PutOptions{Overwrite: overwrite})
 	c.unreachable(err)
@@ -125,7 +129,7 @@ func (c *Cluster) Put(ctx context.Context, key, value []byte, overwrite bool) (b
 func (c *Cluster) Stat(ctx context.Context, key []byte) (int64, error) {
 	c.init()
 	if c.local(ctx, key) {
-		n, ok := c.Local.KVExistsLocal(c.Pool, key)
+		n, ok := c.Local.KVStatLocal(c.Pool, key)
 		if !ok {
 			return 0, errs.New(errs.ErrNotFound, "")
 		}
@@ -139,7 +143,10 @@ func (c *Cluster) Stat(ctx context.Context, key []byte) (int64, error) {
 func (c *Cluster) Delete(ctx context.Context, key []byte) (bool, error) {
 	c.init()
 	if c.local(ctx, key) {
-		return c.Local.KVDeleteLocal(c.Pool, key)
+		found, err := c.Local.KVDeleteLocal(c.Pool, key)
+		if !errors.Is(err, errs.ErrMoved) {
+			return found, err
+		}
 	}
 	found, err := c.kv.DeleteFound(ctx, string(key))
 	c.unreachable(err)
