@@ -38,6 +38,7 @@ type Config struct {
 	KVPolicy    string // kvstore.Config.Policy ("" = auto)
 	KVPinQuota  int64  // kvstore.Config.PinQuota (0: a quarter of each tier)
 	KVMoveRate  int64  // server.Config.KVMoveRate (0: the default; 1: tests that need blocks left where they were)
+	RESPPrefetch string // what the RESP doors' EXISTS prefetches (resp.Server.SetPrefetch; "": off)
 	KVDiskBytes int64  // KV disk tier per server (under <Dir>/server-<i>/kv); 0 = none
 	Meta        string
 	Token       string

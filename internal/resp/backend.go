@@ -33,6 +33,9 @@ type Backend interface {
 	Retain(ctx context.Context, key []byte, o client.RetainOptions) (r client.Retention, gone bool, err error)
 	// Retention returns key's pin, priority and TTL left.
 	Retention(ctx context.Context, key []byte) (client.Retention, error)
+	// Prefetch copies key's block to its owner's DRAM if it is on disk
+	// there (EXISTS with the door's prefetch on: prefetch.go).
+	Prefetch(ctx context.Context, key []byte) error
 }
 
 // Local is a data server in the same process (internal/server.Server):

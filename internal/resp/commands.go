@@ -406,6 +406,7 @@ func (c *conn) exists(args [][]byte) error {
 		switch {
 		case err == nil:
 			n++
+			c.prefetchHit(k)
 		case !miss(err):
 			c.backendError(err)
 			return nil
