@@ -28,6 +28,10 @@ func TestFastPathAcrossJoin(t *testing.T) {
 	const n = 200
 	val := func(i int) string { return fmt.Sprintf("value-%d-%s", i, string(make([]byte, i%7))) }
 	for i := 0; i < n; i++ {
+		if i%5 == 1 { // a TTL, which a move must carry
+			eq(t, "SET EX", r.do("SET", fmt.Sprint("j", i), val(i), "EX", "1000"), "+OK\r\n")
+			continue
+		}
 		eq(t, "SET", r.do("SET", fmt.Sprint("j", i), val(i)), "+OK\r\n")
 	}
 	if _, err := c.AddServer(3); err != nil {
@@ -76,6 +80,15 @@ func TestFastPathAcrossJoin(t *testing.T) {
 			eq(t, "STRLEN "+k, d.do("STRLEN", k), fmt.Sprintf(":%d\r\n", len(val(i))))
 		}
 		eq(t, "GET "+k+" on its new owner", d.do("GET", k), bulk(val(i)))
+		if i%5 == 1 {
+			if _, held := c.Servers[3].KVExistsLocal("perf", []byte(k)); !held {
+				t.Fatalf("%s: the read on its new owner did not move it there", k)
+			}
+			got := d.do("TTL", k)
+			if got != ":1000\r\n" && got != ":999\r\n" && got != ":998\r\n" {
+				t.Fatalf("%s moved to its new owner with TTL %q, want about 1000", k, got)
+			}
+		}
 		if i%2 == 0 {
 			eq(t, "overwrite", d.do("SET", k, "new"), "+OK\r\n")
 			for j, s := range c.Servers[:3] {
