@@ -202,8 +202,9 @@ func (s *Store) Retain(key []byte, c Change) (Retention, error) {
 		}
 		if c.SetPin && c.Pin == TierDRAM && e.pin != TierDRAM {
 			if n := memPinBytes(e); s.pinnedMem+n > s.pinQuotaMem {
+				err := errs.New(errs.ErrNoSpace, "KV DRAM pin quota full: %d of %d bytes pinned, this block needs %d: unpin blocks, or start the server with a larger --kv-pin-quota (at most half of --kv-mem)", s.pinnedMem, s.pinQuotaMem, n)
 				s.unlockAndWrite()
-				return Retention{}, errs.New(errs.ErrNoSpace, "KV DRAM pin quota full: %d of %d bytes pinned, this block needs %d: unpin blocks, or start the server with a larger --kv-pin-quota (at most half of --kv-mem)", s.pinnedMem, s.pinQuotaMem, n)
+				return Retention{}, err
 			}
 			if e.pages == nil {
 				// Bring it into DRAM first, outside the lock, then start over.
@@ -216,8 +217,9 @@ func (s *Store) Retain(key []byte, c Change) (Retention, error) {
 		}
 		if c.SetPin && c.Pin == TierDisk && e.pin != TierDisk {
 			if s.pinnedDisk+e.size > s.pinQuotaDisk {
+				err := errs.New(errs.ErrNoSpace, "KV disk pin quota full: %d of %d bytes pinned, this block needs %d: unpin blocks, or start the server with a larger --kv-pin-quota (at most half of --kv-disk)", s.pinnedDisk, s.pinQuotaDisk, e.size)
 				s.unlockAndWrite()
-				return Retention{}, errs.New(errs.ErrNoSpace, "KV disk pin quota full: %d of %d bytes pinned, this block needs %d: unpin blocks, or start the server with a larger --kv-pin-quota (at most half of --kv-disk)", s.pinnedDisk, s.pinQuotaDisk, e.size)
+				return Retention{}, err
 			}
 		}
 		if c.SetExpire && !c.Expire.IsZero() && !c.Expire.After(s.now()) {

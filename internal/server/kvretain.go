@@ -72,26 +72,19 @@ func RetainOf(r kvstore.Retention, now time.Time) wire.Retain {
 	return w
 }
 
-// kvCopyRetention gives a block just moved here from src the pin, priority
-// and TTL it had there (a moved block must not outlive its TTL). A block
-// that expired there meanwhile goes here too.
-func (s *Server) kvCopyRetention(src string, epoch int64, ref wire.KVRef, key []byte) {
+// kvRetentionAt reads ref's pin, priority and TTL from what src holds
+// (errs.ErrNotFound when it holds no such block), before a move copies it.
+func (s *Server) kvRetentionAt(src string, epoch int64, ref wire.KVRef) (wire.Retain, error) {
 	ctx, cancel := context.WithTimeout(s.life, s.cfg.ForwardTimeout)
+	defer cancel()
 	r, _, err := s.peers.KVRetain(ctx, src, wire.KVRef{Pool: ref.Pool, Key: ref.Key}, epoch, wire.Retain{}, false, true)
-	cancel()
-	switch {
-	case errors.Is(err, errs.ErrNotFound):
-		r = wire.Retain{TTL: -2}
-	case err != nil:
-		s.log.Warn("kv move: the block's pin and TTL could not be read from its earlier owner; it keeps none", "server", src, "err", err)
-		return
-	}
-	if r.TTL == -2 {
-		if _, err := s.kv.Delete(key); err != nil {
-			s.log.Warn("kv move: a block that expired on its earlier owner could not be deleted", "err", err)
-		}
-		return
-	}
+	return r, err
+}
+
+// kvApplyRetention gives a block just moved here the pin, priority and TTL
+// it had on its earlier owner (a moved block must not outlive its TTL). A
+// pin this server's quota cannot take is logged and left out.
+func (s *Server) kvApplyRetention(key []byte, r wire.Retain) {
 	if r.Pin == 0 && r.Priority == 0 && r.TTL == -1 {
 		return
 	}
