@@ -149,6 +149,9 @@ func (kv *KV) ctx(ctx context.Context, n int) (context.Context, context.CancelFu
 // PutOptions change a put.
 type PutOptions struct {
 	Overwrite bool // replace an existing block (blocks are write-once otherwise)
+	// Retain, when it sets anything, is applied once the put is done (a
+	// second request: a read in between sees the block without it).
+	Retain RetainOptions
 }
 
 // Put stores value under key. A key that exists is left as it is (write-once)
@@ -180,6 +183,9 @@ func (kv *KV) PutWith(ctx context.Context, key string, value []byte, o PutOption
 		}
 		return perr
 	})
+	if err == nil && o.Retain != (RetainOptions{}) {
+		_, _, err = kv.Retain(ctx, key, o.Retain)
+	}
 	return existed, err
 }
 

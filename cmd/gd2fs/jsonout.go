@@ -61,10 +61,13 @@ func fileOf(fi client.FileInfo) fileJSON {
 }
 
 type blockJSON struct {
-	Key    string `json:"key"`
-	Size   int64  `json:"size"`
-	Tier   string `json:"tier"`
-	Server string `json:"server"`
+	Key       string `json:"key"`
+	Size      int64  `json:"size"`
+	Tier      string `json:"tier"`
+	Server    string `json:"server"`
+	Pin       string `json:"pin"`      // "", "dram" or "disk"
+	Priority  int    `json:"priority"` // -7 to 7
+	TTLMillis int64  `json:"ttl_ms"`   // time left; 0: none
 }
 
 type existsJSON struct {

@@ -14,8 +14,10 @@ func newKV(g *globals) *cobra.Command {
 	var pool string
 	cmd := &cobra.Command{
 		Use:   "kv",
-		Short: "Hash-mode KV cache: put, get, exists, rm, stat blocks by key",
+		Short: "Hash-mode KV cache: put, get, exists, rm, stat, pin, ttl blocks by key",
 		Example: `  gd2fs kv put llama/0/8f3a ./block.bin
+  gd2fs kv put --pin dram --ttl 1h sys/0 ./block.bin
+  gd2fs kv pin --prefix sys/
   gd2fs kv get llama/0/8f3a > block.bin
   gd2fs kv exists llama/0/8f3a llama/0/91bc llama/0/a7de     # per key, and the cached prefix length
   gd2fs kv --pool ha stat llama/0/8f3a`,
@@ -33,12 +35,17 @@ func newKV(g *globals) *cobra.Command {
 		}
 	}
 	var overwrite bool
+	var putRetain client.RetainOptions
+	var putFlags func() error
 	put := &cobra.Command{
 		Use:     "put KEY [FILE|-]",
 		Short:   "Store a block (from a file, or standard input)",
-		Example: "  gd2fs kv put llama/0/8f3a ./block.bin\n  echo hello | gd2fs kv put greeting -",
+		Example: "  gd2fs kv put llama/0/8f3a ./block.bin\n  echo hello | gd2fs kv put greeting -\n  gd2fs kv put --pin dram --priority 3 --ttl 1h sys/0 ./block.bin",
 		Args:    cobra.RangeArgs(1, 2),
 		RunE: withKV(func(kv *client.KV, cmd *cobra.Command, args []string) error {
+			if err := putFlags(); err != nil {
+				return err
+			}
 			var r io.Reader = os.Stdin
 			if len(args) == 2 && args[1] != "-" {
 				f, err := os.Open(args[1])
@@ -52,7 +59,7 @@ func newKV(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			existed, err := kv.PutWith(cmd.Context(), args[0], v, client.PutOptions{Overwrite: overwrite})
+			existed, err := kv.PutWith(cmd.Context(), args[0], v, client.PutOptions{Overwrite: overwrite, Retain: putRetain})
 			if err != nil {
 				return err
 			}
@@ -63,6 +70,7 @@ func newKV(g *globals) *cobra.Command {
 		}),
 	}
 	put.Flags().BoolVar(&overwrite, "overwrite", false, "replace an existing block")
+	putFlags = putRetainFlags(put, &putRetain)
 	get := &cobra.Command{
 		Use:     "get KEY",
 		Short:   "Write a block to standard output",
@@ -156,7 +164,7 @@ Exit status: 0 when every key is stored, 1 when one is not, 2 when the cluster c
 	})
 	stat := &cobra.Command{
 		Use:     "stat KEY",
-		Short:   "Show a block's size, tier and server",
+		Short:   "Show a block's size, tier, server, pin, priority and TTL",
 		Example: "  gd2fs kv stat llama/0/8f3a\n  gd2fs kv stat --json llama/0/8f3a",
 		Args:    cobra.ExactArgs(1),
 		RunE: withKV(func(kv *client.KV, cmd *cobra.Command, args []string) error {
@@ -164,14 +172,25 @@ Exit status: 0 when every key is stored, 1 when one is not, 2 when the cluster c
 			if err != nil {
 				return err
 			}
-			if asJSON {
-				return printJSON(blockJSON{Key: info.Key, Size: info.Size, Tier: info.Tier, Server: info.Server})
+			r, err := kv.Retention(cmd.Context(), args[0])
+			if err != nil {
+				return err
 			}
-			fmt.Printf("key:    %s\nsize:   %d (%s)\ntier:   %s\nserver: %s\n", info.Key, info.Size, human(info.Size), info.Tier, info.Server)
+			if asJSON {
+				return printJSON(blockJSON{Key: info.Key, Size: info.Size, Tier: info.Tier, Server: info.Server,
+					Pin: r.Pin, Priority: r.Priority, TTLMillis: r.TTL.Milliseconds()})
+			}
+			pin := r.Pin
+			if pin == "" {
+				pin = "none"
+			}
+			fmt.Printf("key:      %s\nsize:     %d (%s)\ntier:     %s\nserver:   %s\npin:      %s\npriority: %d\nttl:      %s\n",
+				info.Key, info.Size, human(info.Size), info.Tier, info.Server, pin, r.Priority, ttlText(r.TTL))
 			return nil
 		}),
 	}
 	stat.Flags().BoolVar(&asJSON, "json", false, "print JSON (snake_case fields)")
 	cmd.AddCommand(put, get, exists, rm, stat)
+	cmd.AddCommand(kvRetainCmds(withKV)...)
 	return cmd
 }

@@ -259,6 +259,10 @@ func TestCLI(t *testing.T) {
 		t.Fatalf("rm: %v %s", err, out)
 	}
 	// KV from the shell.
+	small := filepath.Join(dir, "small.bin")
+	if err := os.WriteFile(small, data[:1000], 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, s := range []struct {
 		args []string
 		want string
@@ -267,6 +271,12 @@ func TestCLI(t *testing.T) {
 		{[]string{"kv", "put", "llama/0/a", src}, "key exists"},
 		{[]string{"kv", "exists", "llama/0/a"}, "prefix\t1 of 1"}, // a miss exits 1: TestNewcomer
 		{[]string{"kv", "stat", "llama/0/a"}, "tier:"},
+		{[]string{"kv", "put", "--pin", "dram", "--priority", "3", "--ttl", "1h", "sys/0", small}, ""},
+		{[]string{"kv", "stat", "sys/0"}, "pin:      dram\npriority: 3\nttl:      59m"},
+		{[]string{"kv", "stat", "--json", "sys/0"}, `"pin": "dram"`},
+		{[]string{"kv", "ttl", "--persist", "sys/0"}, "none"},
+		{[]string{"kv", "unpin", "--prefix", "sys/"}, "changed 1 blocks"},
+		{[]string{"kv", "ttl", "sys/0", "0"}, "expired: deleted"},
 		{[]string{"kv", "rm", "--prefix", "llama/"}, "deleted 1 blocks"},
 	} {
 		out, err := run(s.args...)

@@ -17,8 +17,8 @@ import (
 
 // respFlags are gd2fs server's Redis-protocol flags.
 type respFlags struct {
-	listen, pool string
-	plaintext    bool
+	listen, pool, prefetch string
+	plaintext              bool
 }
 
 // respTLS is the RESP door's TLS: the node's own (--tls-cert) when it has
@@ -38,6 +38,7 @@ func respTLS(g *globals, plaintext bool) (*tls.Config, error) {
 func (r *respFlags) add(f *pflag.FlagSet) {
 	f.StringVar(&r.listen, "resp-listen", "", "also serve the KV cache to Redis clients (RESP2/RESP3) on this address, e.g. :6380 (default: off)")
 	f.StringVar(&r.pool, "resp-pool", "perf", "KV pool the Redis-protocol endpoint serves")
+	f.StringVar(&r.prefetch, "resp-prefetch", "off", "what EXISTS prefetches from the KV disk tier to DRAM for the GET that follows: off, on (the keys found), lmcache (also <chunk>kv_bytes for EXISTS <chunk>metadata)")
 	f.BoolVar(&r.plaintext, "resp-plaintext", false, "serve the Redis protocol without TLS even when the cluster uses TLS (the token and values travel in clear)")
 }
 
@@ -55,13 +56,17 @@ func (r *respFlags) start(ctx context.Context, g *globals, s *server.Server, max
 	if err != nil {
 		return nil, err
 	}
+	if err := rs.SetPrefetch(r.prefetch); err != nil {
+		rs.Close()
+		return nil, fmt.Errorf("--resp-prefetch: %w", err)
+	}
 	fmt.Fprintf(os.Stderr, "gd2fs server %s: Redis protocol on %s (pool %s)\n", s.ID(), rs.Addr(), r.pool)
 	go rs.Serve(ctx)
 	return func() { rs.Close() }, nil
 }
 
 func newRESP(g *globals) *cobra.Command {
-	var listen, pool, maxValue string
+	var listen, pool, maxValue, prefetch string
 	var plaintext bool
 	cmd := &cobra.Command{
 		Use:   "resp",
@@ -76,7 +81,8 @@ cluster token. See docs/resp.md for the commands and how they differ from Redis.
   # a TLS cluster: the gateway serves TLS with its own certificate
   gd2fs resp --listen :6379 --master https://m:7070 --tls-cert gw.pem --tls-key gw-key.pem --tls-ca ca.pem --token-file /etc/gd2fs/token
   redis-cli --tls --cacert ca.pem -p 6379 -a "$(cat /etc/gd2fs/token)" PING
-  LMCACHE_REMOTE_URL=redis://gateway:6379 ...        # LMCache's redis backend, unchanged`,
+  LMCACHE_REMOTE_URL=redis://gateway:6379 ...        # LMCache's redis backend, unchanged
+  gd2fs resp --listen :6379 --master http://m:7070 --prefetch lmcache   # EXISTS warms the chunk for its GET`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			mv, err := parseSize(maxValue)
@@ -93,6 +99,10 @@ cluster token. See docs/resp.md for the commands and how they differ from Redis.
 			if err != nil {
 				return err
 			}
+			if err := rs.SetPrefetch(prefetch); err != nil {
+				rs.Close()
+				return fmt.Errorf("--prefetch: %w", err)
+			}
 			fmt.Fprintf(os.Stderr, "gd2fs resp gateway on %s (master %s, pool %s)\n", rs.Addr(), g.master, pool)
 			return rs.Serve(ctx)
 		},
@@ -100,6 +110,7 @@ cluster token. See docs/resp.md for the commands and how they differ from Redis.
 	f := cmd.Flags()
 	f.StringVar(&listen, "listen", ":6379", "address Redis clients connect to")
 	f.StringVar(&pool, "pool", "perf", "KV pool to serve")
+	f.StringVar(&prefetch, "prefetch", "off", "what EXISTS prefetches from the servers' KV disk tiers to DRAM: off, on, lmcache (also <chunk>kv_bytes for EXISTS <chunk>metadata; see docs/resp.md)")
 	f.StringVar(&maxValue, "max-value", "64MiB", "largest SET value accepted (the data servers' --kv-max-value)")
 	f.BoolVar(&plaintext, "resp-plaintext", false, "serve without TLS even when the cluster uses TLS (the token and values travel in clear)")
 	return cmd

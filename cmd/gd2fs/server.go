@@ -18,7 +18,7 @@ import (
 )
 
 func newServer(g *globals) *cobra.Command {
-	var listen, advertise, mem, disk, id, kvMem, kvDisk, kvMax, kvPolicy, syncPolicy string
+	var listen, advertise, mem, disk, id, kvMem, kvDisk, kvMax, kvPolicy, kvPin, syncPolicy string
 	var rf respFlags
 	var heartbeat, forwardTimeout time.Duration
 	var maxConns, maxPerIP int
@@ -52,6 +52,9 @@ func newServer(g *globals) *cobra.Command {
 				}
 			}
 			if err := kvFlags(&n, kvMem, kvDisk, kvMax); err != nil {
+				return err
+			}
+			if n.KVPinQuota, err = parsePinQuota(kvPin); err != nil {
 				return err
 			}
 			if err := checkKVSizes(kvstore.Config{DiskBytes: n.KVDisk, MaxValue: n.KVMaxValue}, "--kv-max-value"); err != nil {
@@ -91,6 +94,7 @@ func newServer(g *globals) *cobra.Command {
 	f.StringVar(&kvDisk, "kv-disk", "", "KV cache disk tier as DIR:SIZE, e.g. /nvme/gd2fs-kv:1TiB")
 	f.StringVar(&kvMax, "kv-max-value", "64MiB", "largest KV value accepted")
 	f.StringVar(&kvPolicy, "kv-policy", "auto", "KV DRAM tier policy: auto (S3-FIFO or LRU, whichever a sampled simulation of both finds better), s3fifo, lru")
+	f.StringVar(&kvPin, "kv-pin-quota", "auto", "bytes of KV blocks that may be pinned in each KV tier (gd2fs kv pin): auto (a quarter of the tier), 0 (no pins) or a size such as 2GiB; at most half a tier")
 	f.StringVar(&id, "id", "", "server id (default: kept in the disk tier, else random)")
 	f.StringVar(&syncPolicy, "sync", "replicated", "writes made durable (fdatasync) before they are acknowledged: replicated (chunks of more than one replica: the ha pool), always, never (page cache only)")
 	f.BoolVar(&debug, "debug-http", false, "serve /debug/pprof/ and /debug/gc on the server port")
@@ -112,6 +116,22 @@ func dirSize(flag, v string) (string, int64, error) {
 	}
 	n, err := parseSize(v[i+1:])
 	return v[:i], n, err
+}
+
+// parsePinQuota reads --kv-pin-quota: "auto" is kvstore's default (0),
+// "0" refuses pins (negative), else a size.
+func parsePinQuota(v string) (int64, error) {
+	switch v {
+	case "auto", "":
+		return 0, nil
+	case "0", "off":
+		return -1, nil
+	}
+	n, err := parseSize(v)
+	if err != nil {
+		return 0, fmt.Errorf("--kv-pin-quota %q: %w (write auto, 0 or a size such as 2GiB)", v, err)
+	}
+	return n, nil
 }
 
 // kvFlags reads the --kv-mem, --kv-disk and --kv-max-value flags into n.

@@ -19,7 +19,7 @@ import (
 )
 
 func newUp(g *globals) *cobra.Command {
-	var dir, listen, mem, disk, kvMem, kvPolicy, kvDisk, quota, cluster_, metaDSN, syncPolicy string
+	var dir, listen, mem, disk, kvMem, kvPolicy, kvPin, kvDisk, quota, cluster_, metaDSN, syncPolicy string
 	var servers, firstPort, respPort int
 	var s3 s3Flags
 	cmd := &cobra.Command{
@@ -84,13 +84,17 @@ func newUp(g *globals) *cobra.Command {
 			for i := 0; i < servers; i++ {
 				lockDirs = append(lockDirs, filepath.Join(abs, "server-"+strconv.Itoa(i)), filepath.Join(abs, "server-"+strconv.Itoa(i), "kv"))
 			}
+			pinQ, err := parsePinQuota(kvPin)
+			if err != nil {
+				return err
+			}
 			unlock, err := dirlock.AcquireAll(lockDirs...)
 			if err != nil {
 				return fmt.Errorf("%w (another gd2fs up uses this folder: stop it, or give this one another --dir)", err)
 			}
 			defer unlock()
 			c, err := cluster.Start(ctx, cluster.Config{Dir: abs, MasterAddr: listen, ServerAddrs: addrs, Servers: servers,
-				MemBytes: memB, DiskBytes: diskB, Sync: sp, KVMemBytes: kvMemB, KVPolicy: kvPolicy, KVDiskBytes: kvDiskB, SessionQuota: q, Cold: cc, Token: g.token, Cluster: cluster_, Meta: metaDSN, Log: g.logger(),
+				MemBytes: memB, DiskBytes: diskB, Sync: sp, KVMemBytes: kvMemB, KVPolicy: kvPolicy, KVPinQuota: pinQ, KVDiskBytes: kvDiskB, SessionQuota: q, Cold: cc, Token: g.token, Cluster: cluster_, Meta: metaDSN, Log: g.logger(),
 				TLS: g.serverTLS, ClientTLS: g.clientTLS, RESP: respPort > 0, RESPAddrs: respAddrs, KVFlushOnClose: true})
 			if err != nil {
 				return fmt.Errorf("%w (is another gd2fs up running? stop it or pick other ports with --listen/--port/--resp-port)", err)
@@ -128,6 +132,7 @@ func newUp(g *globals) *cobra.Command {
 	f.StringVar(&kvMem, "kv-mem", "256MiB", "KV cache DRAM tier per server")
 	f.StringVar(&kvPolicy, "kv-policy", "auto", "KV DRAM tier policy: auto, s3fifo or lru (see gd2fs server --help)")
 	f.StringVar(&kvDisk, "kv-disk", "4GiB", "KV cache disk tier per server")
+	f.StringVar(&kvPin, "kv-pin-quota", "auto", "bytes of KV blocks that may be pinned per KV tier: auto (a quarter), 0 (no pins) or a size (see gd2fs server --help)")
 	f.StringVar(&quota, "session-quota", "4GiB", "bytes of explicit-mode KV session files before LRU eviction")
 	s3.add(f)
 	f.StringVar(&cluster_, "cluster", "local", "cluster name used in gd2fs://<cluster>/ URIs")

@@ -71,6 +71,14 @@ type KVStats struct {
 	Demotions  uint64 `json:"demotions"`
 	Promotions uint64 `json:"promotions"`
 	Evictions  uint64 `json:"evictions"`
+	// Pins and TTLs (gd2fs kv pin, kv ttl; kvstore's retention).
+	PinnedKeys   int64  `json:"pinned_keys,omitempty"`
+	PinnedMem    int64  `json:"pinned_mem,omitempty"`  // bytes pinned in DRAM
+	PinnedDisk   int64  `json:"pinned_disk,omitempty"` // bytes pinned on disk
+	PinQuotaMem  int64  `json:"pin_quota_mem,omitempty"`
+	PinQuotaDisk int64  `json:"pin_quota_disk,omitempty"`
+	ExpiringKeys int64  `json:"expiring_keys,omitempty"` // blocks with a TTL
+	Expired      uint64 `json:"expired,omitempty"`
 	// Latency holds, per operation ("kv_get", "kv_put", "kv_exists"), the
 	// cumulative count of operations served within each of LatencyBounds
 	// (the last entry counts all operations).

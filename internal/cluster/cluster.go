@@ -33,15 +33,18 @@ type Config struct {
 	MemBytes    int64 // DRAM tier per server
 	DiskBytes   int64 // disk tier per server; 0 = DRAM only
 	// Sync is the servers' write durability policy (store.SyncPolicy).
-	Sync        store.SyncPolicy
-	KVMemBytes  int64  // KV DRAM tier per server; 0 = none
-	KVPolicy    string // kvstore.Config.Policy ("" = auto)
-	KVDiskBytes int64  // KV disk tier per server (under <Dir>/server-<i>/kv); 0 = none
-	Meta        string
-	Token       string
-	Cluster     string
-	DownAfter   time.Duration
-	RepairAfter time.Duration
+	Sync         store.SyncPolicy
+	KVMemBytes   int64  // KV DRAM tier per server; 0 = none
+	KVPolicy     string // kvstore.Config.Policy ("" = auto)
+	KVPinQuota   int64  // kvstore.Config.PinQuota (0: a quarter of each tier)
+	KVMoveRate   int64  // server.Config.KVMoveRate (0: the default; 1: tests that need blocks left where they were)
+	RESPPrefetch string // what the RESP doors' EXISTS prefetches (resp.Server.SetPrefetch; "": off)
+	KVDiskBytes  int64  // KV disk tier per server (under <Dir>/server-<i>/kv); 0 = none
+	Meta         string
+	Token        string
+	Cluster      string
+	DownAfter    time.Duration
+	RepairAfter  time.Duration
 	// Cold is the S3 endpoint servers fill linked files from (nil: none).
 	Cold *cold.Config
 	// SessionQuota bounds explicit-mode KV session files (0: no limit).
@@ -119,7 +122,7 @@ func (c *Cluster) AddServer(i int) (*server.Server, error) {
 		addr = c.cfg.ServerAddrs[i]
 	}
 	n := node.Server{ID: "server-" + strconv.Itoa(i), Listen: addr, Master: c.Master.URL(), Token: c.cfg.Token,
-		Mem: c.cfg.MemBytes, Sync: c.cfg.Sync, KVMem: c.cfg.KVMemBytes, KVPolicy: c.cfg.KVPolicy, Cold: c.cfg.Cold,
+		Mem: c.cfg.MemBytes, Sync: c.cfg.Sync, KVMem: c.cfg.KVMemBytes, KVPolicy: c.cfg.KVPolicy, KVPinQuota: c.cfg.KVPinQuota, KVMoveRate: c.cfg.KVMoveRate, Cold: c.cfg.Cold,
 		Heartbeat: c.heartbeat(), Log: c.cfg.Log, TLS: c.cfg.TLS, ClientTLS: c.cfg.ClientTLS, MaxConns: c.cfg.MaxConns}
 	if c.cfg.DiskBytes > 0 {
 		n.Dir, n.Disk = filepath.Join(c.cfg.Dir, "server-"+strconv.Itoa(i)), c.cfg.DiskBytes

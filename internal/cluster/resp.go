@@ -21,6 +21,10 @@ func (c *Cluster) addRESP(i int, s *server.Server) error {
 	if err != nil {
 		return err
 	}
+	if err := r.SetPrefetch(c.cfg.RESPPrefetch); err != nil {
+		r.Close()
+		return err
+	}
 	go r.Serve(context.Background())
 	for len(c.RESP) <= i {
 		c.RESP = append(c.RESP, nil)

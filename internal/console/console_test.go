@@ -33,6 +33,29 @@ func TestConsoleHandlers(t *testing.T) {
 	e := setup(t)
 	t.Run("Access", func(t *testing.T) { testAccess(t, e) })
 	t.Run("Escapes", func(t *testing.T) { testEscapes(t, e) })
+	t.Run("KVPins", func(t *testing.T) {
+		r := get(t, e.url("/ui/api/kv"), map[string]string{"Authorization": "Bearer " + token})
+		var v struct {
+			Sections []struct {
+				Stats []struct{ ID, Value, Sub string }
+			}
+		}
+		if err := json.NewDecoder(r.Body).Decode(&v); err != nil {
+			t.Fatal(err)
+		}
+		r.Body.Close()
+		for _, s := range v.Sections {
+			for _, st := range s.Stats {
+				if st.ID == "kv-pinned" {
+					if st.Value != "2 blocks" || !strings.Contains(st.Sub, "2 with a TTL") {
+						t.Errorf("pinned: %q, %q; want 2 blocks, 2 with a TTL", st.Value, st.Sub)
+					}
+					return
+				}
+			}
+		}
+		t.Error("no kv-pinned figure on the KV page")
+	})
 	t.Run("UnknownSession", func(t *testing.T) {
 		r := get(t, e.url("/ui/sessions?id=no-such-session"), map[string]string{"Authorization": "Bearer " + token})
 		if b := body(t, r); r.StatusCode != 200 || !strings.Contains(b, "Session no-such-session") || !strings.Contains(b, "no-such-session") {

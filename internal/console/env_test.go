@@ -114,6 +114,11 @@ func setup(t *testing.T) *env {
 		}
 	}
 	e.kvKeys = 24
+	for _, k := range []string{"llama/tp0/0003", "llama/tp0/0004"} { // the KV page shows pins
+		if _, _, err := kv.Retain(ctx, k, client.RetainOptions{Pin: "disk", SetTTL: true, TTL: time.Hour}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	e.waitKV(t)
 	e.sample(t)
 	buf := make([]byte, 128<<10)

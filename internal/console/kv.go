@@ -232,6 +232,12 @@ func (c *Console) kvView(v *View, st api.Status) {
 		tot.MemUsed += k.MemUsed
 		tot.DiskCap += k.DiskCap
 		tot.DiskUsed += k.DiskUsed
+		tot.PinnedKeys += k.PinnedKeys
+		tot.PinnedMem += k.PinnedMem
+		tot.PinnedDisk += k.PinnedDisk
+		tot.PinQuotaMem += k.PinQuotaMem
+		tot.PinQuotaDisk += k.PinQuotaDisk
+		tot.ExpiringKeys += k.ExpiringKeys
 	}
 	note := "Figures come from the servers' heartbeats; the master keeps " + count(int64(c.cfg.Keep)) + " samples, one every " +
 		c.cfg.Interval.String() + ". Rates and ratios cover the " + window + "."
@@ -244,6 +250,8 @@ func (c *Console) kvView(v *View, st api.Status) {
 		{ID: "kv-disk", Label: "disk", Value: usedOf(tot.DiskUsed, tot.DiskCap), Meter: frac(tot.DiskUsed, tot.DiskCap)},
 		{ID: "kv-hit-dram", Label: "DRAM hit ratio", Value: ratio(div(win.memHits, win.gets())), Sub: window},
 		{ID: "kv-hit-disk", Label: "disk hit ratio", Value: ratio(div(win.diskHits, win.gets())), Sub: rate(div(win.gets(), secs)) + " gets/s"},
+		{ID: "kv-pinned", Label: "pinned", Value: count(tot.PinnedKeys) + " blocks",
+			Sub: "DRAM " + usedOf(tot.PinnedMem, tot.PinQuotaMem) + ", disk " + usedOf(tot.PinnedDisk, tot.PinQuotaDisk) + " of the pin quotas; " + count(tot.ExpiringKeys) + " with a TTL"},
 		{ID: "kv-get-p99", Label: "get p50 / p99", Value: millis(quantile(.5, win.lat["kv_get"])) + " / " + millis(quantile(.99, win.lat["kv_get"])) + " ms"},
 	}, Charts: kvCharts("kv-total", ivs, "", true)})
 

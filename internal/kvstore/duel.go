@@ -205,7 +205,7 @@ func (s *Store) touchLocked(e *entry, read bool) {
 	if e.freq < 3 {
 		e.freq++
 	}
-	if s.lruMode() && e.q != nil {
+	if s.lruMode() && e.q != nil && e.q != &s.pinned {
 		// Most recently used: the head of main (a block left in small by
 		// S3-FIFO mode moves too, so small only drains what nobody uses).
 		s.dequeueLocked(e)

@@ -21,7 +21,8 @@ const flushBatch = 64 << 20
 // free room only (it evicts nothing from disk: what is there is as worth
 // keeping), the most recently used first, and keeps the DRAM copies. A
 // server calls it when it stops gracefully, so a restart finds those blocks
-// (write-behind otherwise loses them). Without a disk tier it does nothing.
+// (write-behind otherwise loses them), and their pins, TTLs and priorities
+// with them (retain.snap). Without a disk tier it does nothing.
 func (s *Store) Flush() (FlushStats, error) {
 	var st FlushStats
 	if s.cfg.Dir == "" {
@@ -36,9 +37,10 @@ func (s *Store) Flush() (FlushStats, error) {
 		}
 		batch := int64(0)
 		more := false
-		// main before small, each from its most recently used end.
+		// Pinned blocks first, then main before small, each from its most
+		// recently used end.
 		var ws []*write
-		for _, q := range []*list.List{&s.main, &s.small} {
+		for _, q := range []*list.List{&s.pinned, &s.main, &s.small} {
 			for el := q.Front(); el != nil; el = el.Next() {
 				e := el.Value.(*entry)
 				if done[e] || e.pages == nil || e.seg != nil || e.pend != nil || e.dead {
@@ -88,7 +90,8 @@ func (s *Store) Flush() (FlushStats, error) {
 			return st, err // a disk that fails one write fails the next
 		}
 		if !more {
-			return st, nil
+			// What keeps the blocks goes with them (retain.go).
+			return st, s.saveRetention()
 		}
 	}
 }

@@ -21,7 +21,9 @@ func (s *Store) checkInvariants() error {
 	inQueues, smallBytes := 0, int64(0)
 	live := map[*segment]int64{}
 	segs := map[*segment]bool{}
-	var disk int64
+	var disk, pinMem, pinDisk int64
+	var nPinned int
+	var prio [prioLevels]int
 	if len(s.queue) != 0 {
 		return fmt.Errorf("%d disk writes reserved and never written", len(s.queue))
 	}
@@ -48,8 +50,28 @@ func (s *Store) checkInvariants() error {
 		case e.pages == nil && e.seg == nil:
 			return fmt.Errorf("block %q indexed with no copy in DRAM or on disk", k)
 		}
+		switch e.pin {
+		case TierDRAM:
+			pinMem += memPinBytes(e)
+			nPinned++
+			if e.q != &s.pinned {
+				return fmt.Errorf("block %q pinned in DRAM but not in the pinned list", k)
+			}
+		case TierDisk:
+			pinDisk += e.size
+			nPinned++
+		}
+		if e.q == &s.pinned && e.pin != TierDRAM {
+			return fmt.Errorf("block %q in the pinned list but pinned %v", k, e.pin)
+		}
+		if e.q == &s.small || e.q == &s.main {
+			prio[prioIndex(e.prio)]++
+		}
+		if _, ok := s.expiring[e]; ok != (e.expire != 0) {
+			return fmt.Errorf("block %q expires at %d but listed as expiring: %v", k, e.expire, ok)
+		}
 		if e.pages != nil {
-			if e.q != &s.small && e.q != &s.main {
+			if e.q != &s.small && e.q != &s.main && e.q != &s.pinned {
 				return fmt.Errorf("block %q in DRAM but in no queue", k)
 			}
 			if len(e.pages) != pagesFor(e.size) {
@@ -75,7 +97,19 @@ func (s *Store) checkInvariants() error {
 			live[e.seg] += e.size
 		}
 	}
-	if n := s.small.Len() + s.main.Len(); n != inQueues {
+	if pinMem != s.pinnedMem || pinDisk != s.pinnedDisk || nPinned != s.nPinned {
+		return fmt.Errorf("pins counted %d blocks, %d DRAM and %d disk bytes; the blocks hold %d, %d, %d", s.nPinned, s.pinnedMem, s.pinnedDisk, nPinned, pinMem, pinDisk)
+	}
+	if s.pinnedMem > s.pinQuotaMem || s.pinnedDisk > s.pinQuotaDisk {
+		return fmt.Errorf("pins of %d DRAM and %d disk bytes beyond the quotas %d and %d", s.pinnedMem, s.pinnedDisk, s.pinQuotaMem, s.pinQuotaDisk)
+	}
+	if prio != s.prioCount {
+		return fmt.Errorf("priority counts %v, the queues hold %v", s.prioCount, prio)
+	}
+	if len(s.expiring) > len(s.index) {
+		return fmt.Errorf("%d blocks listed as expiring, %d indexed", len(s.expiring), len(s.index))
+	}
+	if n := s.small.Len() + s.main.Len() + s.pinned.Len(); n != inQueues {
 		return fmt.Errorf("queues hold %d blocks, %d are in DRAM", n, inQueues)
 	}
 	if smallBytes != s.smallBytes {

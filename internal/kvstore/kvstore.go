@@ -32,6 +32,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/gd2fs/gd2fs/errs"
 	"github.com/gd2fs/gd2fs/internal/arena"
@@ -72,7 +73,14 @@ type Config struct {
 	// a miniature simulation of each on sampled keys finds better, duel.go),
 	// "s3fifo" or "lru" to fix one.
 	Policy string
-	Log    *slog.Logger
+	// PinQuota bounds the bytes pinned in each tier (retain.go): 0 = a
+	// quarter of the tier, negative = pins refused; never more than half
+	// of a tier, so pins never leave puts without room.
+	PinQuota int64
+	// Now is the clock TTLs are measured with (default time.Now); tests
+	// inject their own.
+	Now func() time.Time
+	Log *slog.Logger
 }
 
 // Policies are the values of Config.Policy.
@@ -89,6 +97,13 @@ type Stats struct {
 	SmallTarget, SmallUsed                    int64  // the S3-FIFO small queue's measured target size and use (policy.go)
 	Policy                                    string // the DRAM tier's policy now: "s3fifo" or "lru" (duel.go)
 	PolicySwitches                            int64  // times "auto" changed it
+	// Retention (retain.go).
+	PinnedKeys            int   // blocks pinned in either tier
+	PinnedMem, PinnedDisk int64 // bytes pinned in DRAM, on disk
+	PinQuotaMem           int64 // the most bytes DRAM pins may hold
+	PinQuotaDisk          int64 // the most bytes disk pins may hold
+	ExpiringKeys          int   // blocks with a TTL
+	Expired               uint64
 }
 
 // entryRAM is what one index entry costs in memory besides its key: the
@@ -120,11 +135,15 @@ type entry struct {
 	off  int64  // record start
 	pend *write // a disk write of this block in flight (write.go)
 
+	expire int64 // unix nanoseconds after which the block is gone; 0 = never (retain.go)
+
 	crc      uint32
 	pins     int32 // reads of the DRAM copy in flight
 	freq     uint8
 	diskRead bool // read since written to this segment
 	dead     bool // deleted or replaced; pages freed when unpinned
+	prio     int8 // eviction takes lower priorities first (retain.go)
+	pin      Tier // pinned in DRAM (in s.pinned, never evicted) or kept on disk
 }
 
 // Store is safe for concurrent use.
@@ -141,6 +160,17 @@ type Store struct {
 	seed        maphash.Seed
 	duel        *duel // picks S3-FIFO or LRU (duel.go); nil without DRAM
 	smallTarget int64 // adapted by ghost hits (policy.go)
+
+	// Retention (retain.go).
+	now                   func() time.Time
+	pinned                list.List // blocks pinned in DRAM: in no eviction queue
+	pinnedMem, pinnedDisk int64
+	pinQuotaMem           int64
+	pinQuotaDisk          int64
+	nPinned               int
+	prioCount             [prioLevels]int // blocks in small and main per priority
+	expiring              map[*entry]struct{}
+	expired               atomic.Uint64
 
 	segs     []*segment // oldest first; last is active
 	queue    []*write   // records reserved by the operation holding mu (write.go)
@@ -181,7 +211,11 @@ func Open(cfg Config) (*Store, error) {
 	if !slices.Contains(Policies, cfg.Policy) {
 		return nil, errs.New(errs.ErrBadRequest, "kvstore: policy %q: want one of %s", cfg.Policy, strings.Join(Policies, ", "))
 	}
-	s := &Store{cfg: cfg, log: cfg.Log, index: map[string]*entry{}, ghosts: newGhosts(0), seed: maphash.MakeSeed()}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	s := &Store{cfg: cfg, log: cfg.Log, index: map[string]*entry{}, ghosts: newGhosts(0), seed: maphash.MakeSeed(),
+		now: cfg.Now, expiring: map[*entry]struct{}{}}
 	if cfg.MemBytes > 0 {
 		a, err := arena.New(cfg.MemBytes, PageSize)
 		if err != nil {
@@ -192,11 +226,16 @@ func Open(cfg Config) (*Store, error) {
 		s.duel = newDuel(a.Pages(), cfg.Policy)
 		s.smallTarget = int64(a.Pages()) * PageSize / 10
 	}
+	s.pinQuotaMem, s.pinQuotaDisk = pinQuota(cfg.PinQuota, cfg.MemBytes), pinQuota(cfg.PinQuota, cfg.DiskBytes)
+	if cfg.Dir == "" {
+		s.pinQuotaDisk = 0
+	}
 	if cfg.Dir != "" {
 		if err := s.load(); err != nil {
 			s.Close()
 			return nil, err
 		}
+		s.loadRetention()
 	}
 	return s, nil
 }
@@ -231,10 +270,14 @@ func (s *Store) Stats() Stats {
 			st.Policy = "lru"
 		}
 	}
+	st.MemKeys += s.pinned.Len()
+	st.PinnedKeys, st.PinnedMem, st.PinnedDisk = s.nPinned, s.pinnedMem, s.pinnedDisk
+	st.PinQuotaMem, st.PinQuotaDisk, st.ExpiringKeys = s.pinQuotaMem, s.pinQuotaDisk, len(s.expiring)
 	s.mu.Unlock()
 	st.MemHits, st.DiskHits, st.Misses = s.memHits.Load(), s.diskHits.Load(), s.misses.Load()
 	st.Puts, st.Existed = s.puts.Load(), s.existed.Load()
 	st.Demotions, st.Promotions, st.Evictions, st.Corrupt = s.demotions.Load(), s.promotions.Load(), s.evictions.Load(), s.corruptRecs.Load()
+	st.Expired = s.expired.Load()
 	return st
 }
 
@@ -267,9 +310,9 @@ func (s *Store) PutChecked(key []byte, value []byte, crc uint32, overwrite bool)
 		return false, errs.New(errs.ErrTooLarge, "value of %d bytes: the limit is %d (server --kv-max-value)", len(value), s.cfg.MaxValue)
 	}
 	s.mu.Lock()
-	if old := s.index[string(key)]; old != nil && !overwrite {
+	if old := s.liveLocked(key); old != nil && !overwrite {
 		s.touchLocked(old, false) // a put of a block it has says a request uses it
-		s.mu.Unlock()
+		s.unlockAndWrite()
 		s.existed.Add(1)
 		return true, nil
 	}
@@ -288,7 +331,7 @@ func (s *Store) PutChecked(key []byte, value []byte, crc uint32, overwrite bool)
 		s.arena.CopyIn(e.pages, 0, value)
 	}
 	s.mu.Lock()
-	if old := s.index[string(key)]; old != nil {
+	if old := s.liveLocked(key); old != nil {
 		if !overwrite { // another put won the race
 			s.freeLocked(e)
 			s.mu.Unlock()
@@ -358,6 +401,9 @@ func (s *Store) enqueueLocked(e *entry, q *list.List) {
 	if q == &s.small {
 		s.smallBytes += e.size
 	}
+	if q != &s.pinned {
+		s.prioCount[prioIndex(e.prio)]++
+	}
 }
 
 func (s *Store) dequeueLocked(e *entry) {
@@ -366,6 +412,9 @@ func (s *Store) dequeueLocked(e *entry) {
 	}
 	if e.q == &s.small {
 		s.smallBytes -= e.size
+	}
+	if e.q != &s.pinned {
+		s.prioCount[prioIndex(e.prio)]--
 	}
 	e.q.Remove(e.elem)
 	e.q, e.elem = nil, nil
@@ -376,7 +425,10 @@ func (s *Store) dequeueLocked(e *entry) {
 func (s *Store) evictOneLocked() bool {
 	// Each pass over main lowers every frequency by one (at most 3, also
 	// after LRU mode raised them): four passes reach a block that can go.
-	for tries := s.small.Len() + 4*s.main.Len() + 1; tries > 0; tries-- {
+	// Blocks of a priority above the lowest in DRAM are passed over
+	// (retain.go): once more per pass, hence five.
+	low := s.lowestPrioLocked()
+	for tries := 5*(s.small.Len()+s.main.Len()) + 1; tries > 0; tries-- {
 		fromSmall := s.small.Len() > 0 && (s.lruMode() || s.smallBytes >= s.smallTarget || s.main.Len() == 0)
 		q := &s.main
 		if fromSmall {
@@ -393,6 +445,8 @@ func (s *Store) evictOneLocked() bool {
 			s.enqueueLocked(e, &s.main) // in use: the most recently used
 		case e.pins > 0:
 			s.enqueueLocked(e, q) // in use: look at the next one
+		case e.prio > low:
+			s.enqueueLocked(e, &s.main) // lower priorities go first
 		case s.lruMode():
 			// LRU: the least recently used goes, read or not.
 			s.demoteLocked(e, fromSmall)
@@ -433,6 +487,7 @@ func (s *Store) demoteLocked(e *entry, fromSmall bool) {
 	s.arena.Release(e.pages)
 	e.pages = nil
 	if e.seg == nil && e.pend == nil {
+		s.dropRetentionLocked(e)
 		delete(s.index, e.key)
 		s.evictions.Add(1)
 	}
@@ -450,6 +505,7 @@ func (s *Store) freeLocked(e *entry) {
 
 func (s *Store) removeLocked(e *entry) {
 	delete(s.index, e.key)
+	s.dropRetentionLocked(e)
 	s.freeLocked(e)
 	if e.seg != nil {
 		e.seg.live -= e.size
@@ -463,17 +519,17 @@ func (s *Store) removeLocked(e *entry) {
 // served it.
 func (s *Store) Get(key []byte, fn func(bufs [][]byte, crc uint32) error) (Tier, error) {
 	s.mu.Lock()
-	e := s.index[string(key)]
+	e := s.liveLocked(key)
 	for e != nil && e.pages == nil && e.seg == nil && e.pend != nil && !e.pend.readable {
 		// Put straight to disk and still being written: wait for it.
 		done := e.pend.done
 		s.mu.Unlock()
 		<-done
 		s.mu.Lock()
-		e = s.index[string(key)]
+		e = s.liveLocked(key)
 	}
 	if e == nil {
-		s.mu.Unlock()
+		s.unlockAndWrite()
 		s.misses.Add(1)
 		return TierNone, errs.New(errs.ErrNotFound, "no block %q", trimKey(key))
 	}
@@ -568,8 +624,8 @@ func trimKey(k []byte) string {
 // Exists reports the tier and size of key without counting a read or pinning.
 func (s *Store) Exists(key []byte) (Tier, int64) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	e := s.index[string(key)]
+	defer s.unlockAndWrite()
+	e := s.liveLocked(key)
 	switch {
 	case e == nil:
 		return TierNone, 0
@@ -584,7 +640,7 @@ func (s *Store) Exists(key []byte) (Tier, int64) {
 func (s *Store) Delete(key []byte) (bool, error) {
 	s.mu.Lock()
 	defer s.unlockAndWrite()
-	e := s.index[string(key)]
+	e := s.liveLocked(key)
 	if e == nil {
 		return false, nil
 	}
@@ -611,10 +667,13 @@ func (s *Store) DeleteByPrefix(prefix []byte) (int, error) {
 	n := 0
 	for k, e := range s.index {
 		if strings.HasPrefix(k, string(prefix)) {
+			live := !s.expiredLocked(e)
 			if err := s.deleteLocked(e); err != nil {
 				return n, err
 			}
-			n++
+			if live {
+				n++
+			}
 		}
 	}
 	return n, nil

@@ -41,8 +41,8 @@ func (s *Store) Scan(prefix []byte, cursor uint64, count int) (keys []string, ne
 	p := string(prefix)
 	var cand []hk
 	s.mu.Lock()
-	for k := range s.index {
-		if !strings.HasPrefix(k, p) {
+	for k, e := range s.index {
+		if !strings.HasPrefix(k, p) || s.expiredLocked(e) {
 			continue
 		}
 		total++

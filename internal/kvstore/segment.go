@@ -109,17 +109,26 @@ func (s *Store) evictSegmentLocked() bool {
 		if e == nil || e.seg != old || e.pend != nil {
 			continue // gone, elsewhere, or already moving (a key listed twice)
 		}
-		if e.diskRead && e.pend == nil && e.size <= budget {
+		// A block pinned on disk moves whatever the budget (pins hold at
+		// most half the tier, retain.go); a block read since, or of a
+		// priority above the default, within the budget.
+		keep := e.pin == TierDisk && e.pages == nil
+		if (keep || ((e.diskRead || e.prio > 0) && e.size <= budget)) && !s.expiredLocked(e) {
 			if w, err := s.reserveLocked(e.key, e.size, e.crc, false); err == nil {
-				budget -= e.size
+				if !keep {
+					budget -= e.size
+				}
 				w.e, w.from, w.fromOff = e, old, e.off
 				old.refs++
 				e.pend = w
 				continue
+			} else if keep {
+				s.log.Warn("a block pinned on disk could not be moved out of an evicted segment; dropping it", "key", trimKey([]byte(e.key)), "err", err)
 			}
 		}
 		e.seg = nil
 		if e.pages == nil {
+			s.dropRetentionLocked(e)
 			delete(s.index, k)
 			s.evictions.Add(1)
 		}

@@ -183,6 +183,7 @@ func (s *Store) publishLocked(w *write) {
 		e.seg = nil // its old segment is gone
 	}
 	if e.seg == nil && e.pages == nil {
+		s.dropRetentionLocked(e)
 		delete(s.index, e.key)
 		s.evictions.Add(1)
 	}

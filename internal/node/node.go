@@ -43,6 +43,8 @@ type Server struct {
 	KVDisk     int64  // its size
 	KVMaxValue int64  // largest KV value (0: limits.MaxKVValue)
 	KVPolicy   string // KV DRAM policy ("": auto)
+	KVPinQuota int64  // bytes pins may hold per KV tier (kvstore.Config.PinQuota: 0 a quarter, negative none)
+	KVMoveRate int64  // server.Config.KVMoveRate (0: the default)
 	// KVFlushOnClose: a graceful stop writes DRAM-only KV blocks to the KV
 	// disk tier (server.Config.KVFlushOnClose).
 	KVFlushOnClose bool
@@ -63,8 +65,8 @@ type Server struct {
 func (n Server) Config() server.Config {
 	return server.Config{ID: n.ID, Listen: n.Listen, Advertise: n.Advertise, Master: n.Master, Token: n.Token,
 		Store: store.Config{MemBytes: n.Mem, Dir: n.Dir, DiskBytes: n.Disk, Sync: n.Sync},
-		KV:    kvstore.Config{MemBytes: n.KVMem, Dir: n.KVDir, DiskBytes: n.KVDisk, MaxValue: n.KVMaxValue, Policy: n.KVPolicy},
-		Cold:  n.Cold, Heartbeat: n.Heartbeat, ForwardTimeout: n.ForwardTimeout, MaxConns: n.MaxConns, MaxConnsPerIP: n.MaxConnsPerIP, Debug: n.Debug, KVFlushOnClose: n.KVFlushOnClose,
+		KV:    kvstore.Config{MemBytes: n.KVMem, Dir: n.KVDir, DiskBytes: n.KVDisk, MaxValue: n.KVMaxValue, Policy: n.KVPolicy, PinQuota: n.KVPinQuota},
+		Cold:  n.Cold, Heartbeat: n.Heartbeat, ForwardTimeout: n.ForwardTimeout, MaxConns: n.MaxConns, MaxConnsPerIP: n.MaxConnsPerIP, Debug: n.Debug, KVFlushOnClose: n.KVFlushOnClose, KVMoveRate: n.KVMoveRate,
 		Log: n.Log, TLS: n.TLS, ClientTLS: n.ClientTLS}
 }
 

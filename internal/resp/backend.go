@@ -30,6 +30,13 @@ type Backend interface {
 	Scan(ctx context.Context, cursor uint64, count int) ([]string, uint64, error)
 	// Count is the number of keys.
 	Count(ctx context.Context) (int64, error)
+	// Retain changes key's pin, priority or TTL; gone: it expired at once.
+	Retain(ctx context.Context, key []byte, o client.RetainOptions) (r client.Retention, gone bool, err error)
+	// Retention returns key's pin, priority and TTL left.
+	Retention(ctx context.Context, key []byte) (client.Retention, error)
+	// Prefetch copies key's block to its owner's DRAM if it is on disk
+	// there (EXISTS with the door's prefetch on: prefetch.go).
+	Prefetch(ctx context.Context, key []byte) error
 }
 
 // Local is a data server in the same process (internal/server.Server):
@@ -40,7 +47,7 @@ type Local interface {
 	KVOwner(pool string, key []byte) bool
 	KVGetLocal(pool string, key []byte, fn func(bufs [][]byte, size int) error) error
 	KVPutLocal(pool string, key, value []byte, crc uint32, overwrite bool) (existed bool, err error)
-	KVExistsLocal(pool string, key []byte) (size int64, found bool)
+	KVStatLocal(pool string, key []byte) (size int64, found bool)
 	KVDeleteLocal(pool string, key []byte) (bool, error)
 }
 
@@ -126,7 +133,11 @@ func (c *Cluster) Get(ctx context.Context, key []byte, fn func(bufs [][]byte, si
 func (c *Cluster) Put(ctx context.Context, key, value []byte, overwrite bool) (bool, error) {
 	c.init()
 	if c.local(ctx, key) {
-		return c.Local.KVPutLocal(c.Pool, key, value, crc32.Checksum(value, crc32c.Table), overwrite)
+		existed, err := c.Local.KVPutLocal(c.Pool, key, value, crc32.Checksum(value, crc32c.Table), overwrite)
+		if !errors.Is(err, errs.ErrMoved) {
+			return existed, err
+		}
+		// The map moved the key while this put landed (undone): its owner now.
 	}
 	existed, err := c.kv.PutWith(ctx, string(key), value, client.PutOptions{Overwrite: overwrite})
 	c.unreachable(err)
@@ -136,7 +147,7 @@ func (c *Cluster) Put(ctx context.Context, key, value []byte, overwrite bool) (b
 func (c *Cluster) Stat(ctx context.Context, key []byte) (int64, error) {
 	c.init()
 	if c.local(ctx, key) {
-		n, ok := c.Local.KVExistsLocal(c.Pool, key)
+		n, ok := c.Local.KVStatLocal(c.Pool, key)
 		if !ok {
 			return 0, errs.New(errs.ErrNotFound, "")
 		}
@@ -150,7 +161,10 @@ func (c *Cluster) Stat(ctx context.Context, key []byte) (int64, error) {
 func (c *Cluster) Delete(ctx context.Context, key []byte) (bool, error) {
 	c.init()
 	if c.local(ctx, key) {
-		return c.Local.KVDeleteLocal(c.Pool, key)
+		found, err := c.Local.KVDeleteLocal(c.Pool, key)
+		if !errors.Is(err, errs.ErrMoved) {
+			return found, err
+		}
 	}
 	found, err := c.kv.DeleteFound(ctx, string(key))
 	c.unreachable(err)
@@ -165,4 +179,22 @@ func (c *Cluster) Scan(ctx context.Context, cursor uint64, count int) ([]string,
 func (c *Cluster) Count(ctx context.Context) (int64, error) {
 	c.init()
 	return c.kv.Count(ctx)
+}
+
+// Retain changes key's pin, priority or TTL on its owners (the binary
+// protocol: a rare command needs no fast path, and it finds a block that
+// moved with a membership change as a read does).
+func (c *Cluster) Retain(ctx context.Context, key []byte, o client.RetainOptions) (client.Retention, bool, error) {
+	c.init()
+	r, gone, err := c.kv.Retain(ctx, string(key), o)
+	c.unreachable(err)
+	return r, gone, err
+}
+
+// Retention returns key's pin, priority and TTL left.
+func (c *Cluster) Retention(ctx context.Context, key []byte) (client.Retention, error) {
+	c.init()
+	r, err := c.kv.Retention(ctx, string(key))
+	c.unreachable(err)
+	return r, err
 }

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gd2fs/gd2fs/client"
 	"github.com/gd2fs/gd2fs/errs"
 )
 
@@ -30,7 +31,7 @@ var commands map[string]*spec
 func init() {
 	list := []*spec{
 		{name: "get", arity: 2, fn: (*conn).get, flags: []string{"readonly", "fast"}, key: [3]int{1, 1, 1}, group: "string", summary: "Returns the string value of a key."},
-		{name: "set", arity: -3, fn: (*conn).set, flags: []string{"write", "denyoom"}, key: [3]int{1, 1, 1}, group: "string", summary: "Sets the string value of a key (overwrites unless NX; EX/PX refused)."},
+		{name: "set", arity: -3, fn: (*conn).set, flags: []string{"write", "denyoom"}, key: [3]int{1, 1, 1}, group: "string", summary: "Sets the string value of a key, ignoring its type. The key is created if it doesn't exist."},
 		{name: "mget", arity: -2, fn: (*conn).mget, flags: []string{"readonly", "fast"}, key: [3]int{1, -1, 1}, group: "string", summary: "Atomically returns the string values of one or more keys (not atomic in gd2fs)."},
 		{name: "mset", arity: -3, fn: (*conn).mset, flags: []string{"write", "denyoom"}, key: [3]int{1, -1, 2}, group: "string", summary: "Sets the string values of one or more keys (not atomic in gd2fs)."},
 		{name: "exists", arity: -2, fn: (*conn).exists, flags: []string{"readonly", "fast"}, key: [3]int{1, -1, 1}, group: "generic", summary: "Determines whether one or more keys exist."},
@@ -39,8 +40,15 @@ func init() {
 		{name: "strlen", arity: 2, fn: (*conn).strlen, flags: []string{"readonly", "fast"}, key: [3]int{1, 1, 1}, group: "string", summary: "Returns the length of a string value."},
 		{name: "getrange", arity: 4, fn: (*conn).getrange, flags: []string{"readonly"}, key: [3]int{1, 1, 1}, group: "string", summary: "Returns a substring of the string stored at a key."},
 		{name: "type", arity: 2, fn: (*conn).typ, flags: []string{"readonly", "fast"}, key: [3]int{1, 1, 1}, group: "generic", summary: "Determines the type of value stored at a key."},
-		{name: "ttl", arity: 2, fn: (*conn).ttl, flags: []string{"readonly", "fast"}, key: [3]int{1, 1, 1}, group: "generic", summary: "Returns the expiration time in seconds of a key (-1: gd2fs keys never expire)."},
-		{name: "pttl", arity: 2, fn: (*conn).ttl, flags: []string{"readonly", "fast"}, key: [3]int{1, 1, 1}, group: "generic", summary: "Returns the expiration time in milliseconds of a key (-1: gd2fs keys never expire)."},
+		{name: "ttl", arity: 2, fn: (*conn).ttlCmd, flags: []string{"readonly", "fast"}, key: [3]int{1, 1, 1}, group: "generic", summary: "Returns the expiration time in seconds of a key."},
+		{name: "pttl", arity: 2, fn: (*conn).ttlCmd, flags: []string{"readonly", "fast"}, key: [3]int{1, 1, 1}, group: "generic", summary: "Returns the expiration time in milliseconds of a key."},
+		{name: "expiretime", arity: 2, fn: (*conn).ttlCmd, flags: []string{"readonly", "fast"}, key: [3]int{1, 1, 1}, group: "generic", summary: "Returns the expiration time of a key as a Unix timestamp."},
+		{name: "pexpiretime", arity: 2, fn: (*conn).ttlCmd, flags: []string{"readonly", "fast"}, key: [3]int{1, 1, 1}, group: "generic", summary: "Returns the expiration time of a key as a Unix milliseconds timestamp."},
+		{name: "expire", arity: -3, fn: (*conn).expireCmd, flags: []string{"write", "fast"}, key: [3]int{1, 1, 1}, group: "generic", summary: "Sets the expiration time of a key in seconds."},
+		{name: "pexpire", arity: -3, fn: (*conn).expireCmd, flags: []string{"write", "fast"}, key: [3]int{1, 1, 1}, group: "generic", summary: "Sets the expiration time of a key in milliseconds."},
+		{name: "expireat", arity: -3, fn: (*conn).expireCmd, flags: []string{"write", "fast"}, key: [3]int{1, 1, 1}, group: "generic", summary: "Sets the expiration time of a key to a Unix timestamp."},
+		{name: "pexpireat", arity: -3, fn: (*conn).expireCmd, flags: []string{"write", "fast"}, key: [3]int{1, 1, 1}, group: "generic", summary: "Sets the expiration time of a key to a Unix milliseconds timestamp."},
+		{name: "persist", arity: 2, fn: (*conn).persist, flags: []string{"write", "fast"}, key: [3]int{1, 1, 1}, group: "generic", summary: "Removes the expiration time of a key."},
 		{name: "scan", arity: -2, fn: (*conn).scan, flags: []string{"readonly"}, group: "generic", summary: "Iterates over the key names in the database."},
 		{name: "dbsize", arity: 1, fn: (*conn).dbsize, flags: []string{"readonly", "fast"}, group: "server", summary: "Returns the number of keys in the database."},
 		{name: "hello", arity: -1, fn: (*conn).hello, noAuth: true, flags: []string{"noscript", "loading", "stale", "fast", "no_auth"}, group: "connection", summary: "Handshakes with the Redis server."},
@@ -261,7 +269,9 @@ func (c *conn) getOne(key []byte, inArray bool) error {
 
 func (c *conn) set(args [][]byte) error {
 	key, val := args[1], args[2]
-	var nx, xx, get, ttl bool
+	var nx, xx, get, keepTTL bool
+	var when int64 // unix ms to expire at; 0: no TTL
+	expOpt := ""   // the one of EX, PX, EXAT, PXAT, KEEPTTL given
 	for i := 3; i < len(args); i++ {
 		switch opt := lower(args[i]); opt {
 		case "nx":
@@ -270,24 +280,28 @@ func (c *conn) set(args [][]byte) error {
 			xx = true
 		case "get":
 			get = true
-		case "keepttl":
-			// No key has a TTL: keeping it is what happens anyway.
-		case "ex", "px", "exat", "pxat":
-			if i+1 >= len(args) {
+		case "keepttl", "ex", "px", "exat", "pxat":
+			if expOpt != "" || (opt != "keepttl" && i+1 >= len(args)) {
 				c.w.error("ERR syntax error")
 				return nil
 			}
+			expOpt = opt
+			if opt == "keepttl" {
+				keepTTL = true
+				continue
+			}
 			i++
-			n, err := strconv.ParseInt(string(args[i]), 10, 64)
-			if err != nil {
-				c.w.error("ERR value is not an integer or out of range")
+			unit, base := int64(1000), timeNow().UnixMilli()
+			if opt == "px" || opt == "pxat" {
+				unit = 1
+			}
+			if opt == "exat" || opt == "pxat" {
+				base = 0
+			}
+			var ok bool
+			if when, ok = c.expireAt(args[i], unit, base, "set", true); !ok {
 				return nil
 			}
-			if n <= 0 {
-				c.w.error("ERR invalid expire time in 'set' command")
-				return nil
-			}
-			ttl = true
 		default:
 			c.w.error("ERR syntax error")
 			return nil
@@ -297,9 +311,6 @@ func (c *conn) set(args [][]byte) error {
 	case nx && xx:
 		c.w.error("ERR syntax error")
 		return nil
-	case ttl:
-		c.w.error("ERR gd2fs does not expire keys: SET with EX, PX, EXAT or PXAT is refused (values leave by eviction or DEL; see docs/resp.md)")
-		return nil
 	case get:
 		c.w.error("ERR SET with GET is not supported by gd2fs: GET the key first")
 		return nil
@@ -308,28 +319,48 @@ func (c *conn) set(args [][]byte) error {
 		c.w.error(e)
 		return nil
 	}
-	if xx {
+	var keep client.Retention
+	if xx || keepTTL {
 		// Not atomic: a client racing this SET may create or delete the
 		// key in between (docs/resp.md).
-		if _, err := c.s.cfg.Backend.Stat(c.s.ctx, key); err != nil {
-			if miss(err) {
-				c.w.null()
-			} else {
-				c.backendError(err)
-			}
+		r, err := c.s.cfg.Backend.Retention(c.s.ctx, key)
+		switch {
+		case miss(err) && xx:
+			c.w.null()
+			return nil
+		case err != nil && !miss(err):
+			c.backendError(err)
 			return nil
 		}
+		keep = r
 	}
 	existed, err := c.s.cfg.Backend.Put(c.s.ctx, key, val, !nx)
 	switch {
 	case err != nil:
 		c.backendError(err)
+		return nil
 	case nx && existed:
 		c.w.null()
-	default:
-		c.s.bytesIn.Add(int64(len(val)))
-		c.w.simple("OK")
+		return nil
 	}
+	// The put stored a block without a TTL: give it the one asked for, or
+	// (KEEPTTL) the one it had.
+	o := client.RetainOptions{SetTTL: when != 0, TTL: ttlFrom(when)}
+	if keepTTL && keep.TTL > 0 {
+		o = client.RetainOptions{SetTTL: true, TTL: keep.TTL}
+	}
+	if o.SetTTL {
+		if _, _, err := c.s.cfg.Backend.Retain(c.s.ctx, key, o); err != nil {
+			// A value meant to expire must not stay without its TTL.
+			if _, derr := c.s.cfg.Backend.Delete(c.s.ctx, key); derr != nil {
+				c.s.cfg.Log.Warn("SET with a TTL: the TTL failed and the value could not be deleted", "err", derr)
+			}
+			c.backendError(err)
+			return nil
+		}
+	}
+	c.s.bytesIn.Add(int64(len(val)))
+	c.w.simple("OK")
 	return nil
 }
 
@@ -375,6 +406,7 @@ func (c *conn) exists(args [][]byte) error {
 		switch {
 		case err == nil:
 			n++
+			c.prefetchHit(k)
 		case !miss(err):
 			c.backendError(err)
 			return nil
@@ -495,17 +527,6 @@ func (c *conn) typ(args [][]byte) error {
 		}
 	}
 	c.w.simple("none")
-	return nil
-}
-
-func (c *conn) ttl(args [][]byte) error {
-	if keyError(args[1]) == "" {
-		if _, err := c.s.cfg.Backend.Stat(c.s.ctx, args[1]); err == nil {
-			c.w.int(-1) // exists, no expiry
-			return nil
-		}
-	}
-	c.w.int(-2)
 	return nil
 }
 

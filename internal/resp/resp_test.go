@@ -207,7 +207,24 @@ func TestRedisErrors(t *testing.T) {
 	} {
 		eq(t, strings.Join(tc.args, " "), r.do(tc.args...), tc.want)
 	}
-	eq(t, "TTL refused", r.do("SET", "a", "b", "EX", "10")[:34], "-ERR gd2fs does not expire keys: S")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"SET", "a", "b", "EX", "10", "PX", "10"}, "-ERR syntax error\r\n"},
+		{[]string{"SET", "a", "b", "KEEPTTL", "EX", "10"}, "-ERR syntax error\r\n"},
+		{[]string{"SET", "a", "b", "EX"}, "-ERR syntax error\r\n"},
+		{[]string{"SET", "a", "b", "PX", "-5"}, "-ERR invalid expire time in 'set' command\r\n"},
+		{[]string{"SET", "a", "b", "EX", "9223372036854775807"}, "-ERR invalid expire time in 'set' command\r\n"},
+		{[]string{"EXPIRE", "a", "10", "NX", "XX"}, "-ERR NX and XX, GT or LT options at the same time are not compatible\r\n"},
+		{[]string{"EXPIRE", "a", "10", "GT", "LT"}, "-ERR GT and LT options at the same time are not compatible\r\n"},
+		{[]string{"EXPIRE", "a", "10", "FOO"}, "-ERR Unsupported option FOO\r\n"},
+		{[]string{"EXPIRE", "a", "x"}, "-ERR value is not an integer or out of range\r\n"},
+		{[]string{"EXPIRE", "a", "9223372036854775807"}, "-ERR invalid expire time in 'expire' command\r\n"},
+		{[]string{"PERSIST"}, "-ERR wrong number of arguments for 'persist' command\r\n"},
+	} {
+		eq(t, strings.Join(tc.args, " "), r.do(tc.args...), tc.want)
+	}
 	// MULTI/EXEC: commands queued, run at EXEC, replies in one array.
 	eq(t, "EXEC alone", r.do("EXEC"), "-ERR EXEC without MULTI\r\n")
 	eq(t, "MULTI", r.do("MULTI"), "+OK\r\n")

@@ -56,6 +56,9 @@ type Server struct {
 	start   time.Time
 	onClose func() // releases what Attach or Gateway made
 
+	prefetch    int           // what EXISTS prefetches (prefetch.go)
+	prefetching chan struct{} // prefetches in flight
+
 	mu     sync.Mutex
 	conns  map[*conn]struct{}
 	closed bool
@@ -107,7 +110,8 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("resp: listen on %s: %w (is a Redis or another gd2fs using the port?)", cfg.Listen, err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Server{cfg: cfg, guesses: authlimit.New("RESP", cfg.Log), ln: netguard.New(ln, 0, cfg.Log), ctx: ctx, cancel: cancel, start: time.Now(), conns: map[*conn]struct{}{}}, nil
+	return &Server{cfg: cfg, guesses: authlimit.New("RESP", cfg.Log), ln: netguard.New(ln, 0, cfg.Log), ctx: ctx, cancel: cancel, start: time.Now(), conns: map[*conn]struct{}{},
+		prefetching: make(chan struct{}, maxPrefetches)}, nil
 }
 
 // Addr is the listening address.

@@ -172,6 +172,27 @@ func (s *Server) dispatch(dc *dataConn, r *wire.Reader, h wire.Header, key []byt
 		return dc.kv(r, h, key, start, func(ref wire.KVRef) error { return s.kvDelete(dc, h, ref, start) })
 	case wire.OpKVScan:
 		return dc.kv(r, h, key, start, func(ref wire.KVRef) error { return s.kvScan(dc, h, ref, start) })
+	case wire.OpKVRetain:
+		var body [wire.RetainSize]byte
+		var err error
+		if h.PayloadLen != wire.RetainSize {
+			if err = r.Discard(); err == nil {
+				err = errs.New(errs.ErrTooLarge, "%v payload of %d bytes, want %d", h.Op, h.PayloadLen, wire.RetainSize)
+			}
+		} else {
+			_, err = r.ReadPayload(body[:], h.PayloadCRC)
+		}
+		ref, perr := wire.ParseKVRef(append([]byte(nil), key...))
+		ret, rerr := wire.ParseRetain(body[:])
+		return dc.start(h, start, nil, err, func() error {
+			if perr != nil {
+				return perr
+			}
+			if rerr != nil {
+				return rerr
+			}
+			return s.kvRetain(dc, h, ref, ret, start)
+		})
 	case wire.OpPing:
 		return dc.start(h, start, nil, r.Discard(), func() error { return nil })
 	default:

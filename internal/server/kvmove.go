@@ -169,6 +169,13 @@ func (s *Server) kvPullFrom(ms *api.Membership, ref wire.KVRef, tidy bool) (foun
 		return true, 0
 	}
 	for i, src := range srcs {
+		// Its pin, priority and TTL first, then its bytes: a block that
+		// expires between the two is not found, and one found carries a TTL
+		// no longer than it had.
+		ret, err := s.kvRetentionAt(src.Addr, ms.Epoch, ref)
+		if err != nil {
+			continue // not there, or unreachable: the next earlier owner
+		}
 		ctx, cancel := context.WithTimeout(s.life, s.cfg.ForwardTimeout)
 		v, err := s.peers.KVGetHeld(ctx, src.Addr, wire.KVRef{Pool: ref.Pool, Key: ref.Key}, ms.Epoch)
 		cancel()
@@ -179,6 +186,7 @@ func (s *Server) kvPullFrom(ms *api.Membership, ref wire.KVRef, tidy bool) (foun
 			s.log.Warn("kv move: cannot store a moved block", "err", err)
 			return false, 0
 		}
+		s.kvApplyRetention(key, ret)
 		s.kvm.moved.Add(1)
 		// Every earlier owner that is not an owner now drops its copy: the
 		// block has one home again, and no stale copy is left to be found.

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"time"
 
 	"github.com/gd2fs/gd2fs/errs"
@@ -58,7 +59,7 @@ func (s *Server) KVGetLocal(pool string, key []byte, fn func(bufs [][]byte, size
 	}
 	start := time.Now()
 	sent := false
-	_, err := s.kv.Get(kvKey(wire.KVRef{Pool: pool, Key: key}), func(bufs [][]byte, _ uint32) error {
+	send := func(bufs [][]byte, _ uint32) error {
 		sent = true
 		n := 0
 		for _, b := range bufs {
@@ -66,7 +67,12 @@ func (s *Server) KVGetLocal(pool string, key []byte, fn func(bufs [][]byte, size
 		}
 		s.metrics.bytesOut.Add(float64(n))
 		return fn(bufs, n)
-	})
+	}
+	ref := wire.KVRef{Pool: pool, Key: key}
+	_, err := s.kv.Get(kvKey(ref), send)
+	if !sent && errors.Is(err, errs.ErrNotFound) && s.kvFallbackGet(ref) {
+		_, err = s.kv.Get(kvKey(ref), send) // moved here from its owner under an earlier map, as kvGet does
+	}
 	if !sent && err == nil {
 		err = errs.New(errs.ErrInternal, "kv get returned no value")
 	}
@@ -81,12 +87,37 @@ func (s *Server) KVPutLocal(pool string, key, value []byte, crc uint32, overwrit
 	}
 	start := time.Now()
 	s.metrics.bytesIn.Add(float64(len(value)))
-	existed, err = s.kv.PutChecked(kvKey(wire.KVRef{Pool: pool, Key: key}), value, crc, overwrite)
+	// As kvPut: a write-once put first moves an earlier owner's block here,
+	// an overwrite removes the earlier owners' copies (a stale copy there
+	// would be found by a later fallback), and a put that lands just after
+	// the map moved the key elsewhere is undone and answered moved.
+	ref := wire.KVRef{Pool: pool, Key: key}
+	unlock := s.kvBeforeWrite(ref, overwrite)
+	existed, err = s.kv.PutChecked(kvKey(ref), value, crc, overwrite)
+	if err == nil && (!existed || overwrite) {
+		err = s.kvOwnerAfterWrite(ref)
+	}
+	unlock()
 	s.metrics.observe(wire.OpKVPut, start, err)
 	return existed, err
 }
 
-// KVExistsLocal returns the size of key's value, or found=false.
+// KVStatLocal is KVExistsLocal for a key this server owns: a block held by
+// the key's owner under an earlier map is found there, as kvExists does.
+func (s *Server) KVStatLocal(pool string, key []byte) (size int64, found bool) {
+	if n, ok := s.KVExistsLocal(pool, key); ok {
+		return n, true
+	}
+	if s.kv == nil {
+		return 0, false
+	}
+	if n, _, ok := s.kvFallbackExists(wire.KVRef{Pool: pool, Key: key}); ok {
+		return n, true
+	}
+	return s.KVExistsLocal(pool, key) // a move lands here before it leaves the old owner
+}
+
+// KVExistsLocal returns the size of key's value held here, or found=false.
 func (s *Server) KVExistsLocal(pool string, key []byte) (size int64, found bool) {
 	if s.kv == nil {
 		return 0, false
@@ -100,7 +131,16 @@ func (s *Server) KVDeleteLocal(pool string, key []byte) (bool, error) {
 	if s.kv == nil {
 		return false, errNoKV(s.cfg.ID)
 	}
-	return s.kv.Delete(kvKey(wire.KVRef{Pool: pool, Key: key}))
+	// As kvDelete: the copies of earlier owners go too, and a delete that
+	// lands after the map moved the key is answered moved.
+	ref := wire.KVRef{Pool: pool, Key: key}
+	done := s.kvBeforeDelete(ref)
+	found, err := s.kv.Delete(kvKey(ref))
+	if err == nil {
+		err = s.kvOwnerAfterWrite(ref)
+	}
+	done()
+	return found, err
 }
 
 // KVScanLocal lists this server's keys of pool; see kvstore.Store.Scan.

@@ -67,6 +67,8 @@ func (s *Server) kvStats() *api.KVStats {
 	out := &api.KVStats{Keys: int64(st.Keys), MemKeys: int64(st.MemKeys), MemCap: st.MemCap, MemUsed: st.MemUsed,
 		DiskCap: st.DiskCap, DiskUsed: st.DiskUsed, MemHits: st.MemHits, DiskHits: st.DiskHits, Misses: st.Misses,
 		Puts: st.Puts, Demotions: st.Demotions, Promotions: st.Promotions, Evictions: st.Evictions,
+		PinnedKeys: int64(st.PinnedKeys), PinnedMem: st.PinnedMem, PinnedDisk: st.PinnedDisk, PinQuotaMem: st.PinQuotaMem,
+		PinQuotaDisk: st.PinQuotaDisk, ExpiringKeys: int64(st.ExpiringKeys), Expired: st.Expired,
 		Latency: map[string][]uint64{}}
 	for _, op := range []wire.Op{wire.OpKVGet, wire.OpKVPut, wire.OpKVExists} {
 		h, ok := s.metrics.latency.WithLabelValues(op.String()).(prometheus.Metric)

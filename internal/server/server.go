@@ -262,6 +262,9 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 		go s.heartbeatLoop(s.life)
 	}
+	if s.kv != nil && s.addWorker() {
+		go s.kvExpiryLoop()
+	}
 	go func() { <-ctx.Done(); s.Close() }()
 	// The guarded listener retries accept errors (EMFILE) itself and
 	// returns one only once it is closed: this loop never ends while the

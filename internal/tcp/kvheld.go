@@ -44,3 +44,24 @@ func (p *Pool) KVExistsPrefetch(ctx context.Context, addr string, ref wire.KVRef
 	r, err := p.Do(ctx, addr, &Request{Op: wire.OpKVExists, Flags: wire.FlagPrefetch, Key: wire.AppendKVRef(nil, ref), Offset: uint64(epoch)})
 	return int64(r.Header.Offset), int(r.Header.Count), err
 }
+
+// KVRetain changes the pin, priority and TTL of ref on addr (with prefix,
+// of every key of ref.Pool there starting with ref.Key; with held, of what
+// addr holds whoever owns it) and returns the block's retention after it
+// and how many blocks changed.
+func (p *Pool) KVRetain(ctx context.Context, addr string, ref wire.KVRef, epoch int64, r wire.Retain, prefix, held bool) (wire.Retain, int64, error) {
+	var flags uint16
+	if prefix {
+		flags |= wire.FlagPrefix
+	}
+	if held {
+		flags |= wire.FlagHeld
+	}
+	resp, err := p.Do(ctx, addr, &Request{Op: wire.OpKVRetain, Flags: flags, Key: wire.AppendKVRef(nil, ref), Offset: uint64(epoch),
+		Payload: [][]byte{wire.AppendRetain(nil, r)}, Alloc: true})
+	if err != nil {
+		return wire.Retain{}, 0, err
+	}
+	got, err := wire.ParseRetain(resp.Body)
+	return got, int64(resp.Header.Offset), err
+}

@@ -17,6 +17,7 @@ func FuzzReader(f *testing.F) {
 	f.Add(frame(Header{Op: OpHello}, []byte("client"), []byte("token")))
 	f.Add(append(frame(Header{Op: OpRead, Count: 10}, key[:8], nil), frame(Header{Op: OpPing}, nil, nil)...))
 	f.Add(frame(Header{Op: OpKVPut, Offset: 3}, AppendKVRef(nil, KVRef{Pool: "perf", Key: []byte("m/0/abc"), Forward: []string{"a:1", "b:2"}}), []byte("kv")))
+	f.Add(frame(Header{Op: OpKVRetain, Offset: 3}, AppendKVRef(nil, KVRef{Pool: "perf", Key: []byte("k")}), AppendRetain(nil, Retain{Set: RetainPin | RetainTTL, Pin: 1, Priority: -2, TTL: 1500})))
 	f.Add([]byte("GD2F"))
 	f.Add(make([]byte, HeaderSize))
 	lim := Limits{MaxKey: 1024, MaxPayload: 1 << 16}
@@ -60,6 +61,11 @@ func FuzzReader(f *testing.F) {
 			if ref, err := ParseColdRef(keyCopy); err == nil {
 				if again, err := ParseColdRef(AppendColdRef(nil, ref)); err != nil || again != ref {
 					t.Fatalf("cold ref does not round-trip: %+v", ref)
+				}
+			}
+			if r, err := ParseRetain(buf[:n]); err == nil {
+				if again, err := ParseRetain(AppendRetain(nil, r)); err != nil || again != r {
+					t.Fatalf("retain does not round-trip: %+v", r)
 				}
 			}
 			if ref, err := ParseKVRef(keyCopy); err == nil {

@@ -50,12 +50,13 @@ const (
 	OpReadCold Op = 13 // key: cold ref; Offset, Count as OpRead; fills the chunk from its cold source first if absent
 	OpKVScan   Op = 14 // key: KV ref (pool; key unused); Offset: cursor; Count: keys wanted; response Offset = next cursor, Count = keys in the pool, payload = keys
 	OpExtents  Op = 15 // key: chunk ref; Offset, Count: the bytes asked about; response Offset = length, Flags&FlagSealed, payload = written extents within them (AppendExtents)
-	opMaxKnown    = OpExtents
+	OpKVRetain Op = 16 // key: KV ref; Offset: client epoch; payload: Retain (16 bytes); response payload: the block's Retain, Offset = blocks changed
+	opMaxKnown    = OpKVRetain
 )
 
 func (o Op) String() string {
 	names := [...]string{"?", "hello", "ping", "write", "read", "stat", "seal", "delete", "copy",
-		"kv_put", "kv_get", "kv_exists", "kv_delete", "read_cold", "kv_scan", "extents"}
+		"kv_put", "kv_get", "kv_exists", "kv_delete", "read_cold", "kv_scan", "extents", "kv_retain"}
 	if int(o) < len(names) {
 		return names[o]
 	}
@@ -70,7 +71,8 @@ const (
 	FlagOverwrite uint16 = 1 << 1
 	// FlagExisted in an OpKVPut response: the key existed and was kept.
 	FlagExisted uint16 = 1 << 2
-	// FlagPrefix in an OpKVDelete request: delete every key with this prefix.
+	// FlagPrefix in an OpKVDelete or OpKVRetain request: every key with
+	// this prefix on the server.
 	FlagPrefix uint16 = 1 << 3
 	// FlagColdFilled in an OpReadCold response: the server fetched the chunk
 	// from the cold tier for this request (or while it waited).

@@ -269,6 +269,7 @@ func (e *Engine) Call(method string, params []byte) ([]byte, error) {
 		Limit                                        int
 		Opts                                         string
 		Size                                         int64
+		Retain                                       *retainParams
 	}
 	if len(params) > 0 {
 		if err := json.Unmarshal(params, &p); err != nil {
@@ -305,6 +306,8 @@ func (e *Engine) Call(method string, params []byte) ([]byte, error) {
 		err = e.c.KV(p.Pool).Delete(ctx, p.Key)
 	case "kv_delete_prefix":
 		out, err = e.c.KV(p.Pool).DeleteByPrefix(ctx, p.Prefix)
+	case "kv_retain": // pin, priority, TTL of a key (or, with prefix, of every key starting with it)
+		out, err = kvRetain(ctx, e.c.KV(p.Pool), p.Key, p.Prefix, p.Retain)
 	case "set_layout":
 		if p.Layout == nil {
 			return nil, errs.New(errs.ErrBadRequest, "set_layout: no layout")
@@ -362,4 +365,41 @@ func (e *Engine) create(ctx context.Context, path string, size int64, opts strin
 	}
 	_, err = e.files.forWrite(ctx, p, o)
 	return err
+}
+
+// retainParams is kv_retain's change: absent fields change nothing.
+type retainParams struct {
+	Pin      string `json:"pin"`
+	Priority *int   `json:"priority"`
+	TTLMs    *int64 `json:"ttl_ms"`
+	Persist  bool   `json:"persist"`
+}
+
+// kvRetain serves kv_retain: with no change, the key's retention.
+func kvRetain(ctx context.Context, kv *client.KV, key, prefix string, p *retainParams) (any, error) {
+	var o client.RetainOptions
+	if p != nil {
+		o.Pin, o.Persist = p.Pin, p.Persist
+		if p.Priority != nil {
+			o.SetPriority, o.Priority = true, *p.Priority
+		}
+		if p.TTLMs != nil {
+			o.SetTTL, o.TTL = true, time.Duration(*p.TTLMs)*time.Millisecond
+		}
+	}
+	if prefix != "" {
+		return kv.RetainPrefix(ctx, prefix, o)
+	}
+	var r client.Retention
+	var gone bool
+	var err error
+	if o == (client.RetainOptions{}) {
+		r, err = kv.Retention(ctx, key)
+	} else {
+		r, gone, err = kv.Retain(ctx, key, o)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return map[string]any{"pin": r.Pin, "priority": r.Priority, "ttl_ms": r.TTL.Milliseconds(), "gone": gone}, nil
 }

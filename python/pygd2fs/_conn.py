@@ -202,6 +202,52 @@ class KV:
         """Remove ``key`` from every copy (a missing key is not an error)."""
         self._conn._json("kv_delete", pool=self.pool, key=_key(key).decode("utf-8", "surrogateescape"))
 
+    def _retain(self, key: Union[str, bytes], **change: Any) -> Dict[str, Any]:
+        return self._conn._json("kv_retain", pool=self.pool, key=_key(key).decode("utf-8", "surrogateescape"), retain=change)
+
+    def pin(self, key: Union[str, bytes], tier: str = "dram") -> None:
+        """Keep ``key``'s block in DRAM (``tier="dram"``) or stored on disk
+        (``"disk"``) until unpinned: eviction passes it over. Each server
+        bounds its pins (``gd2fs server --kv-pin-quota``); a pin beyond
+        raises ``NoSpace``. ``NotFound`` when the key is not stored."""
+        self._retain(key, pin=tier)
+
+    def unpin(self, key: Union[str, bytes]) -> None:
+        """Let ``key``'s block be evicted again."""
+        self._retain(key, pin="none")
+
+    def pin_prefix(self, prefix: str, tier: str = "dram") -> int:
+        """Pin every block whose key starts with ``prefix`` (``"none"``
+        unpins); returns how many changed."""
+        if not prefix:
+            raise ValueError("empty prefix: refusing to pin every key")
+        return int(self._conn._json("kv_retain", pool=self.pool, prefix=prefix, retain={"pin": tier}))
+
+    def set_priority(self, key: Union[str, bytes], priority: int) -> None:
+        """Eviction priority of ``key``'s block, -7 to 7 (0 by default):
+        lower priorities leave DRAM first."""
+        self._retain(key, priority=int(priority))
+
+    def expire(self, key: Union[str, bytes], seconds: float) -> bool:
+        """Give ``key`` a time to live (as Redis's EXPIRE: 0 or less deletes
+        it at once). Returns whether the key was stored."""
+        try:
+            self._retain(key, ttl_ms=max(0, int(seconds * 1000)))
+        except NotFound:
+            return False
+        return True
+
+    def persist(self, key: Union[str, bytes]) -> None:
+        """Remove ``key``'s time to live."""
+        self._retain(key, persist=True)
+
+    def retention(self, key: Union[str, bytes]) -> Dict[str, Any]:
+        """``{"pin": "" | "dram" | "disk", "priority": int, "ttl": seconds
+        left or None}``; ``NotFound`` when the key is not stored."""
+        r = self._retain(key)
+        ms = r.get("ttl_ms", 0)
+        return {"pin": r.get("pin", ""), "priority": r.get("priority", 0), "ttl": ms / 1000 if ms > 0 else None}
+
     def remove_prefix(self, prefix: str) -> int:
         """Remove every key that starts with ``prefix``; returns how many."""
         if not prefix:
