@@ -76,9 +76,13 @@ func (s *Server) write(ref wire.ChunkRef, off int64, p []byte, crc uint32, flags
 // writeDirect completes a write received straight into DRAM pages: it
 // forwards the same pages to the other replicas while committing locally.
 func (s *Server) writeDirect(ref wire.ChunkRef, off int64, pw *store.Pending, crc uint32, flags uint16) error {
+	durable := s.durable(ref, flags)
+	if durable {
+		pw.Uncached() // synced next: no page-cache copy for the fdatasync to write
+	}
 	if len(ref.Forward) == 0 {
 		err := pw.Commit(crc)
-		if err == nil && s.durable(ref, flags) {
+		if err == nil && durable {
 			err = s.store.Sync(ref.ID)
 		}
 		return err
@@ -107,7 +111,7 @@ func (s *Server) writeDirect(ref wire.ChunkRef, off int64, pw *store.Pending, cr
 	// (Sync does not need the chunk lock CommitWhen holds meanwhile).
 	var serr error
 	err := pw.CommitWhen(crc, func() {
-		if s.durable(ref, flags) {
+		if durable {
 			serr = s.store.Sync(ref.ID)
 		}
 		wg.Wait()
