@@ -118,6 +118,11 @@ func (r *reader) read(ctx context.Context, off int64, n int) (fuse.ReadResult, e
 
 	reply := &blockReply{r: r, blocks: want}
 	for k, b := range want {
+		select {
+		case <-b.done:
+		default:
+			r.m.stats.waited.Add(1) // the fetch was not ahead of this read
+		}
 		var err error
 		select {
 		case <-b.done:
