@@ -232,6 +232,7 @@ func (r *reader) get(i int64, ahead bool) *block {
 		defer r.mu.Unlock()
 		if err != nil {
 			b.err = err
+			r.m.stats.fetchErrors.Add(1)
 			r.drop(b) // the next read tries again
 		} else if r.closed {
 			r.drop(b) // nobody else will: readers waiting hold it
