@@ -76,7 +76,7 @@ type FS struct {
 	stats       struct {
 		reads, readBytes, largestRead atomic.Int64
 		blocks, droppedUnread, waited atomic.Int64
-		fetchErrors                   atomic.Int64
+		fetchErrors, reasked          atomic.Int64
 	}
 }
 
@@ -90,15 +90,17 @@ type Stats struct {
 	// DroppedUnread the bytes of blocks dropped before the kernel asked for
 	// them (fetched again if it does); Waited the reads that found a
 	// block still being fetched (read-ahead was not far enough ahead);
-	// FetchErrors the block fetches that failed (fetched again when read).
-	Blocks, DroppedUnread, Waited, FetchErrors int64
+	// FetchErrors the block fetches that failed (fetched again when read);
+	// Reasked the bytes of blocks fetched again because the kernel asked
+	// again for pages it had been given (its page cache dropped them).
+	Blocks, DroppedUnread, Waited, FetchErrors, Reasked int64
 }
 
 // Stats returns the mount's counters.
 func (m *FS) Stats() Stats {
 	return Stats{Reads: m.stats.reads.Load(), ReadBytes: m.stats.readBytes.Load(), LargestRead: m.stats.largestRead.Load(),
 		Blocks: m.stats.blocks.Load(), DroppedUnread: m.stats.droppedUnread.Load(), Waited: m.stats.waited.Load(),
-		FetchErrors: m.stats.fetchErrors.Load()}
+		FetchErrors: m.stats.fetchErrors.Load(), Reasked: m.stats.reasked.Load()}
 }
 
 // getBuf returns a block buffer of n bytes (n <= BlockSize), reused.

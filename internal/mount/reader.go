@@ -202,7 +202,12 @@ func (r *reader) get(i int64, ahead bool) *block {
 	if b, ok := r.blocks[i]; ok {
 		return b
 	}
-	delete(r.gone, i) // asked again: the kernel dropped its pages
+	if _, ok := r.gone[i]; ok {
+		// Asked again for pages the kernel had: its page cache dropped
+		// them (memory pressure, drop_caches) before they were read.
+		delete(r.gone, i)
+		r.m.stats.reasked.Add(min(r.bs, r.size-i*r.bs))
+	}
 	n := min(r.bs, r.size-i*r.bs)
 	if len(r.blocks) >= r.max {
 		r.evict(ahead)
