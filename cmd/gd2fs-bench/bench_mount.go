@@ -234,8 +234,8 @@ func (e *benchEnv) cold(ctx context.Context, rounds int) error {
 	ct, mt := median(catTs), median(mountTs)
 	fmt.Printf("  medians: SDK read to /dev/null (gd2fs cat) %6.0f MiB/s, through the mount %6.0f MiB/s: %.2fx (target >= 0.85x); %.3fx the file from servers (the most %.3fx; target <= 1.05x)\n",
 		mib(e.size, ct), mib(e.size, mt), ct/mt, median(fromServers), slices.Max(fromServers))
-	fmt.Printf("  kernel read requests: %d, %d KiB on average, the largest %d KiB; %d blocks fetched; %d bytes dropped before the kernel had them\n",
-		st.Reads, st.ReadBytes/max(st.Reads, 1)>>10, st.LargestRead>>10, st.Blocks, st.DroppedUnread)
+	fmt.Printf("  kernel read requests: %d, %d KiB on average, the largest %d KiB, %d waited for a block being fetched; %d blocks fetched, %d fetches failed (fetched again); %d bytes dropped before the kernel had them; %d bytes fetched again because the kernel asked again (its page cache dropped them)\n",
+		st.Reads, st.ReadBytes/max(st.Reads, 1)>>10, st.LargestRead>>10, st.Waited, st.Blocks, st.FetchErrors, st.DroppedUnread, st.Reasked)
 	return nil
 }
 

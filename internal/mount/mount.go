@@ -75,7 +75,8 @@ type FS struct {
 	hiddenPaths map[string]*fileNode // unlinked while open (file.go)
 	stats       struct {
 		reads, readBytes, largestRead atomic.Int64
-		blocks, droppedUnread         atomic.Int64
+		blocks, droppedUnread, waited atomic.Int64
+		fetchErrors, reasked          atomic.Int64
 	}
 }
 
@@ -87,14 +88,19 @@ type Stats struct {
 	Reads, ReadBytes, LargestRead int64
 	// Blocks is the number of blocks fetched from the servers;
 	// DroppedUnread the bytes of blocks dropped before the kernel asked for
-	// them (fetched again if it does).
-	Blocks, DroppedUnread int64
+	// them (fetched again if it does); Waited the reads that found a
+	// block still being fetched (read-ahead was not far enough ahead);
+	// FetchErrors the block fetches that failed (fetched again when read);
+	// Reasked the bytes of blocks fetched again because the kernel asked
+	// again for pages it had been given (its page cache dropped them).
+	Blocks, DroppedUnread, Waited, FetchErrors, Reasked int64
 }
 
 // Stats returns the mount's counters.
 func (m *FS) Stats() Stats {
 	return Stats{Reads: m.stats.reads.Load(), ReadBytes: m.stats.readBytes.Load(), LargestRead: m.stats.largestRead.Load(),
-		Blocks: m.stats.blocks.Load(), DroppedUnread: m.stats.droppedUnread.Load()}
+		Blocks: m.stats.blocks.Load(), DroppedUnread: m.stats.droppedUnread.Load(), Waited: m.stats.waited.Load(),
+		FetchErrors: m.stats.fetchErrors.Load(), Reasked: m.stats.reasked.Load()}
 }
 
 // getBuf returns a block buffer of n bytes (n <= BlockSize), reused.

@@ -118,6 +118,11 @@ func (r *reader) read(ctx context.Context, off int64, n int) (fuse.ReadResult, e
 
 	reply := &blockReply{r: r, blocks: want}
 	for k, b := range want {
+		select {
+		case <-b.done:
+		default:
+			r.m.stats.waited.Add(1) // the fetch was not ahead of this read
+		}
 		var err error
 		select {
 		case <-b.done:
@@ -197,7 +202,12 @@ func (r *reader) get(i int64, ahead bool) *block {
 	if b, ok := r.blocks[i]; ok {
 		return b
 	}
-	delete(r.gone, i) // asked again: the kernel dropped its pages
+	if _, ok := r.gone[i]; ok {
+		// Asked again for pages the kernel had: its page cache dropped
+		// them (memory pressure, drop_caches) before they were read.
+		delete(r.gone, i)
+		r.m.stats.reasked.Add(min(r.bs, r.size-i*r.bs))
+	}
 	n := min(r.bs, r.size-i*r.bs)
 	if len(r.blocks) >= r.max {
 		r.evict(ahead)
@@ -227,6 +237,7 @@ func (r *reader) get(i int64, ahead bool) *block {
 		defer r.mu.Unlock()
 		if err != nil {
 			b.err = err
+			r.m.stats.fetchErrors.Add(1)
 			r.drop(b) // the next read tries again
 		} else if r.closed {
 			r.drop(b) // nobody else will: readers waiting hold it
