@@ -132,7 +132,10 @@ before: a user's edit of an earlier message then gets KV of other text.`,
 				}
 				out, err = s.CommitSaved(cmd.Context(), args[0], planID, segs)
 			}
-			if err != nil && strings.Contains(err.Error(), "Sync before commit") {
+			// The master says what is missing ("... Sync before commit", or
+			// which bytes no server holds "... before commit"); from a shell
+			// the step that writes them is session write.
+			if err != nil && strings.Contains(err.Error(), "before commit") {
 				return fmt.Errorf("%w (from the shell: gd2fs session write %s --plan %d FILE)", err, args[0], planID)
 			}
 			if err != nil {
