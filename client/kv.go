@@ -298,6 +298,15 @@ func (kv *KV) Delete(ctx context.Context, key string) error {
 // every server, and returns how many blocks went.
 func (kv *KV) DeleteByPrefix(ctx context.Context, prefix string) (int64, error) {
 	tr := kv.c.tr
+	return kv.onEveryServer(ctx, "delete prefix", func(rctx context.Context, addr string, epoch int64) (int64, error) {
+		return tr.KVDelete(rctx, addr, KVRef{Pool: kv.pool, Key: []byte(prefix)}, epoch, true)
+	})
+}
+
+// onEveryServer runs fn once per server of the map, draining ones included
+// (they hold blocks until those moved), at once, and sums what they count;
+// the first error is returned, named by op and the server.
+func (kv *KV) onEveryServer(ctx context.Context, op string, fn func(ctx context.Context, addr string, epoch int64) (int64, error)) (int64, error) {
 	m, err := kv.c.members(ctx, true)
 	if err != nil {
 		return 0, err
@@ -306,19 +315,18 @@ func (kv *KV) DeleteByPrefix(ctx context.Context, prefix string) (int64, error) 
 	var mu sync.Mutex
 	var first error
 	var wg sync.WaitGroup
-	// Draining servers still hold blocks until they moved: delete there too.
 	for _, mem := range append(slices.Clone(m.Members), m.Draining...) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			rctx, cancel := kv.ctx(ctx, 0)
 			defer cancel()
-			n, derr := tr.KVDelete(rctx, mem.Addr, KVRef{Pool: kv.pool, Key: []byte(prefix)}, m.Epoch, true)
+			n, ferr := fn(rctx, mem.Addr, m.Epoch)
 			mu.Lock()
 			defer mu.Unlock()
 			total += n
-			if derr != nil && first == nil {
-				first = fmt.Errorf("delete prefix on %s: %w", mem.ID, derr)
+			if ferr != nil && first == nil {
+				first = fmt.Errorf("%s on %s: %w", op, mem.ID, ferr)
 			}
 		}()
 	}

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"sync"
 	"time"
 
 	"github.com/gd2fs/gd2fs/errs"
@@ -186,29 +184,8 @@ func (kv *KV) RetainPrefix(ctx context.Context, prefix string, o RetainOptions) 
 	if err != nil {
 		return 0, err
 	}
-	m, err := kv.c.members(ctx, true)
-	if err != nil {
-		return 0, err
-	}
-	var total int64
-	var mu sync.Mutex
-	var first error
-	var wg sync.WaitGroup
-	for _, mem := range append(slices.Clone(m.Members), m.Draining...) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rctx, cancel := kv.ctx(ctx, 0)
-			defer cancel()
-			_, _, n, rerr := rt.KVRetain(rctx, mem.Addr, KVRef{Pool: kv.pool, Key: []byte(prefix)}, m.Epoch, o, true)
-			mu.Lock()
-			defer mu.Unlock()
-			total += n
-			if rerr != nil && first == nil {
-				first = fmt.Errorf("retain prefix on %s: %w", mem.ID, rerr)
-			}
-		}()
-	}
-	wg.Wait()
-	return total, first
+	return kv.onEveryServer(ctx, "retain prefix", func(rctx context.Context, addr string, epoch int64) (int64, error) {
+		_, _, n, err := rt.KVRetain(rctx, addr, KVRef{Pool: kv.pool, Key: []byte(prefix)}, epoch, o, true)
+		return n, err
+	})
 }
