@@ -13,6 +13,7 @@ import (
 	"github.com/gd2fs/gd2fs/errs"
 	"github.com/gd2fs/gd2fs/internal/bufpool"
 	"github.com/gd2fs/gd2fs/internal/crc32c"
+	"github.com/gd2fs/gd2fs/internal/limits"
 )
 
 // This file holds what keeps a block beside its use (issue 23 item 4):
@@ -242,7 +243,7 @@ func (s *Store) Retain(key []byte, c Change) (Retention, error) {
 				e.expire = 0
 				delete(s.expiring, e)
 			} else {
-				e.expire = c.Expire.UnixNano()
+				e.expire = limits.ClampExpiry(c.Expire, s.now()).UnixNano()
 				s.expiring[e] = struct{}{}
 			}
 		}

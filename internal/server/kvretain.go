@@ -7,6 +7,7 @@ import (
 
 	"github.com/gd2fs/gd2fs/errs"
 	"github.com/gd2fs/gd2fs/internal/kvstore"
+	"github.com/gd2fs/gd2fs/internal/limits"
 	"github.com/gd2fs/gd2fs/internal/wire"
 )
 
@@ -57,7 +58,7 @@ func RetainChange(r wire.Retain, now time.Time) kvstore.Change {
 		SetExpire: r.Set&wire.RetainTTL != 0,
 	}
 	if c.SetExpire && r.TTL >= 0 {
-		c.Expire = now.Add(time.Duration(r.TTL) * time.Millisecond)
+		c.Expire = now.Add(limits.TTLMillis(r.TTL))
 	}
 	return c
 }
