@@ -4,7 +4,7 @@ import (
 	"testing"
 )
 
-// TestExpireLongTTLKeepsKey (review): Redis accepts EXPIRE with any time
+// TestExpireLongTTLKeepsKey: Redis accepts EXPIRE with any time
 // whose milliseconds fit in an int64 (here ~295 years); the key must stay
 // with a TTL, not be deleted because the TTL overflowed time.Duration.
 func TestExpireLongTTLKeepsKey(t *testing.T) {
