@@ -34,6 +34,12 @@ const (
 	MaxListLimit = 10000
 	// MaxJSONBody bounds an HTTP request body (4 MiB).
 	MaxJSONBody = 4 << 20
+	// MaxSavedSegments bounds the saved segments of one session commit
+	// (kvcache_params or fresh_kvcache): the master asks the servers about
+	// each before the commit, so a body of tiny segments must not fan out
+	// without end. Engines send one segment per run of saved pages, a few
+	// per commit.
+	MaxSavedSegments = 4096
 	// MaxKVKey is the longest hash-mode KV key, in bytes, everywhere: the
 	// client, the CLI and the server all check this same figure.
 	MaxKVKey = 1024
