@@ -1,6 +1,9 @@
 package kvstore
 
 import (
+	"errors"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 )
@@ -44,5 +47,37 @@ func TestRetainFarExpiry(t *testing.T) {
 	}
 	if _, ok := s.Retention([]byte("k")); !ok {
 		t.Fatal("the block is gone")
+	}
+}
+
+// TestFailedFlushSavesRetention: a flush that a failing disk cuts short
+// still saves the retention of the blocks already on disk, so a crash
+// before the next flush does not lose their TTLs.
+func TestFailedFlushSavesRetention(t *testing.T) {
+	dir := t.TempDir()
+	clk := newClock()
+	s := open(t, Config{MemBytes: 1 << 20, Dir: dir, DiskBytes: 64 << 20, SegmentSize: 1 << 20, MaxValue: 200 << 10, Now: clk.now})
+	mustPut(t, s, "k1", val("k1", 20<<10))
+	if _, err := s.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	at := clk.now().Add(time.Hour)
+	mustRetain(t, s, "k1", Change{SetExpire: true, Expire: at})
+	mustPut(t, s, "k2", val("k2", 20<<10))
+	testWriteErr = errors.New("injected disk failure")
+	t.Cleanup(func() { testWriteErr = nil })
+	if _, err := s.Flush(); !errors.Is(err, testWriteErr) {
+		t.Fatalf("flush on a failing disk: %v", err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, snapName))
+	if err != nil {
+		t.Fatalf("no retention saved after a failed flush: %v", err)
+	}
+	recs, err := parseSnap(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 1 || recs[0].key != "k1" || recs[0].expire != at.UnixNano() {
+		t.Fatalf("saved retention %+v, want k1 expiring at %v", recs, at)
 	}
 }
