@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gd2fs/gd2fs/errs"
+	"github.com/gd2fs/gd2fs/internal/limits"
 	"github.com/gd2fs/gd2fs/internal/placement"
 	"github.com/gd2fs/gd2fs/internal/wire"
 )
@@ -74,7 +75,7 @@ func wireRetain(o RetainOptions) (wire.Retain, error) {
 		return r, errs.New(errs.ErrBadRequest, "a TTL and Persist together: choose one")
 	case o.SetTTL:
 		r.Set |= wire.RetainTTL
-		r.TTL = max(0, (o.TTL + time.Millisecond - 1).Milliseconds())
+		r.TTL = max(0, (min(o.TTL, limits.MaxTTL) + time.Millisecond - 1).Milliseconds())
 	case o.Persist:
 		r.Set |= wire.RetainTTL
 		r.TTL = -1

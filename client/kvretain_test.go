@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"testing"
 	"time"
 
@@ -36,6 +37,11 @@ func TestKVRetain(t *testing.T) {
 			}
 			if r2, err := kv.Retention(ctx, "sys/0"); err != nil || r2.Pin != "dram" || r2.Priority != 3 || r2.TTL <= 0 {
 				t.Fatalf("retention after exists: %+v %v", r2, err)
+			}
+			// The longest Duration would wrap to a negative TTL when rounded
+			// up to ms: it is kept as limits.MaxTTL, the block stays.
+			if r, gone, err := kv.Retain(ctx, "sys/0", client.RetainOptions{SetTTL: true, TTL: time.Duration(math.MaxInt64)}); err != nil || gone || r.TTL < 50*365*24*time.Hour {
+				t.Fatalf("longest TTL: %+v gone=%v %v", r, gone, err)
 			}
 			if r, _, err := kv.Retain(ctx, "sys/0", client.RetainOptions{Pin: "none", Persist: true}); err != nil || r.Pin != "" || r.TTL != 0 {
 				t.Fatalf("unpin and persist: %+v %v", r, err)

@@ -2,6 +2,7 @@ package kvstore
 
 import (
 	"container/list"
+	"errors"
 
 	"github.com/gd2fs/gd2fs/errs"
 	"github.com/gd2fs/gd2fs/internal/bufpool"
@@ -87,7 +88,9 @@ func (s *Store) Flush() (FlushStats, error) {
 			st.WrittenBytes += w.size
 		}
 		if err != nil {
-			return st, err // a disk that fails one write fails the next
+			// A disk that fails one write fails the next: stop, but keep
+			// the pins and TTLs of what did reach the disk (retain.go).
+			return st, errors.Join(err, s.saveRetention())
 		}
 		if !more {
 			// What keeps the blocks goes with them (retain.go).

@@ -13,6 +13,7 @@ import (
 	"github.com/gd2fs/gd2fs/errs"
 	"github.com/gd2fs/gd2fs/internal/bufpool"
 	"github.com/gd2fs/gd2fs/internal/crc32c"
+	"github.com/gd2fs/gd2fs/internal/limits"
 )
 
 // This file holds what keeps a block beside its use (issue 23 item 4):
@@ -242,7 +243,7 @@ func (s *Store) Retain(key []byte, c Change) (Retention, error) {
 				e.expire = 0
 				delete(s.expiring, e)
 			} else {
-				e.expire = c.Expire.UnixNano()
+				e.expire = limits.ClampExpiry(c.Expire, s.now()).UnixNano()
 				s.expiring[e] = struct{}{}
 			}
 		}
@@ -456,7 +457,10 @@ func (s *Store) loadRetention() {
 	}
 	kept := 0
 	for _, r := range recs {
-		c := Change{SetPin: true, Pin: r.pin, SetPriority: true, Priority: r.prio, SetExpire: true}
+		// Priority and TTL first, the pin alone after: Retain refuses a
+		// change whole, and a pin refused after a restart with a smaller
+		// quota or without the tier must not drop the TTL too.
+		c := Change{SetPriority: true, Priority: r.prio, SetExpire: true}
 		if r.expire != 0 {
 			c.Expire = time.Unix(0, r.expire)
 		}
@@ -467,6 +471,12 @@ func (s *Store) loadRetention() {
 			continue
 		}
 		kept++
+		if r.pin == TierNone {
+			continue
+		}
+		if _, err := s.Retain([]byte(r.key), Change{SetPin: true, Pin: r.pin}); err != nil && !errors.Is(err, errs.ErrNotFound) {
+			s.log.Warn("KV block's pin not restored (its TTL and priority are)", "key", trimKey([]byte(r.key)), "err", err)
+		}
 	}
 	s.log.Info("KV retention restored", "blocks", kept, "of", len(recs))
 }

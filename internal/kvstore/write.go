@@ -108,10 +108,17 @@ func (s *Store) unlockAndWrite() {
 // returning false drops the write as if the process had died before it.
 var testWriteHook func(w *write) bool
 
+// testWriteErr, set only by tests, fails every record write as a failing
+// disk would.
+var testWriteErr error
+
 // writeOut writes w's record at its reserved place.
 func (s *Store) writeOut(w *write) error {
 	if testWriteHook != nil && !testWriteHook(w) {
 		return nil
+	}
+	if testWriteErr != nil {
+		return testWriteErr
 	}
 	val := w.val
 	if w.from != nil {

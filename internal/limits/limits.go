@@ -5,7 +5,10 @@
 // reports overflow instead of wrapping (docs/security.md lists every limit).
 package limits
 
-import "math"
+import (
+	"math"
+	"time"
+)
 
 // Maxima of request figures. They are far above any real use and far below
 // int64 overflow, so sums of a few of them stay exact.
@@ -31,6 +34,12 @@ const (
 	MaxListLimit = 10000
 	// MaxJSONBody bounds an HTTP request body (4 MiB).
 	MaxJSONBody = 4 << 20
+	// MaxSavedSegments bounds the saved segments of one session commit
+	// (kvcache_params or fresh_kvcache): the master asks the servers about
+	// each before the commit, so a body of tiny segments must not fan out
+	// without end. Engines send one segment per run of saved pages, a few
+	// per commit.
+	MaxSavedSegments = 4096
 	// MaxKVKey is the longest hash-mode KV key, in bytes, everywhere: the
 	// client, the CLI and the server all check this same figure.
 	MaxKVKey = 1024
@@ -78,4 +87,28 @@ func CeilDiv(a, b int64) int64 {
 		q++
 	}
 	return q
+}
+
+// MaxTTL bounds a block's or key's time to live. Longer TTLs (Redis takes
+// any whose milliseconds fit an int64) are kept as MaxTTL, which is forever
+// in practice, so that now+TTL stays inside time.Duration and
+// time.Time.UnixNano (both end in 2262); an overflowed TTL would wrap to a
+// past time and delete the key at once.
+const MaxTTL = 100 * 365 * 24 * time.Hour
+
+// TTLMillis is a TTL of ms milliseconds (ms >= 0) as a Duration, at most
+// MaxTTL; it clamps before it multiplies.
+func TTLMillis(ms int64) time.Duration {
+	if ms >= int64(MaxTTL/time.Millisecond) {
+		return MaxTTL
+	}
+	return time.Duration(ms) * time.Millisecond
+}
+
+// ClampExpiry is at, or now+MaxTTL where at is later than that.
+func ClampExpiry(at, now time.Time) time.Time {
+	if lim := now.Add(MaxTTL); at.After(lim) {
+		return lim
+	}
+	return at
 }

@@ -3,6 +3,7 @@ package limits
 import (
 	"math"
 	"testing"
+	"time"
 )
 
 func TestMul(t *testing.T) {
@@ -34,5 +35,20 @@ func TestMul(t *testing.T) {
 	}
 	if CeilDiv(math.MaxInt64, 16) != math.MaxInt64/16+1 || CeilDiv(32, 16) != 2 || CeilDiv(0, 16) != 0 {
 		t.Error("CeilDiv")
+	}
+}
+
+func TestTTLMillis(t *testing.T) {
+	for _, ms := range []int64{1 << 62, math.MaxInt64, 9_300_000_000_000} {
+		if d := TTLMillis(ms); d != MaxTTL {
+			t.Errorf("TTLMillis(%d) = %v, want MaxTTL", ms, d)
+		}
+	}
+	if d := TTLMillis(1500); d != 1500*time.Millisecond {
+		t.Errorf("TTLMillis(1500) = %v", d)
+	}
+	now := time.Unix(1_800_000_000, 0)
+	if at := ClampExpiry(time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC), now); !at.Equal(now.Add(MaxTTL)) {
+		t.Errorf("ClampExpiry(3000) = %v", at)
 	}
 }

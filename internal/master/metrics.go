@@ -19,6 +19,8 @@ type metrics struct {
 	evictions prometheus.Counter
 	// Explicit-mode plans, the tokens they found cached, and commits refused.
 	plans, cachedTokens, commitFailures prometheus.Counter
+	// Questions to servers of what they hold (OpExtents) before commits.
+	heldAsks prometheus.Counter
 	// Requests refused before any handler (guard.go), by reason.
 	refusals *prometheus.CounterVec
 	// Plans whose stored part was cut short, by reason (server_down).
@@ -41,6 +43,8 @@ func newMetrics(m *Master) *metrics {
 		plans:          prometheus.NewCounter(prometheus.CounterOpts{Name: "gd2fs_master_session_plans_total", Help: "Explicit-mode plans made."}),
 		cachedTokens:   prometheus.NewCounter(prometheus.CounterOpts{Name: "gd2fs_master_session_cached_tokens_total", Help: "Tokens plans found stored."}),
 		commitFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "gd2fs_master_session_commit_failures_total", Help: "Session commits refused."}),
+		heldAsks: prometheus.NewCounter(prometheus.CounterOpts{Name: "gd2fs_master_held_asks_total",
+			Help: "Questions to servers of which bytes of a chunk they hold, before commits."}),
 		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gd2fs_master_refused_total",
 			Help: "Requests refused before any handler: wrong Host, cross-origin, not JSON, heartbeat without the server role, wrong token."}, []string{"reason"}),
 		shortened: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gd2fs_master_session_plans_shortened_total",
@@ -62,7 +66,7 @@ func newMetrics(m *Master) *metrics {
 		defer m.mu.Unlock()
 		return float64(m.epoch)
 	})
-	x.reg.MustRegister(x.requests, x.latency, x.repairs, x.refills, x.evictions, x.plans, x.cachedTokens, x.commitFailures, x.refusals, x.shortened, up, epoch, collectors.NewGoCollector(),
+	x.reg.MustRegister(x.requests, x.latency, x.repairs, x.refills, x.evictions, x.plans, x.cachedTokens, x.commitFailures, x.heldAsks, x.refusals, x.shortened, up, epoch, collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return x
 }

@@ -329,6 +329,9 @@ func (m *Master) commitSession(r *http.Request) (any, error) {
 	case req.Fresh != nil:
 		in.Partial, saved = true, *req.Fresh
 	}
+	if len(saved) > limits.MaxSavedSegments {
+		return nil, errs.New(errs.ErrBadRequest, "%d saved segments: at most %d in one commit; join adjacent segments, or commit in parts", len(saved), limits.MaxSavedSegments)
+	}
 	for i, k := range saved {
 		path, err := m.localPath(k.KVURI)
 		if err != nil {

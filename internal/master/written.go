@@ -1,9 +1,12 @@
 package master
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -48,36 +51,85 @@ type heldChunk struct {
 	ext     [][]int64
 }
 
-// askHeld asks the servers what they hold of each range, all in parallel,
-// with the file's chunks as the store has them now. A range whose file is
-// gone comes back with its error.
+// askHeld asks the servers what they hold of each range, in parallel, with
+// the file's chunks as the store has them now. Ranges of one file that reach
+// a common chunk are asked as one span, so each chunk's replicas are asked
+// once however many segments lie in it (heldHook finds a range in the span
+// that holds it). A span whose file is gone comes back with its error.
 func (m *Master) askHeld(ctx context.Context, rs []meta.Range) []*heldFile {
-	out := make([]*heldFile, len(rs))
+	var out []*heldFile
 	type placed struct {
 		f  meta.File
 		cs []meta.Chunk
 	}
 	files := map[string]placed{}
-	for i, r := range rs {
-		pl, ok := files[r.Path]
+	for _, span := range spans(rs, func(path string) int64 {
+		pl, ok := files[path]
 		if !ok {
-			f, err := m.meta.File(ctx, r.Path)
+			f, err := m.meta.File(ctx, path)
 			var cs []meta.Chunk
 			if err == nil {
 				cs, err = m.meta.Chunks(ctx, f.ID)
 			}
 			if err != nil {
-				out[i] = &heldFile{path: r.Path, err: err}
-				continue
+				out = append(out, &heldFile{path: path, start: math.MinInt64, end: math.MaxInt64, err: err})
+				return 0
 			}
 			pl = placed{f, cs}
-			files[r.Path] = pl
+			files[path] = pl
 		}
-		out[i] = newHeldFile(r, pl.f.ChunkSize, pl.cs)
+		return pl.f.ChunkSize
+	}) {
+		pl := files[span.Path]
+		out = append(out, newHeldFile(span, pl.f.ChunkSize, pl.cs))
 	}
 	m.askChunks(ctx, out)
 	return out
 }
+
+// spans merges the ranges of each file that reach a common chunk
+// (chunkSize gives a file's chunk size; 0: the file could not be read, its
+// ranges are dropped), so no chunk is in two spans.
+func spans(rs []meta.Range, chunkSize func(path string) int64) []meta.Range {
+	byPath := map[string][]meta.Range{}
+	var paths []string
+	for _, r := range rs {
+		if _, ok := byPath[r.Path]; !ok {
+			paths = append(paths, r.Path)
+		}
+		byPath[r.Path] = append(byPath[r.Path], r)
+	}
+	var out []meta.Range
+	for _, p := range paths {
+		cs := chunkSize(p)
+		if cs <= 0 {
+			continue
+		}
+		rs := byPath[p]
+		slices.SortFunc(rs, func(a, b meta.Range) int { return cmp.Compare(a.KVStart, b.KVStart) })
+		cur := meta.Range{Path: p, KVStart: rs[0].KVStart, KVLength: rs[0].KVLength}
+		for _, r := range rs[1:] {
+			end := cur.KVStart + cur.KVLength
+			if goodRange(cur) && goodRange(r) && r.KVStart/cs <= (end-1)/cs {
+				cur.KVLength = max(end, r.KVStart+r.KVLength) - cur.KVStart
+				continue
+			}
+			out = append(out, cur)
+			cur = meta.Range{Path: p, KVStart: r.KVStart, KVLength: r.KVLength}
+		}
+		out = append(out, cur)
+	}
+	return out
+}
+
+// goodRange says r's bytes are a range newHeldFile takes; the others keep
+// spans of their own, which newHeldFile refuses.
+func goodRange(r meta.Range) bool {
+	return r.KVStart >= 0 && r.KVLength > 0 && r.KVStart <= math.MaxInt64-r.KVLength
+}
+
+// heldParallel bounds the questions askChunks has in flight at once.
+const heldParallel = 64
 
 // newHeldFile is what to ask about range r of a file of chunks cs.
 func newHeldFile(r meta.Range, chunkSize int64, cs []meta.Chunk) *heldFile {
@@ -95,10 +147,12 @@ func newHeldFile(r meta.Range, chunkSize int64, cs []meta.Chunk) *heldFile {
 	return h
 }
 
-// askChunks asks every replica of every chunk of hs, all in parallel.
+// askChunks asks every replica of every chunk of hs in parallel, at most
+// heldParallel at once.
 func (m *Master) askChunks(ctx context.Context, hs []*heldFile) {
 	ctx, cancel := context.WithTimeout(ctx, heldTimeout)
 	defer cancel()
+	sem := make(chan struct{}, heldParallel)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	fail := func(h *heldFile, err error) {
@@ -121,9 +175,11 @@ func (m *Master) askChunks(ctx context.Context, hs []*heldFile) {
 					fail(h, errs.New(errs.ErrUnavailable, "chunk %d of %s is on server %s, which this master does not know (yet): retry the commit", hc.index, h.path, sv))
 					continue
 				}
+				m.metrics.heldAsks.Inc()
+				sem <- struct{}{}
 				wg.Add(1)
 				go func() {
-					defer wg.Done()
+					defer func() { <-sem; wg.Done() }()
 					ext, err := m.replicaHeld(ctx, addr, hc.id, from, to)
 					if err != nil {
 						fail(h, errs.New(errs.ErrUnavailable, "could not ask server %s (%s) what it holds of chunk %d of %s: %v; retry the commit", sv, addr, hc.index, h.path, err))

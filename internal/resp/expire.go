@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gd2fs/gd2fs/client"
+	"github.com/gd2fs/gd2fs/internal/limits"
 )
 
 // TTLs as Redis has them (expire.c): SET's EX, PX, EXAT, PXAT and KEEPTTL;
@@ -34,9 +35,14 @@ func (c *conn) expireAt(arg []byte, unit, base int64, cmd string, positive bool)
 }
 
 // ttlFrom is the TTL to ask for to expire at unix ms when (0 or less:
-// now, which deletes the key).
+// now, which deletes the key), at most limits.MaxTTL: a later time is kept
+// as that rather than wrapping time.Duration into the past.
 func ttlFrom(when int64) time.Duration {
-	return time.Duration(max(0, when-timeNow().UnixMilli())) * time.Millisecond
+	now := timeNow().UnixMilli()
+	if when <= now {
+		return 0
+	}
+	return limits.TTLMillis(when - now)
 }
 
 // expireCmd serves EXPIRE, PEXPIRE, EXPIREAT and PEXPIREAT.

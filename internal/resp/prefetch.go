@@ -67,7 +67,18 @@ func (s *Server) startPrefetch(key []byte) {
 	default:
 		return
 	}
+	// Counted in s.wg, so Close waits for it before it releases the
+	// backend's client; none starts once Close has begun.
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		<-s.prefetching
+		return
+	}
+	s.wg.Add(1)
+	s.mu.Unlock()
 	go func() {
+		defer s.wg.Done()
 		defer func() { <-s.prefetching }()
 		ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
 		defer cancel()

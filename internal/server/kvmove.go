@@ -173,6 +173,11 @@ func (s *Server) kvPullFrom(ms *api.Membership, ref wire.KVRef, tidy bool) (foun
 		// expires between the two is not found, and one found carries a TTL
 		// no longer than it had.
 		ret, err := s.kvRetentionAt(src.Addr, ms.Epoch, ref)
+		if errors.Is(err, errs.ErrUnknownOp) {
+			// A server older than retention (a rolling upgrade) holds
+			// blocks without pins or TTLs: move the bytes all the same.
+			ret, err = wire.Retain{TTL: -1}, nil
+		}
 		if err != nil {
 			continue // not there, or unreachable: the next earlier owner
 		}

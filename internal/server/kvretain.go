@@ -7,6 +7,7 @@ import (
 
 	"github.com/gd2fs/gd2fs/errs"
 	"github.com/gd2fs/gd2fs/internal/kvstore"
+	"github.com/gd2fs/gd2fs/internal/limits"
 	"github.com/gd2fs/gd2fs/internal/wire"
 )
 
@@ -57,7 +58,7 @@ func RetainChange(r wire.Retain, now time.Time) kvstore.Change {
 		SetExpire: r.Set&wire.RetainTTL != 0,
 	}
 	if c.SetExpire && r.TTL >= 0 {
-		c.Expire = now.Add(time.Duration(r.TTL) * time.Millisecond)
+		c.Expire = now.Add(limits.TTLMillis(r.TTL))
 	}
 	return c
 }
@@ -83,14 +84,26 @@ func (s *Server) kvRetentionAt(src string, epoch int64, ref wire.KVRef) (wire.Re
 
 // kvApplyRetention gives a block just moved here the pin, priority and TTL
 // it had on its earlier owner (a moved block must not outlive its TTL). A
-// pin this server's quota cannot take is logged and left out.
+// pin this server cannot take (no such tier, or its quota full) is logged
+// and left out; the TTL and priority are kept all the same.
 func (s *Server) kvApplyRetention(key []byte, r wire.Retain) {
 	if r.Pin == 0 && r.Priority == 0 && r.TTL == -1 {
 		return
 	}
-	r.Set = wire.RetainPin | wire.RetainPriority | wire.RetainTTL
+	// Priority and TTL first, on their own: the store refuses a change
+	// whole, and a refused pin must not take the TTL with it (the block
+	// would then never expire).
+	r.Set = wire.RetainPriority | wire.RetainTTL
 	if _, err := s.kv.Retain(key, RetainChange(r, s.kv.Now())); err != nil {
-		s.log.Warn("kv move: the block's pin, priority or TTL not kept here", "err", err)
+		s.log.Warn("kv move: the block's priority and TTL not kept here", "err", err)
+		return
+	}
+	if r.Pin == 0 {
+		return
+	}
+	r.Set = wire.RetainPin
+	if _, err := s.kv.Retain(key, RetainChange(r, s.kv.Now())); err != nil {
+		s.log.Warn("kv move: the block's pin not kept here (its TTL and priority are)", "err", err)
 	}
 }
 

@@ -224,6 +224,13 @@ func (c *Conn) Do(ctx context.Context, req *Request) (Response, error) {
 			return Response{}, ctx.Err()
 		}
 		c.mu.Unlock()
+		if cl.dst == nil {
+			// The reader has claimed the call but reads its reply into a
+			// buffer of its own: nothing of the caller's is written after
+			// we return, so the caller goes and the reader finishes the
+			// reply; the other calls on the connection go on.
+			return Response{}, ctx.Err()
+		}
 		// The reader has claimed the call and is reading its reply into Dst.
 		// We must wait for it, so the caller's buffer is never written after
 		// we return; but a server stopped mid-reply (SIGSTOP, a cut link

@@ -283,3 +283,55 @@ func TestStalledReply(t *testing.T) {
 		t.Fatal("the connection of a stalled reply is not Broken")
 	}
 }
+
+// TestCancelledCallOwnBuffer: a call whose reply goes into the reader's own
+// buffer (no Dst), cancelled once the reader has started on its reply,
+// returns its context's error and leaves the connection up: the other call
+// in flight on it gets its answer.
+func TestCancelledCallOwnBuffer(t *testing.T) {
+	c, p := newPeer(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Do(ctx, &Request{Op: wire.OpRead, Key: binary.LittleEndian.AppendUint64(nil, 1), Count: 1000, Alloc: true})
+		done <- err
+	}()
+	fa := <-p.reqs
+	type result struct {
+		resp Response
+		err  error
+	}
+	other := make(chan result, 1)
+	dst := make([]byte, 100)
+	go func() { r, err := c.Do(context.Background(), readReq(0, dst)); other <- result{r, err} }()
+	fb := <-p.reqs
+
+	body := content(0, 1000)
+	h := wire.Header{Op: fa.h.Op, ReqID: fa.h.ReqID, Flags: wire.FlagResponse, PayloadLen: uint32(len(body)), PayloadCRC: crc32c.Checksum(body)}
+	var hb [wire.HeaderSize]byte
+	if _, err := p.nc.Write(wire.Encode(hb[:], &h, nil)); err != nil {
+		t.Fatal(err)
+	}
+	// net.Pipe: this write returns once the reader took the bytes, inside
+	// the reply's payload: the call is claimed.
+	if _, err := p.nc.Write(body[:10]); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the cancelled call: %v, want context.Canceled", err)
+	}
+	if c.Broken() {
+		t.Fatal("a cancelled call without a caller buffer broke the connection")
+	}
+	if _, err := p.nc.Write(body[10:]); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.reply(fb.h, wire.StatusOK, content(0, len(dst)), 0); err != nil {
+		t.Fatal(err)
+	}
+	r := <-other
+	if r.err != nil || r.resp.N != len(dst) || !bytes.Equal(dst, content(0, len(dst))) {
+		t.Fatalf("the other call on the connection: n=%d %v", r.resp.N, r.err)
+	}
+}
