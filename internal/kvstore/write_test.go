@@ -223,3 +223,80 @@ func TestCrashWithWritesInFlight(t *testing.T) {
 		s2.Close()
 	}
 }
+
+// TestCopyInEvictsOwnSegment: bringing a disk block into DRAM (a Get's
+// promotion of a ghost, Prefetch) may demote another block to make room,
+// that demotion may evict the oldest disk segment, and that segment may
+// hold the very block being brought in, which then leaves the index. It
+// must not enter DRAM anyway: out of the index, nothing deletes or replaces
+// it, and its next demotion or a Flush writes its old bytes to disk after
+// whatever replaced it, so a restart brings them back (the rare failure of
+// TestCrashWithWritesInFlight: a value overwritten, then read after the
+// restart).
+func TestCopyInEvictsOwnSegment(t *testing.T) {
+	for _, how := range []string{"get", "prefetch"} {
+		t.Run(how, func(t *testing.T) {
+			// 32 pages of DRAM hold three 160 KiB blocks (10 pages each);
+			// a 256 KiB segment holds one; the 400 KiB disk tier two.
+			cfg := Config{MemBytes: 512 << 10, Dir: t.TempDir(), DiskBytes: 400 << 10, SegmentSize: 256 << 10, MaxValue: 200 << 10, Policy: "s3fifo"}
+			s, err := Open(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			const size = 160 << 10 // above half a segment: never moved out of an evicted one
+			put := func(k string, v []byte, over bool) {
+				t.Helper()
+				if _, err := s.Put([]byte(k), v, over); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, k := range []string{"x", "a", "b", "c", "d"} {
+				put(k, val(k, size), false)
+			}
+			// x went to segment 0, a to segment 1 (each demoted from the
+			// small queue: x is a ghost); b, c and d are in DRAM.
+			for k, want := range map[string]Tier{"x": TierDisk, "a": TierDisk, "b": TierDRAM, "c": TierDRAM, "d": TierDRAM} {
+				if tier, _ := s.Exists([]byte(k)); tier != want {
+					t.Fatalf("setup: %s in %v, want %v", k, tier, want)
+				}
+			}
+			// Bringing x in demotes b, whose record needs segment 0's room.
+			switch how {
+			case "get":
+				got, _, err := get(s, "x")
+				if err != nil || !bytes.Equal(got, val("x", size)) {
+					t.Fatalf("get x: err=%v, right bytes=%v", err, bytes.Equal(got, val("x", size)))
+				}
+			case "prefetch":
+				s.Prefetch([]byte("x"))
+			}
+			if err := s.checkInvariants(); err != nil {
+				t.Errorf("after the %s of x: %v", how, err)
+			}
+			if tier, _ := s.Exists([]byte("x")); tier != TierNone {
+				t.Fatalf("x in %v after its %s: its segment was not evicted to make room, the test tests nothing", tier, how)
+			}
+			// Replace x with a small value and delete it (DRAM only: no
+			// tombstone), then make room in DRAM with blocks small enough
+			// that main's blocks leave first. The restart must not find x.
+			put("x", val("y", 1<<10), true)
+			for _, k := range []string{"x", "c", "d"} {
+				if ok, err := s.Delete([]byte(k)); err != nil || !ok {
+					t.Fatalf("delete %s: %v, %v", k, ok, err)
+				}
+			}
+			for i := 0; i < 40; i++ {
+				k := fmt.Sprint("t", i)
+				put(k, val(k, 1<<10), false)
+			}
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			s2 := open(t, cfg)
+			if got, _, err := get(s2, "x"); err == nil {
+				t.Fatalf("after a restart the deleted x reads %d bytes (its old value: %v)", len(got), bytes.Equal(got, val("x", size)))
+			}
+		})
+	}
+}
