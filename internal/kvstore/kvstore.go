@@ -380,13 +380,21 @@ func (s *Store) PutChecked(key []byte, value []byte, crc uint32, overwrite bool)
 
 // allocLocked gives e DRAM pages, demoting per S3-FIFO to make room.
 // It returns false (no error) when e cannot be placed in DRAM.
+//
+// For a block already indexed (a disk block brought into DRAM: promote,
+// Prefetch, loadIntoDRAM) it also returns false when making room dropped
+// it: a demotion may evict the oldest disk segment, which may hold e. Out
+// of the index nothing deletes or replaces e any more, so in DRAM it would
+// later be demoted (or flushed) again, writing its old bytes to disk after
+// whatever replaced it, for a restart to bring back.
 func (s *Store) allocLocked(e *entry) (bool, error) {
 	n := pagesFor(e.size)
 	if n > s.arena.Pages()/2 {
 		return false, nil // a block bigger than half of DRAM goes to disk
 	}
+	indexed := s.index[e.key] == e
 	for s.arena.FreePages() < n {
-		if !s.evictOneLocked() {
+		if !s.evictOneLocked() || indexed && s.index[e.key] != e {
 			return false, nil
 		}
 	}
