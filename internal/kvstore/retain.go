@@ -291,6 +291,11 @@ func (s *Store) loadIntoDRAM(e *entry, attempt int) error {
 		return nil
 	}
 	if ok, _ := s.allocLocked(e); !ok {
+		if s.index[e.key] != e {
+			// Making room evicted the block's own segment (allocLocked):
+			// it is gone, and Retain, starting over, says so.
+			return nil
+		}
 		return errs.New(errs.ErrNoSpace, "no room in KV DRAM to pin block %q (blocks in use): retry", trimKey([]byte(e.key)))
 	}
 	s.arena.CopyIn(e.pages, 0, val)
