@@ -105,15 +105,7 @@ func (c *conn) expireCmd(args [][]byte) error {
 		c.w.int(0)
 		return nil
 	}
-	if _, _, err := c.s.cfg.Backend.Retain(c.s.ctx, key, client.RetainOptions{SetTTL: true, TTL: ttlFrom(when)}); err != nil {
-		if miss(err) {
-			c.w.int(0)
-		} else {
-			c.backendError(err)
-		}
-		return nil
-	}
-	c.w.int(1)
+	c.retainAnswer(key, client.RetainOptions{SetTTL: true, TTL: ttlFrom(when)})
 	return nil
 }
 
@@ -169,14 +161,20 @@ func (c *conn) persist(args [][]byte) error {
 		c.w.int(0)
 		return nil
 	}
-	if _, _, err := c.s.cfg.Backend.Retain(c.s.ctx, args[1], client.RetainOptions{Persist: true}); err != nil {
+	c.retainAnswer(args[1], client.RetainOptions{Persist: true})
+	return nil
+}
+
+// retainAnswer applies o to key and answers as EXPIRE and PERSIST do: 1
+// when it took effect, 0 for a key that is gone.
+func (c *conn) retainAnswer(key []byte, o client.RetainOptions) {
+	if _, _, err := c.s.cfg.Backend.Retain(c.s.ctx, key, o); err != nil {
 		if miss(err) {
 			c.w.int(0)
 		} else {
 			c.backendError(err)
 		}
-		return nil
+		return
 	}
 	c.w.int(1)
-	return nil
 }
