@@ -10,6 +10,7 @@ import (
 
 	"github.com/gd2fs/gd2fs/internal/crc32c"
 	"github.com/gd2fs/gd2fs/internal/limits"
+	"github.com/gd2fs/gd2fs/internal/tier"
 )
 
 // Pending is a write being received straight into the DRAM tier (zero copy:
@@ -35,7 +36,7 @@ type Pending struct {
 // that fails its CRC overwrote nothing stored. Declined writes go through a
 // buffer and Write/WriteChecked.
 func (s *Store) BeginWrite(id uint64, off int64, n int) (dst [][]byte, p *Pending, ok bool) {
-	if s.arena == nil || off < 0 || off+int64(n) > limits.MaxChunk {
+	if s.mem == nil || off < 0 || off+int64(n) > limits.MaxChunk {
 		return nil, nil, false
 	}
 	s.mu.Lock()
@@ -68,21 +69,18 @@ func (s *Store) BeginWrite(id uint64, off int64, n int) (dst [][]byte, p *Pendin
 		return nil, nil, false
 	}
 	if off > c.length {
-		s.arena.Zero(c.pages, c.length, off) // the hole reads as zeros
+		s.mem.Zero(c.pages, c.length, off) // the hole reads as zeros
 	}
 	c.pins++ // the pages are written outside s.mu: keep eviction off them
-	dst = s.arena.Views(c.pages, off, int64(n))
+	dst = s.mem.Views(c.pages, off, int64(n))
 	s.mu.Unlock()
 	return dst, &Pending{s: s, c: c, off: off, n: int64(n), newLen: newLen, oldLen: c.length, dst: dst}, true
 }
 
 // unreserve gives back the disk space reserve counted for growing to newLen.
 func (s *Store) unreserve(c *chunk, newLen int64) {
-	if s.cfg.Dir == "" {
-		return
-	}
 	s.mu.Lock()
-	s.diskUsed -= newLen - c.length
+	s.disk.Add(-(newLen - c.length))
 	s.mu.Unlock()
 }
 
@@ -149,8 +147,8 @@ func (p *Pending) commit(want uint32) error {
 	if got != want {
 		return errPayloadCRC
 	}
-	var f file
-	if s.cfg.Dir != "" {
+	var f tier.File
+	if s.disk != nil {
 		var err error
 		if f, err = s.open(c.id, true); err == nil {
 			defer f.Close()
@@ -220,35 +218,4 @@ func (s *Store) writeUncached(id uint64, bufs [][]byte, off int64) (done bool, e
 		return false, err
 	}
 	return true, nil
-}
-
-// pwritev writes bufs at off, looping over short writes and the iovec limit.
-func pwritev(f *os.File, bufs [][]byte, off int64) (int, error) {
-	bufs = append([][]byte(nil), bufs...) // trimmed below; the caller's views stay whole
-	total := 0
-	for {
-		for len(bufs) > 0 && len(bufs[0]) == 0 {
-			bufs = bufs[1:] // an empty buffer would never be consumed below
-		}
-		if len(bufs) == 0 {
-			break
-		}
-		k := min(len(bufs), 1024)
-		n, err := unix.Pwritev(int(f.Fd()), bufs[:k], off)
-		if err != nil {
-			return total, err
-		}
-		total += n
-		off += int64(n)
-		for n > 0 && len(bufs) > 0 {
-			if n >= len(bufs[0]) {
-				n -= len(bufs[0])
-				bufs = bufs[1:]
-			} else {
-				bufs[0] = bufs[0][n:]
-				n = 0
-			}
-		}
-	}
-	return total, nil
 }

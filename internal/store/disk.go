@@ -15,6 +15,7 @@ import (
 	"github.com/gd2fs/gd2fs/internal/bufpool"
 	"github.com/gd2fs/gd2fs/internal/crc32c"
 	"github.com/gd2fs/gd2fs/internal/limits"
+	"github.com/gd2fs/gd2fs/internal/tier"
 )
 
 // ---- disk tier ----
@@ -46,7 +47,7 @@ func (s *Store) path(id uint64) string {
 	return filepath.Join(s.cfg.Dir, "chunks", fmt.Sprintf("%02x", id&0xff), strconv.FormatUint(id, 16)+".chunk")
 }
 
-func (s *Store) open(id uint64, create bool) (file, error) {
+func (s *Store) open(id uint64, create bool) (tier.File, error) {
 	p := s.path(id)
 	if !create {
 		return s.fs.OpenFile(p, os.O_RDONLY, 0)
@@ -62,7 +63,7 @@ func (s *Store) open(id uint64, create bool) (file, error) {
 }
 
 // writeCRCs persists block CRCs from block first on, then the header.
-func (s *Store) writeCRCs(c *chunk, f file, first int, newLen int64) error {
+func (s *Store) writeCRCs(c *chunk, f tier.File, first int, newLen int64) error {
 	last := blocks(newLen)
 	tab := make([]byte, 4*(last-first))
 	for i := range last - first {
@@ -117,20 +118,19 @@ func (s *Store) readDisk(c *chunk, off, n int64) (bp *[]byte, bufs [][]byte, crc
 	defer f.Close()
 	bs := off / limits.BlockSize * limits.BlockSize
 	be := min((off+n+limits.BlockSize-1)/limits.BlockSize*limits.BlockSize, c.length)
-	bp = bufpool.Get(int(be - bs))
+	bp, err = tier.ReadPooled(f, dataOff+bs, int(be-bs))
+	if errors.Is(err, tier.ErrShort) {
+		// The header promises bytes the file does not have: a write that
+		// never reached the disk (power loss). Torn, not data.
+		s.corrupt.Add(1)
+		return nil, nil, 0, errs.New(errs.ErrChecksum, "store: chunk %d is shorter on disk than its header says (torn by a crash): read another replica", c.id)
+	} else if err != nil {
+		return nil, nil, 0, fmt.Errorf("store: read chunk %d: %w", c.id, err)
+	}
 	buf := *bp
 	fail := func(err error) (*[]byte, [][]byte, uint32, error) {
 		bufpool.Put(bp)
 		return nil, nil, 0, err
-	}
-	if _, err := f.ReadAt(buf, dataOff+bs); err != nil {
-		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-			// The header promises bytes the file does not have: a write
-			// that never reached the disk (power loss). Torn, not data.
-			s.corrupt.Add(1)
-			return fail(errs.New(errs.ErrChecksum, "store: chunk %d is shorter on disk than its header says (torn by a crash): read another replica", c.id))
-		}
-		return fail(fmt.Errorf("store: read chunk %d: %w", c.id, err))
 	}
 	for b := bs; b < be; b += limits.BlockSize {
 		e := min(b+limits.BlockSize, be)
@@ -182,7 +182,7 @@ func (s *Store) load() error {
 				continue
 			}
 			s.chunks[id] = c
-			s.diskUsed += c.length
+			s.disk.Add(c.length)
 		}
 	}
 	return nil

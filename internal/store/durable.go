@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 
 	"github.com/gd2fs/gd2fs/errs"
+	"github.com/gd2fs/gd2fs/internal/tier"
 )
 
 // Durability.
@@ -155,5 +156,5 @@ func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
 		os.Remove(tmp)
 		return err
 	}
-	return osFS{}.SyncDir(filepath.Dir(path))
+	return tier.OS{}.SyncDir(filepath.Dir(path))
 }

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"sync"
 	"syscall"
+
+	"github.com/gd2fs/gd2fs/internal/tier"
 )
 
 // memFS is an in-memory file system that knows what a power loss keeps, as
@@ -54,7 +56,7 @@ func notExist(op, name string) error {
 	return &os.PathError{Op: op, Path: name, Err: syscall.ENOENT}
 }
 
-func (m *memFS) OpenFile(name string, flag int, _ os.FileMode) (file, error) {
+func (m *memFS) OpenFile(name string, flag int, _ os.FileMode) (tier.File, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	f := m.files[name]
@@ -99,21 +101,21 @@ func (m *memFS) Rename(oldpath, newpath string) error {
 	return nil
 }
 
-func (m *memFS) ReadDir(dir string) ([]dirEntry, error) {
+func (m *memFS) ReadDir(dir string) ([]tier.DirEntry, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	var out []dirEntry
+	var out []tier.DirEntry
 	for p := range m.dirs {
 		if p != dir && filepath.Dir(p) == dir {
-			out = append(out, dirEntry{Name: filepath.Base(p), IsDir: true})
+			out = append(out, tier.DirEntry{Name: filepath.Base(p), IsDir: true})
 		}
 	}
 	for p := range m.files {
 		if filepath.Dir(p) == dir {
-			out = append(out, dirEntry{Name: filepath.Base(p)})
+			out = append(out, tier.DirEntry{Name: filepath.Base(p)})
 		}
 	}
-	slices.SortFunc(out, func(a, b dirEntry) int {
+	slices.SortFunc(out, func(a, b tier.DirEntry) int {
 		if a.Name < b.Name {
 			return -1
 		}

@@ -24,13 +24,11 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/gd2fs/gd2fs/errs"
-	"github.com/gd2fs/gd2fs/internal/arena"
 	"github.com/gd2fs/gd2fs/internal/bufpool"
 	"github.com/gd2fs/gd2fs/internal/crc32c"
 	"github.com/gd2fs/gd2fs/internal/limits"
+	"github.com/gd2fs/gd2fs/internal/tier"
 )
 
 // The checksum block of the disk tier and the page of the DRAM tier is
@@ -48,7 +46,7 @@ type Config struct {
 	// syncs only when asked (Sync); the server applies the policy.
 	Sync SyncPolicy
 
-	fs fileSystem // the disk tier's file system; nil means the operating system's
+	fs tier.FS // the disk tier's file system; nil means the operating system's
 }
 
 // Usage is a snapshot of tier capacity and use.
@@ -73,15 +71,15 @@ type Info struct {
 
 // Store is a server's chunk store. It is safe for concurrent use.
 type Store struct {
-	cfg   Config
-	log   *slog.Logger
-	fs    fileSystem
-	arena *arena.Arena // nil without a DRAM tier
+	cfg  Config
+	log  *slog.Logger
+	fs   tier.FS
+	mem  *tier.DRAM // nil without a DRAM tier
+	disk *tier.Disk // nil without a disk tier
 
-	mu       sync.Mutex // guards chunks, lru, diskUsed and the arena
-	chunks   map[uint64]*chunk
-	lru      list.List // cached chunks, front = most recent
-	diskUsed int64
+	mu     sync.Mutex // guards chunks, lru, the DRAM pages and the disk tier's use
+	chunks map[uint64]*chunk
+	lru    list.List // cached chunks, front = most recent
 
 	dirMu  sync.Mutex      // guards linked
 	linked map[string]bool // chunk subdirectories whose own entry is durable
@@ -119,7 +117,7 @@ type chunk struct {
 func Open(cfg Config) (*Store, error) {
 	s := &Store{cfg: cfg, log: cfg.Log, fs: cfg.fs, chunks: make(map[uint64]*chunk), linked: map[string]bool{}}
 	if s.fs == nil {
-		s.fs = osFS{}
+		s.fs = tier.OS{}
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -127,14 +125,12 @@ func Open(cfg Config) (*Store, error) {
 	if cfg.MemBytes <= 0 && cfg.Dir == "" {
 		return nil, errs.New(errs.ErrBadRequest, "store: no tier configured: give a DRAM size (--mem) or a disk directory (--disk)")
 	}
-	if cfg.MemBytes > 0 {
-		a, err := arena.New(cfg.MemBytes, limits.BlockSize)
-		if err != nil {
-			return nil, err
-		}
-		s.arena = a
+	mem, err := tier.NewDRAM(cfg.MemBytes, limits.BlockSize)
+	if err != nil {
+		return nil, err
 	}
-	if cfg.Dir != "" {
+	s.mem, s.disk = mem, tier.NewDisk(cfg.Dir, cfg.DiskBytes, s.fs)
+	if s.disk != nil {
 		if err := s.load(); err != nil {
 			s.Close()
 			return nil, err
@@ -144,42 +140,23 @@ func Open(cfg Config) (*Store, error) {
 }
 
 // Close releases the DRAM tier. Chunk files stay on disk.
-func (s *Store) Close() error {
-	if s.arena != nil {
-		return s.arena.Close()
-	}
-	return nil
-}
+func (s *Store) Close() error { return s.mem.Close() }
 
 // Usage reports capacity and use per tier.
 func (s *Store) Usage() Usage {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	u := Usage{DiskCap: s.cfg.DiskBytes, DiskUsed: s.diskUsed, Chunks: len(s.chunks)}
-	if s.arena != nil {
-		u.MemCap = int64(s.arena.Pages()) * limits.BlockSize
-		u.MemUsed = int64(s.arena.Pages()-s.arena.FreePages()) * limits.BlockSize
-	}
-	if s.cfg.Dir == "" {
-		u.DiskCap = 0
-	} else if _, real := s.fs.(osFS); real {
-		// The configured size is a promise the file system may not keep
-		// (other files fill it): count what it cannot hold any more as used,
-		// so the master stops placing chunks on a full disk.
-		var st unix.Statfs_t
-		if unix.Statfs(s.cfg.Dir, &st) == nil {
-			avail := int64(st.Bavail) * int64(st.Bsize)
-			u.DiskUsed = max(u.DiskUsed, min(u.DiskCap, u.DiskCap-avail))
-		}
-	}
-	return u
+	// The disk's use counts what its file system cannot hold any more
+	// (tier.Disk.UsedOnFS), so the master stops placing chunks on a full
+	// disk.
+	return Usage{MemCap: s.mem.Cap(), MemUsed: s.mem.Used(), DiskCap: s.disk.Cap(), DiskUsed: s.disk.UsedOnFS(), Chunks: len(s.chunks)}
 }
 
 // diskErr classifies a failed write to the disk tier: a full file system
 // (ENOSPC, EDQUOT) is errs.ErrNoSpace, so clients see "no space" rather than
 // an unknown error; the next heartbeat reports the disk full (Usage).
 func (s *Store) diskErr(err error) error {
-	if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT) {
+	if tier.IsFull(err) {
 		return errs.New(errs.ErrNoSpace, "%w: the file system under %s is full; free space there (the master places new chunks on other servers meanwhile)", err, s.cfg.Dir)
 	}
 	return err
@@ -321,8 +298,8 @@ func (s *Store) write(id uint64, off int64, p []byte, segs []uint32) error {
 		s.dropIfEmpty(c)
 		return err
 	}
-	var f file
-	if s.cfg.Dir != "" {
+	var f tier.File
+	if s.disk != nil {
 		var err error
 		if f, err = s.open(id, true); err == nil {
 			defer f.Close()
@@ -330,7 +307,7 @@ func (s *Store) write(id uint64, off int64, p []byte, segs []uint32) error {
 		}
 		if err != nil {
 			s.mu.Lock()
-			s.diskUsed -= newLen - c.length
+			s.disk.Add(-(newLen - c.length))
 			s.mu.Unlock()
 			s.dropIfEmpty(c)
 			return s.diskErr(fmt.Errorf("store: write chunk %d: %w", id, err))
@@ -359,7 +336,7 @@ func (s *Store) write(id uint64, off int64, p []byte, segs []uint32) error {
 // [off, end) that made the chunk newLen long, and returns the first block
 // that changed. Blocks the write covers take their CRC from segs; blocks it
 // covers in part (and hole blocks) are checksummed from the merged bytes.
-func (s *Store) updateCRCs(c *chunk, f file, off, end, newLen int64, segs []uint32) int {
+func (s *Store) updateCRCs(c *chunk, f tier.File, off, end, newLen int64, segs []uint32) int {
 	first := int(min(off, c.length) / limits.BlockSize)
 	last := blocks(newLen)
 	if last > len(c.crcs) {
@@ -378,10 +355,10 @@ func (s *Store) updateCRCs(c *chunk, f file, off, end, newLen int64, segs []uint
 
 // mergedCRC checksums bytes [bs, be) of c as they are now, from DRAM when
 // cached, else from the chunk file.
-func (s *Store) mergedCRC(c *chunk, f file, bs, be int64) uint32 {
+func (s *Store) mergedCRC(c *chunk, f tier.File, bs, be int64) uint32 {
 	s.mu.Lock()
 	if c.pages != nil {
-		crc := crc32c.Checksum(s.arena.Views(c.pages, bs, be-bs)...)
+		crc := crc32c.Checksum(s.mem.Views(c.pages, bs, be-bs)...)
 		s.mu.Unlock()
 		return crc
 	}
@@ -402,10 +379,12 @@ func (s *Store) reserve(c *chunk, newLen int64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	grow := newLen - c.length
-	if s.cfg.Dir != "" && grow > 0 && s.diskUsed+grow > s.cfg.DiskBytes {
-		return errs.New(errs.ErrNoSpace, "store: disk tier full (%d of %d bytes used, %d more asked): free space with 'gd2fs rm' or give the server a larger --disk", s.diskUsed, s.cfg.DiskBytes, grow)
+	if grow > 0 && !s.disk.Fits(grow) {
+		return errs.New(errs.ErrNoSpace, "store: disk tier full (%d of %d bytes used, %d more asked): free space with 'gd2fs rm' or give the server a larger --disk", s.disk.Used(), s.disk.Cap(), grow)
 	}
-	if s.arena != nil && (c.pages != nil || c.length == 0) {
+	// Without a DRAM tier allocPages fails and, a disk tier being there,
+	// the chunk is simply not cached.
+	if c.pages != nil || c.length == 0 {
 		need := blocks(newLen) - len(c.pages)
 		if need > 0 {
 			got, ok := s.allocPages(need, c)
@@ -414,16 +393,14 @@ func (s *Store) reserve(c *chunk, newLen int64) error {
 					c.pages = []int32{}
 				}
 				c.pages = append(c.pages, got...)
-			} else if s.cfg.Dir == "" {
+			} else if s.disk == nil {
 				return errs.New(errs.ErrNoSpace, "store: DRAM tier full (%d bytes) and no disk tier to spill to: give the server a larger --mem or a --disk", s.cfg.MemBytes)
 			} else if c.pages != nil {
 				s.uncache(c) // keep the invariant: cached means all of [0, length)
 			}
 		}
 	}
-	if s.cfg.Dir != "" {
-		s.diskUsed += grow
-	}
+	s.disk.Add(grow)
 	return nil
 }
 
@@ -445,10 +422,10 @@ func (s *Store) dropIfEmpty(c *chunk) {
 // allocPages takes n pages, evicting unpinned disk-backed chunks other than
 // self if needed. Called with s.mu held.
 func (s *Store) allocPages(n int, self *chunk) ([]int32, bool) {
-	if n > s.arena.Pages() {
+	if n > s.mem.Pages() { // always, without a DRAM tier
 		return nil, false
 	}
-	for s.arena.FreePages() < n && s.cfg.Dir != "" {
+	for s.mem.FreePages() < n && s.disk != nil {
 		victim := s.lruVictim(self)
 		if victim == nil {
 			break
@@ -456,7 +433,7 @@ func (s *Store) allocPages(n int, self *chunk) ([]int32, bool) {
 		s.uncache(victim)
 		s.evictions.Add(1)
 	}
-	return s.arena.Alloc(n)
+	return s.mem.Alloc(n)
 }
 
 func (s *Store) lruVictim(self *chunk) *chunk {
@@ -474,7 +451,7 @@ func (s *Store) uncache(c *chunk) {
 		s.lru.Remove(c.elem)
 		c.elem = nil
 	}
-	s.arena.Release(c.pages)
+	s.mem.Release(c.pages)
 	c.pages = nil
 }
 
@@ -490,9 +467,9 @@ func (s *Store) touch(c *chunk) {
 // length and off. Called with s.mu held.
 func (s *Store) copyIn(c *chunk, off int64, p []byte) {
 	if off > c.length {
-		s.arena.Zero(c.pages, c.length, off)
+		s.mem.Zero(c.pages, c.length, off)
 	}
-	s.arena.CopyIn(c.pages, off, p)
+	s.mem.CopyIn(c.pages, off, p)
 }
 
 // Read calls fn with views of bytes [off, off+n) of chunk id and their
@@ -516,7 +493,7 @@ func (s *Store) Read(id uint64, off, n int64, fn func(bufs [][]byte, crc uint32)
 		return errs.New(errs.ErrOutOfRange, "store: read [%d, %d) of chunk %d, which holds %d bytes", off, off+n, id, l)
 	}
 	s.mu.Lock()
-	if c.pages == nil && s.arena != nil && s.cfg.Dir != "" {
+	if c.pages == nil && s.mem != nil && s.disk != nil {
 		// Promote the whole chunk: later reads of it come from DRAM. c.mu is
 		// held, so concurrent readers of the same chunk wait for one load.
 		s.mu.Unlock()
@@ -532,7 +509,7 @@ func (s *Store) Read(id uint64, off, n int64, fn func(bufs [][]byte, crc uint32)
 	if c.pages != nil {
 		c.pins++
 		s.touch(c)
-		v := s.arena.Views(c.pages, off, n)
+		v := s.mem.Views(c.pages, off, n)
 		crcs := c.crcs[off/limits.BlockSize : blocks(off+n)]
 		crcs = append([]uint32(nil), crcs...) // a write may change them after we unlock
 		length, pages := c.length, c.pages
@@ -540,7 +517,7 @@ func (s *Store) Read(id uint64, off, n int64, fn func(bufs [][]byte, crc uint32)
 		c.mu.Unlock()
 		s.memReads.Add(1)
 		crc := rangeCRC(crcs, off/limits.BlockSize, length, off, n, func(from, to int64) [][]byte {
-			return s.arena.Views(pages, from, to-from)
+			return s.mem.Views(pages, from, to-from)
 		})
 		err := fn(v, crc)
 		s.unpin(c)
@@ -601,11 +578,7 @@ func (s *Store) promote(c *chunk) error {
 	}
 	bp, bufs, _, err := s.readDisk(c, 0, c.length)
 	if err == nil {
-		var off int64
-		for _, b := range bufs {
-			s.arena.CopyIn(ps, off, b)
-			off += int64(len(b))
-		}
+		s.mem.CopyIn(ps, 0, bufs...)
 	}
 	if bp != nil {
 		bufpool.Put(bp)
@@ -613,7 +586,7 @@ func (s *Store) promote(c *chunk) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err != nil {
-		s.arena.Release(ps)
+		s.mem.Release(ps)
 		return err
 	}
 	c.pages = ps
@@ -641,7 +614,7 @@ func (s *Store) Seal(id uint64) error {
 		if c.sealed {
 			return nil
 		}
-		if s.cfg.Dir != "" {
+		if s.disk != nil {
 			if err := s.writeHeader(c, true); err != nil {
 				return err
 			}
@@ -662,7 +635,7 @@ func (s *Store) Seal(id uint64) error {
 // Delete removes chunk id from every tier.
 func (s *Store) Delete(id uint64) error {
 	return s.withChunk(id, func(c *chunk) error {
-		if s.cfg.Dir != "" {
+		if s.disk != nil {
 			if err := s.fs.Remove(s.path(id)); err != nil && !os.IsNotExist(err) {
 				return fmt.Errorf("store: delete chunk %d: %w", id, err)
 			}
@@ -671,9 +644,7 @@ func (s *Store) Delete(id uint64) error {
 		defer s.mu.Unlock()
 		c.deleted = true
 		delete(s.chunks, id)
-		if s.cfg.Dir != "" {
-			s.diskUsed -= c.length
-		}
+		s.disk.Add(-c.length)
 		if c.pages != nil && c.pins == 0 {
 			s.uncache(c)
 		}

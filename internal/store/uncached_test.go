@@ -79,22 +79,3 @@ func TestUncachedWrite(t *testing.T) {
 		t.Fatal("unaligned write reads back other bytes from disk")
 	}
 }
-
-// TestPwritevEmptyBuffers: empty buffers among the ones written are
-// skipped (a trailing one made pwritev loop for ever; it hangs without the
-// fix, and go test's -timeout fails it).
-func TestPwritevEmptyBuffers(t *testing.T) {
-	f, err := os.Create(t.TempDir() + "/f")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	n, err := pwritev(f, [][]byte{{}, []byte("ab"), {}, []byte("cd"), {}}, 3)
-	if err != nil || n != 4 {
-		t.Fatalf("pwritev: %d bytes, %v", n, err)
-	}
-	got := make([]byte, 7)
-	if _, err := f.ReadAt(got, 0); err != nil || string(got[3:]) != "abcd" {
-		t.Fatalf("file holds %q (%v)", got, err)
-	}
-}
