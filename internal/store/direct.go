@@ -36,7 +36,7 @@ type Pending struct {
 // that fails its CRC overwrote nothing stored. Declined writes go through a
 // buffer and Write/WriteChecked.
 func (s *Store) BeginWrite(id uint64, off int64, n int) (dst [][]byte, p *Pending, ok bool) {
-	if s.mem == nil || off < 0 || off+int64(n) > limits.MaxChunk {
+	if s.arena == nil || off < 0 || off+int64(n) > limits.MaxChunk {
 		return nil, nil, false
 	}
 	s.mu.Lock()
@@ -69,10 +69,10 @@ func (s *Store) BeginWrite(id uint64, off int64, n int) (dst [][]byte, p *Pendin
 		return nil, nil, false
 	}
 	if off > c.length {
-		s.mem.Zero(c.pages, c.length, off) // the hole reads as zeros
+		s.arena.Zero(c.pages, c.length, off) // the hole reads as zeros
 	}
 	c.pins++ // the pages are written outside s.mu: keep eviction off them
-	dst = s.mem.Views(c.pages, off, int64(n))
+	dst = s.arena.Views(c.pages, off, int64(n))
 	s.mu.Unlock()
 	return dst, &Pending{s: s, c: c, off: off, n: int64(n), newLen: newLen, oldLen: c.length, dst: dst}, true
 }

@@ -34,7 +34,7 @@ func (s *Store) checkInvariants() error {
 			prev = c.ext.iv[k+1]
 		}
 		if c.pages != nil {
-			if s.mem == nil {
+			if s.arena == nil {
 				return fmt.Errorf("chunk %d has DRAM pages without a DRAM tier", id)
 			}
 			if len(c.pages) < blocks(c.length) {
@@ -57,8 +57,8 @@ func (s *Store) checkInvariants() error {
 	if inLRU != s.lru.Len() {
 		return fmt.Errorf("LRU holds %d chunks, %d are cached", s.lru.Len(), inLRU)
 	}
-	if s.mem != nil && len(owner)+s.mem.FreePages() != s.mem.Pages() {
-		return fmt.Errorf("arena: %d pages held + %d free != %d", len(owner), s.mem.FreePages(), s.mem.Pages())
+	if s.arena != nil && len(owner)+s.arena.FreePages() != s.arena.Pages() {
+		return fmt.Errorf("arena: %d pages held + %d free != %d", len(owner), s.arena.FreePages(), s.arena.Pages())
 	}
 	if s.disk != nil && disk != s.disk.Used() {
 		return fmt.Errorf("disk usage %d, chunks hold %d bytes", s.disk.Used(), disk)
@@ -96,9 +96,9 @@ func TestInvariantCheck(t *testing.T) {
 		t.Error("a miscounted disk passed")
 	}
 	s.disk.Add(-1)
-	leak, _ := s.mem.Alloc(1)
+	leak, _ := s.arena.Alloc(1)
 	if s.checkInvariants() == nil {
 		t.Error("a leaked page passed")
 	}
-	s.mem.Release(leak)
+	s.arena.Release(leak)
 }

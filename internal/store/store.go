@@ -71,11 +71,11 @@ type Info struct {
 
 // Store is a server's chunk store. It is safe for concurrent use.
 type Store struct {
-	cfg  Config
-	log  *slog.Logger
-	fs   tier.FS
-	mem  *tier.DRAM // nil without a DRAM tier
-	disk *tier.Disk // nil without a disk tier
+	cfg   Config
+	log   *slog.Logger
+	fs    tier.FS
+	arena *tier.DRAM // the DRAM tier; nil without one
+	disk  *tier.Disk // the disk tier; nil without one
 
 	mu     sync.Mutex // guards chunks, lru, the DRAM pages and the disk tier's use
 	chunks map[uint64]*chunk
@@ -129,7 +129,7 @@ func Open(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.mem, s.disk = mem, tier.NewDisk(cfg.Dir, cfg.DiskBytes, s.fs)
+	s.arena, s.disk = mem, tier.NewDisk(cfg.Dir, cfg.DiskBytes, s.fs)
 	if s.disk != nil {
 		if err := s.load(); err != nil {
 			s.Close()
@@ -140,7 +140,7 @@ func Open(cfg Config) (*Store, error) {
 }
 
 // Close releases the DRAM tier. Chunk files stay on disk.
-func (s *Store) Close() error { return s.mem.Close() }
+func (s *Store) Close() error { return s.arena.Close() }
 
 // Usage reports capacity and use per tier.
 func (s *Store) Usage() Usage {
@@ -149,7 +149,7 @@ func (s *Store) Usage() Usage {
 	// The disk's use counts what its file system cannot hold any more
 	// (tier.Disk.UsedOnFS), so the master stops placing chunks on a full
 	// disk.
-	return Usage{MemCap: s.mem.Cap(), MemUsed: s.mem.Used(), DiskCap: s.disk.Cap(), DiskUsed: s.disk.UsedOnFS(), Chunks: len(s.chunks)}
+	return Usage{MemCap: s.arena.Cap(), MemUsed: s.arena.Used(), DiskCap: s.disk.Cap(), DiskUsed: s.disk.UsedOnFS(), Chunks: len(s.chunks)}
 }
 
 // diskErr classifies a failed write to the disk tier: a full file system
@@ -358,7 +358,7 @@ func (s *Store) updateCRCs(c *chunk, f tier.File, off, end, newLen int64, segs [
 func (s *Store) mergedCRC(c *chunk, f tier.File, bs, be int64) uint32 {
 	s.mu.Lock()
 	if c.pages != nil {
-		crc := crc32c.Checksum(s.mem.Views(c.pages, bs, be-bs)...)
+		crc := crc32c.Checksum(s.arena.Views(c.pages, bs, be-bs)...)
 		s.mu.Unlock()
 		return crc
 	}
@@ -422,10 +422,10 @@ func (s *Store) dropIfEmpty(c *chunk) {
 // allocPages takes n pages, evicting unpinned disk-backed chunks other than
 // self if needed. Called with s.mu held.
 func (s *Store) allocPages(n int, self *chunk) ([]int32, bool) {
-	if n > s.mem.Pages() { // always, without a DRAM tier
+	if n > s.arena.Pages() { // always, without a DRAM tier
 		return nil, false
 	}
-	for s.mem.FreePages() < n && s.disk != nil {
+	for s.arena.FreePages() < n && s.disk != nil {
 		victim := s.lruVictim(self)
 		if victim == nil {
 			break
@@ -433,7 +433,7 @@ func (s *Store) allocPages(n int, self *chunk) ([]int32, bool) {
 		s.uncache(victim)
 		s.evictions.Add(1)
 	}
-	return s.mem.Alloc(n)
+	return s.arena.Alloc(n)
 }
 
 func (s *Store) lruVictim(self *chunk) *chunk {
@@ -451,7 +451,7 @@ func (s *Store) uncache(c *chunk) {
 		s.lru.Remove(c.elem)
 		c.elem = nil
 	}
-	s.mem.Release(c.pages)
+	s.arena.Release(c.pages)
 	c.pages = nil
 }
 
@@ -467,9 +467,9 @@ func (s *Store) touch(c *chunk) {
 // length and off. Called with s.mu held.
 func (s *Store) copyIn(c *chunk, off int64, p []byte) {
 	if off > c.length {
-		s.mem.Zero(c.pages, c.length, off)
+		s.arena.Zero(c.pages, c.length, off)
 	}
-	s.mem.CopyIn(c.pages, off, p)
+	s.arena.CopyIn(c.pages, off, p)
 }
 
 // Read calls fn with views of bytes [off, off+n) of chunk id and their
@@ -493,7 +493,7 @@ func (s *Store) Read(id uint64, off, n int64, fn func(bufs [][]byte, crc uint32)
 		return errs.New(errs.ErrOutOfRange, "store: read [%d, %d) of chunk %d, which holds %d bytes", off, off+n, id, l)
 	}
 	s.mu.Lock()
-	if c.pages == nil && s.mem != nil && s.disk != nil {
+	if c.pages == nil && s.arena != nil && s.disk != nil {
 		// Promote the whole chunk: later reads of it come from DRAM. c.mu is
 		// held, so concurrent readers of the same chunk wait for one load.
 		s.mu.Unlock()
@@ -509,7 +509,7 @@ func (s *Store) Read(id uint64, off, n int64, fn func(bufs [][]byte, crc uint32)
 	if c.pages != nil {
 		c.pins++
 		s.touch(c)
-		v := s.mem.Views(c.pages, off, n)
+		v := s.arena.Views(c.pages, off, n)
 		crcs := c.crcs[off/limits.BlockSize : blocks(off+n)]
 		crcs = append([]uint32(nil), crcs...) // a write may change them after we unlock
 		length, pages := c.length, c.pages
@@ -517,7 +517,7 @@ func (s *Store) Read(id uint64, off, n int64, fn func(bufs [][]byte, crc uint32)
 		c.mu.Unlock()
 		s.memReads.Add(1)
 		crc := rangeCRC(crcs, off/limits.BlockSize, length, off, n, func(from, to int64) [][]byte {
-			return s.mem.Views(pages, from, to-from)
+			return s.arena.Views(pages, from, to-from)
 		})
 		err := fn(v, crc)
 		s.unpin(c)
@@ -578,7 +578,7 @@ func (s *Store) promote(c *chunk) error {
 	}
 	bp, bufs, _, err := s.readDisk(c, 0, c.length)
 	if err == nil {
-		s.mem.CopyIn(ps, 0, bufs...)
+		s.arena.CopyIn(ps, 0, bufs...)
 	}
 	if bp != nil {
 		bufpool.Put(bp)
@@ -586,7 +586,7 @@ func (s *Store) promote(c *chunk) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err != nil {
-		s.mem.Release(ps)
+		s.arena.Release(ps)
 		return err
 	}
 	c.pages = ps
