@@ -26,7 +26,7 @@ const flushBatch = 64 << 20
 // with them (retain.snap). Without a disk tier it does nothing.
 func (s *Store) Flush() (FlushStats, error) {
 	var st FlushStats
-	if s.cfg.Dir == "" {
+	if s.disk == nil {
 		return st, nil
 	}
 	done := map[*entry]bool{}
@@ -53,7 +53,7 @@ func (s *Store) Flush() (FlushStats, error) {
 				}
 				done[e] = true
 				need := int64(recHeader+len(e.key)) + e.size
-				if s.diskUsed+need > s.cfg.DiskBytes {
+				if !s.disk.Fits(need) {
 					st.Left++
 					st.LeftBytes += e.size
 					continue
@@ -65,10 +65,7 @@ func (s *Store) Flush() (FlushStats, error) {
 					continue
 				}
 				bp := bufpool.Get(int(e.size))
-				n := 0
-				for _, v := range s.arena.Views(e.pages, 0, e.size) {
-					n += copy((*bp)[n:], v)
-				}
+				s.arena.CopyOut(*bp, e.pages, 0)
 				w.e, w.val, w.pooled = e, *bp, bp
 				e.pend = w
 				batch += e.size

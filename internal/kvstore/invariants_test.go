@@ -118,8 +118,8 @@ func (s *Store) checkInvariants() error {
 	if s.arena != nil && len(owner)+s.arena.FreePages() != s.arena.Pages() {
 		return fmt.Errorf("arena: %d pages held + %d free != %d", len(owner), s.arena.FreePages(), s.arena.Pages())
 	}
-	if disk != s.diskUsed {
-		return fmt.Errorf("disk usage %d, segments hold %d bytes", s.diskUsed, disk)
+	if disk != s.disk.Used() {
+		return fmt.Errorf("disk usage %d, segments hold %d bytes", s.disk.Used(), disk)
 	}
 	for _, g := range s.segs {
 		if live[g] != g.live {
@@ -154,11 +154,11 @@ func TestInvariantCheck(t *testing.T) {
 	if err := s.checkInvariants(); err != nil {
 		t.Fatal(err)
 	}
-	s.diskUsed++
+	s.disk.Add(1)
 	if s.checkInvariants() == nil {
 		t.Error("a miscounted disk passed")
 	}
-	s.diskUsed--
+	s.disk.Add(-1)
 	leak, _ := s.arena.Alloc(1)
 	if s.checkInvariants() == nil {
 		t.Error("a leaked page passed")

@@ -35,10 +35,10 @@ import (
 	"time"
 
 	"github.com/gd2fs/gd2fs/errs"
-	"github.com/gd2fs/gd2fs/internal/arena"
 	"github.com/gd2fs/gd2fs/internal/bufpool"
 	"github.com/gd2fs/gd2fs/internal/crc32c"
 	"github.com/gd2fs/gd2fs/internal/limits"
+	"github.com/gd2fs/gd2fs/internal/tier"
 )
 
 // PageSize is the DRAM tier's page: small enough that 64 KiB blocks waste
@@ -150,7 +150,8 @@ type entry struct {
 type Store struct {
 	cfg   Config
 	log   *slog.Logger
-	arena *arena.Arena
+	arena *tier.DRAM // the DRAM tier; nil without one (and after Close)
+	disk  *tier.Disk // the disk tier; nil without one
 
 	mu          sync.Mutex
 	index       map[string]*entry
@@ -172,10 +173,9 @@ type Store struct {
 	expiring              map[*entry]struct{}
 	expired               atomic.Uint64
 
-	segs     []*segment // oldest first; last is active
-	queue    []*write   // records reserved by the operation holding mu (write.go)
-	nextSeg  uint64
-	diskUsed int64
+	segs    []*segment // oldest first; last is active
+	queue   []*write   // records reserved by the operation holding mu (write.go)
+	nextSeg uint64
 
 	memHits, diskHits, misses, puts, existed      atomic.Uint64
 	demotions, promotions, evictions, corruptRecs atomic.Uint64
@@ -216,21 +216,18 @@ func Open(cfg Config) (*Store, error) {
 	}
 	s := &Store{cfg: cfg, log: cfg.Log, index: map[string]*entry{}, ghosts: newGhosts(0), seed: maphash.MakeSeed(),
 		now: cfg.Now, expiring: map[*entry]struct{}{}}
-	if cfg.MemBytes > 0 {
-		a, err := arena.New(cfg.MemBytes, PageSize)
-		if err != nil {
-			return nil, err
-		}
-		s.arena = a
+	a, err := tier.NewDRAM(cfg.MemBytes, PageSize)
+	if err != nil {
+		return nil, err
+	}
+	s.arena, s.disk = a, tier.NewDisk(cfg.Dir, cfg.DiskBytes, nil)
+	if a != nil {
 		s.ghosts = newGhosts(max(1024, 2*a.Pages()))
 		s.duel = newDuel(a.Pages(), cfg.Policy)
-		s.smallTarget = int64(a.Pages()) * PageSize / 10
+		s.smallTarget = a.Cap() / 10
 	}
-	s.pinQuotaMem, s.pinQuotaDisk = pinQuota(cfg.PinQuota, cfg.MemBytes), pinQuota(cfg.PinQuota, cfg.DiskBytes)
-	if cfg.Dir == "" {
-		s.pinQuotaDisk = 0
-	}
-	if cfg.Dir != "" {
+	s.pinQuotaMem, s.pinQuotaDisk = pinQuota(cfg.PinQuota, cfg.MemBytes), pinQuota(cfg.PinQuota, s.disk.Cap())
+	if s.disk != nil {
 		if err := s.load(); err != nil {
 			s.Close()
 			return nil, err
@@ -249,21 +246,17 @@ func (s *Store) Close() error {
 		g.f.Close()
 	}
 	s.segs = nil
-	if s.arena != nil {
-		err := s.arena.Close()
-		s.arena = nil
-		return err
-	}
-	return nil
+	err := s.arena.Close()
+	s.arena = nil
+	return err
 }
 
 // Stats returns counters and sizes.
 func (s *Store) Stats() Stats {
 	s.mu.Lock()
-	st := Stats{Keys: len(s.index), MemKeys: s.small.Len() + s.main.Len(), DiskCap: s.cfg.DiskBytes, DiskUsed: s.diskUsed}
+	st := Stats{Keys: len(s.index), MemKeys: s.small.Len() + s.main.Len(), DiskCap: s.disk.Cap(), DiskUsed: s.disk.Used(),
+		MemCap: s.arena.Cap(), MemUsed: s.arena.Used()}
 	if s.arena != nil {
-		st.MemCap = int64(s.arena.Pages()) * PageSize
-		st.MemUsed = int64(s.arena.Pages()-s.arena.FreePages()) * PageSize
 		st.SmallTarget, st.SmallUsed = s.smallTarget, s.smallBytes
 		st.Policy, st.PolicySwitches = "s3fifo", s.duel.switches
 		if s.lruMode() {
@@ -318,11 +311,8 @@ func (s *Store) PutChecked(key []byte, value []byte, crc uint32, overwrite bool)
 	}
 	k := string(key)
 	e := &entry{key: k, fp: s.fingerprint(k), size: int64(len(value)), crc: crc}
-	var ok bool
-	if s.arena != nil {
-		ok, err = s.allocLocked(e)
-	}
-	s.unlockAndWrite() // the demotions that made room
+	ok, err := s.allocLocked(e) // false without a DRAM tier
+	s.unlockAndWrite()          // the demotions that made room
 	if err != nil {
 		return false, err
 	}
@@ -351,7 +341,7 @@ func (s *Store) PutChecked(key []byte, value []byte, crc uint32, overwrite bool)
 		// No room in DRAM (or no DRAM tier): straight to disk. The block is
 		// indexed now (a second put of the key sees it) and readable once
 		// its bytes are written.
-		if s.cfg.Dir == "" {
+		if s.disk == nil {
 			s.unlockAndWrite()
 			return false, errs.New(errs.ErrNoSpace, "KV DRAM tier full (%d bytes) and every block is in use, no disk tier: retry, or give the server more --mem or a --disk", s.cfg.MemBytes)
 		}
@@ -389,8 +379,8 @@ func (s *Store) PutChecked(key []byte, value []byte, crc uint32, overwrite bool)
 // whatever replaced it, for a restart to bring back.
 func (s *Store) allocLocked(e *entry) (bool, error) {
 	n := pagesFor(e.size)
-	if n > s.arena.Pages()/2 {
-		return false, nil // a block bigger than half of DRAM goes to disk
+	if n > s.arena.Pages()/2 || s.arena == nil { // a block bigger than half of DRAM goes to disk
+		return false, nil
 	}
 	indexed := s.index[e.key] == e
 	for s.arena.FreePages() < n {
@@ -479,15 +469,12 @@ func (s *Store) evictOneLocked() bool {
 // dropped.
 func (s *Store) demoteLocked(e *entry, fromSmall bool) {
 	s.addGhostLocked(e.fp, fromSmall)
-	if e.seg == nil && e.pend == nil && s.cfg.Dir != "" {
+	if e.seg == nil && e.pend == nil && s.disk != nil {
 		if w, err := s.reserveLocked(e.key, e.size, e.crc, false); err != nil {
 			s.log.Warn("kv demotion to disk failed; dropping block", "err", err)
 		} else {
 			bp := bufpool.Get(int(e.size))
-			n := 0
-			for _, v := range s.arena.Views(e.pages, 0, e.size) {
-				n += copy((*bp)[n:], v)
-			}
+			s.arena.CopyOut(*bp, e.pages, 0)
 			w.e, w.val, w.pooled, w.readable = e, *bp, bp, true
 			e.pend = w
 		}

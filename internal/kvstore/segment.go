@@ -7,11 +7,12 @@ import (
 	"hash/crc32"
 	"os"
 	"path/filepath"
-	"sort"
+	"strings"
 
 	"github.com/gd2fs/gd2fs/errs"
 	"github.com/gd2fs/gd2fs/internal/bufpool"
 	"github.com/gd2fs/gd2fs/internal/crc32c"
+	"github.com/gd2fs/gd2fs/internal/tier"
 )
 
 // ---- disk tier ----
@@ -35,7 +36,7 @@ const (
 type segment struct {
 	id     uint64
 	path   string
-	f      *os.File
+	f      tier.File
 	size   int64 // bytes appended
 	charge int64 // the index RAM its records cost (indexCharge), counted with size against DiskBytes
 	live   int64 // value bytes of live entries
@@ -81,7 +82,7 @@ func (s *Store) openSegment(id uint64, create bool) (*segment, error) {
 	if create {
 		flag |= os.O_CREATE | os.O_EXCL
 	}
-	f, err := os.OpenFile(p, flag, 0o600)
+	f, err := s.disk.FS().OpenFile(p, flag, 0o600)
 	if err != nil {
 		return nil, err
 	}
@@ -99,10 +100,10 @@ func (s *Store) evictSegmentLocked() bool {
 	}
 	old := s.segs[0]
 	s.segs = s.segs[1:]
-	s.diskUsed -= old.size + old.charge
+	s.disk.Add(-(old.size + old.charge))
 	old.gone = true
 	old.refs++ // held while the moves below are reserved
-	dropSegmentFile(old)
+	s.dropSegmentFile(old)
 	budget := s.cfg.SegmentSize / 2
 	for _, k := range old.keys {
 		e := s.index[k]
@@ -148,12 +149,11 @@ func (s *Store) unref(g *segment) {
 // key and the value CRC. val is the value within the buffer.
 func (g *segment) readRecord(off int64, key []byte, size int64, want uint32) (buf *[]byte, val []byte, err error) {
 	kl := int64(len(key))
-	buf = bufpool.Get(int(recHeader + kl + size))
-	b := *buf
-	if _, err := g.f.ReadAt(b, off); err != nil {
-		bufpool.Put(buf)
-		return nil, nil, err
+	buf, err = tier.ReadPooled(g.f, off, int(recHeader+kl+size))
+	if err != nil {
+		return nil, nil, err // a torn tail (tier.ErrShort) is a miss too
 	}
+	b := *buf
 	h, kb := b[:recHeader], b[recHeader:recHeader+kl]
 	val = b[recHeader+kl:]
 	le := binary.LittleEndian
@@ -172,33 +172,37 @@ func (g *segment) readRecord(off int64, key []byte, size int64, want uint32) (bu
 // load scans segments oldest first; a record whose header fails ends the
 // scan of that segment (a torn tail after a crash).
 func (s *Store) load() error {
-	if err := os.MkdirAll(s.cfg.Dir, 0o700); err != nil {
+	fs := s.disk.FS()
+	if err := fs.MkdirAll(s.cfg.Dir, 0o700); err != nil {
 		return fmt.Errorf("kvstore: create %s: %w", s.cfg.Dir, err)
 	}
-	names, err := filepath.Glob(filepath.Join(s.cfg.Dir, "seg-*.kv"))
+	es, err := fs.ReadDir(s.cfg.Dir)
 	if err != nil {
-		return err
+		return fmt.Errorf("kvstore: list %s: %w", s.cfg.Dir, err)
 	}
-	sort.Strings(names)
-	for _, n := range names {
+	for _, e := range es { // sorted: oldest segment first
+		n := filepath.Join(s.cfg.Dir, e.Name)
 		var id uint64
-		if _, err := fmt.Sscanf(filepath.Base(n), "seg-%016x.kv", &id); err != nil {
+		if e.IsDir || !strings.HasPrefix(e.Name, "seg-") || !strings.HasSuffix(e.Name, ".kv") {
+			continue
+		}
+		if _, err := fmt.Sscanf(e.Name, "seg-%016x.kv", &id); err != nil {
 			continue
 		}
 		g, err := s.openSegment(id, false)
 		if err != nil {
 			return fmt.Errorf("kvstore: open %s: %w", n, err)
 		}
-		st, err := g.f.Stat()
+		size, err := g.f.Size()
 		if err != nil {
 			return err
 		}
-		s.scan(g, st.Size())
+		s.scan(g, size)
 		for _, k := range g.keys {
 			g.charge += indexCharge(k)
 		}
 		s.segs = append(s.segs, g)
-		s.diskUsed += g.size + g.charge
+		s.disk.Add(g.size + g.charge)
 		s.nextSeg = id + 1
 	}
 	return nil

@@ -2,7 +2,6 @@ package kvstore
 
 import (
 	"fmt"
-	"os"
 
 	"github.com/gd2fs/gd2fs/errs"
 	"github.com/gd2fs/gd2fs/internal/bufpool"
@@ -58,10 +57,10 @@ func (s *Store) reserveLocked(key string, size int64, crc uint32, tomb bool) (*w
 		need += size
 	}
 	charge := indexCharge(key) // the RAM of its index entry counts too
-	if need+charge > s.cfg.DiskBytes {
-		return nil, errs.New(errs.ErrNoSpace, "KV disk tier of %d bytes cannot hold a %d-byte block", s.cfg.DiskBytes, need)
+	if need+charge > s.disk.Cap() {
+		return nil, errs.New(errs.ErrNoSpace, "KV disk tier of %d bytes cannot hold a %d-byte block", s.disk.Cap(), need)
 	}
-	for s.diskUsed+need+charge > s.cfg.DiskBytes {
+	for !s.disk.Fits(need + charge) {
 		if !s.evictSegmentLocked() {
 			return nil, errs.New(errs.ErrNoSpace, "KV disk tier full and nothing can be evicted (blocks in use): retry, or give the server a larger --kv-disk")
 		}
@@ -77,7 +76,7 @@ func (s *Store) reserveLocked(key string, size int64, crc uint32, tomb bool) (*w
 	g.size += need
 	g.charge += charge
 	g.refs++
-	s.diskUsed += need + charge
+	s.disk.Add(need + charge)
 	s.queue = append(s.queue, w)
 	return w, nil
 }
@@ -218,6 +217,6 @@ func (s *Store) releasePending(w *write) {
 // dropSegmentFile unlinks an evicted segment now, so a crash can never load
 // it again (with blocks whose tombstones lived in younger segments, since
 // evicted); open readers and moves keep using its descriptor.
-func dropSegmentFile(g *segment) {
-	os.Remove(g.path)
+func (s *Store) dropSegmentFile(g *segment) {
+	s.disk.FS().Remove(g.path)
 }
