@@ -92,11 +92,7 @@ func (t tcpTransport) KVRetain(ctx context.Context, addr string, ref KVRef, epoc
 	if err != nil {
 		return Retention{}, false, 0, err
 	}
-	r := Retention{Pin: [...]string{"", "dram", "disk"}[got.Pin], Priority: int(got.Priority)}
-	if got.TTL > 0 {
-		r.TTL = time.Duration(got.TTL) * time.Millisecond
-	}
-	return r, got.TTL == -2, n, nil
+	return retentionOf(got), got.TTL == -2, n, nil
 }
 
 func (kv *KV) retainer() (KVRetainer, error) {

@@ -62,6 +62,9 @@ type Config struct {
 	// KVFlushOnClose: servers write DRAM-only KV blocks to their disk tier
 	// when closed (server.Config.KVFlushOnClose).
 	KVFlushOnClose bool
+	// Transport, when set, makes the data plane of the master and of each
+	// server (node.Server.Transport, node.Master.Transport); nil: TCP.
+	Transport func() client.PeerTransport
 }
 
 // Cluster is a running local cluster.
@@ -93,9 +96,13 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if cfg.Meta == "" {
 		cfg.Meta = "sqlite://" + filepath.Join(cfg.Dir, "meta.db")
 	}
-	m, ms, err := node.NewMaster(ctx, node.Master{Listen: cfg.MasterAddr, Meta: cfg.Meta, Cluster: cfg.Cluster, Token: cfg.Token,
+	mn := node.Master{Listen: cfg.MasterAddr, Meta: cfg.Meta, Cluster: cfg.Cluster, Token: cfg.Token,
 		DownAfter: cfg.DownAfter, RepairAfter: cfg.RepairAfter, SessionQuota: cfg.SessionQuota, Log: cfg.Log,
-		TLS: cfg.TLS, ClientTLS: cfg.ClientTLS, MaxConns: cfg.MaxConns})
+		TLS: cfg.TLS, ClientTLS: cfg.ClientTLS, MaxConns: cfg.MaxConns}
+	if cfg.Transport != nil {
+		mn.Transport = cfg.Transport()
+	}
+	m, ms, err := node.NewMaster(ctx, mn)
 	if err != nil {
 		return nil, err
 	}
@@ -131,6 +138,9 @@ func (c *Cluster) AddServer(i int) (*server.Server, error) {
 		n.KVDir, n.KVDisk = filepath.Join(c.cfg.Dir, "server-"+strconv.Itoa(i), "kv"), c.cfg.KVDiskBytes
 	}
 	n.KVFlushOnClose = c.cfg.KVFlushOnClose
+	if c.cfg.Transport != nil {
+		n.Transport = c.cfg.Transport()
+	}
 	s, err := node.NewServer(n)
 	if err != nil {
 		return nil, err

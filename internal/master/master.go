@@ -67,6 +67,21 @@ type Config struct {
 	// AllowedHosts are names (Host headers) a master without a token
 	// answers besides IP addresses, localhost and its own names (guard.go).
 	AllowedHosts []string
+	// Peers carries the master's hops to data servers (probes of what
+	// they hold, repair copies); nil: TCP with Token and ClientTLS. The
+	// master owns it: Close closes it. client.PeerTransport is one.
+	Peers Peers
+}
+
+// Peers is what the master asks of the data plane: what a server holds
+// of a chunk (StatChunk, ChunkExtents) and to copy one from another server
+// (CopyChunk, repair). Its methods are client.PeerTransport's, so any data
+// plane that carries the servers' hops carries the master's too.
+type Peers interface {
+	StatChunk(ctx context.Context, addr string, id uint64) (length int64, sealed bool, err error)
+	ChunkExtents(ctx context.Context, addr string, id uint64, off, n int64) (ext []int64, length int64, sealed bool, err error)
+	CopyChunk(ctx context.Context, addr string, id uint64, src string) error
+	Close()
 }
 
 // DefaultChunkSize is used when a create asks for none.
@@ -95,7 +110,7 @@ type Master struct {
 	ln      net.Listener
 	guard   *netguard.Listener
 	srv     *http.Server
-	peers   *tcp.Pool
+	peers   Peers
 	metrics *metrics
 	// planHeld: the fresh chunks of recent plans, for their commits
 	// (written.go); its own lock.
@@ -148,7 +163,10 @@ func New(ctx context.Context, cfg Config) (*Master, error) {
 	cfg.fillLimits()
 	m := &Master{cfg: cfg, log: cfg.Log.With("role", "master"), meta: cfg.Meta, sessions: cfg.Meta, servers: map[string]*liveServer{},
 		refills: refiller{probed: map[string]time.Time{}},
-		peers:   tcp.NewPool(tcp.Options{Token: cfg.Token, Name: "master", Streams: 1, TLS: cfg.ClientTLS})}
+		peers:   cfg.Peers}
+	if m.peers == nil {
+		m.peers = tcp.NewPool(tcp.Options{Token: cfg.Token, Name: "master", Streams: 1, TLS: cfg.ClientTLS})
+	}
 	pools, err := m.meta.Pools(ctx)
 	if err != nil {
 		return nil, err

@@ -6,9 +6,16 @@
 // harness, whose servers are `gd2fs server` processes.
 //
 // A data server is: a chunk store (DRAM tier, disk tier), a KV store (DRAM
-// tier, disk segments), an optional cold source (S3), a peer pool for
-// forwarding, all wired by server.New from the server.Config built here. A
-// master is: a metadata store (SQLite or PostgreSQL) under master.New.
+// tier, disk segments), an optional cold source (S3), the data plane to
+// its peers (a client.PeerTransport: forwards, chunk and KV copies), all
+// wired by server.New from the server.Config built here. A master is: a
+// metadata store (SQLite or PostgreSQL) and the data plane to the servers
+// (probes, repair copies) under master.New.
+//
+// The data plane: a client.PeerTransport given here as Transport carries
+// every hop a server or a master starts (nil: TCP); clients pick theirs in
+// client.Config.Transport. So a transport implementing both (RDMA,
+// GPU-direct) carries every data hop of the cluster.
 package node
 
 import (
@@ -17,6 +24,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/gd2fs/gd2fs/client"
 	"github.com/gd2fs/gd2fs/internal/cold"
 	"github.com/gd2fs/gd2fs/internal/kvstore"
 	"github.com/gd2fs/gd2fs/internal/master"
@@ -58,6 +66,9 @@ type Server struct {
 	Debug          bool          // /debug/pprof/ and /debug/gc on the port
 	Log            *slog.Logger
 	TLS, ClientTLS *tls.Config
+	// Transport carries the server's hops to other servers (nil: TCP with
+	// Token and ClientTLS); the server closes it.
+	Transport client.PeerTransport
 }
 
 // Config is the server's configuration: the one place its tiers are set up
@@ -67,7 +78,7 @@ func (n Server) Config() server.Config {
 		Store: store.Config{MemBytes: n.Mem, Dir: n.Dir, DiskBytes: n.Disk, Sync: n.Sync},
 		KV:    kvstore.Config{MemBytes: n.KVMem, Dir: n.KVDir, DiskBytes: n.KVDisk, MaxValue: n.KVMaxValue, Policy: n.KVPolicy, PinQuota: n.KVPinQuota},
 		Cold:  n.Cold, Heartbeat: n.Heartbeat, ForwardTimeout: n.ForwardTimeout, MaxConns: n.MaxConns, MaxConnsPerIP: n.MaxConnsPerIP, Debug: n.Debug, KVFlushOnClose: n.KVFlushOnClose, KVMoveRate: n.KVMoveRate,
-		Log: n.Log, TLS: n.TLS, ClientTLS: n.ClientTLS}
+		Log: n.Log, TLS: n.TLS, ClientTLS: n.ClientTLS, Peers: n.Transport}
 }
 
 // NewServer builds the data server n describes and starts listening; Run
@@ -91,6 +102,9 @@ type Master struct {
 	AllowedHosts   []string // Host names a master without a token answers besides its own
 	Log            *slog.Logger
 	TLS, ClientTLS *tls.Config
+	// Transport carries the master's probes and repair copies to the
+	// servers (nil: TCP with Token and ClientTLS); the master closes it.
+	Transport client.PeerTransport
 }
 
 // NewMaster opens the metadata store n names and the master on it. The
@@ -101,9 +115,13 @@ func NewMaster(ctx context.Context, n Master) (*master.Master, meta.Store, error
 	if err != nil {
 		return nil, nil, err
 	}
-	m, err := master.New(ctx, master.Config{Listen: n.Listen, Meta: ms, Cluster: n.Cluster, Token: n.Token,
+	cfg := master.Config{Listen: n.Listen, Meta: ms, Cluster: n.Cluster, Token: n.Token,
 		DownAfter: n.DownAfter, RepairAfter: n.RepairAfter, LeadWarmup: n.LeadWarmup, SessionQuota: n.SessionQuota,
-		Advertise: n.Advertise, PublicMasters: n.PublicMasters, Log: n.Log, TLS: n.TLS, ClientTLS: n.ClientTLS, MaxConns: n.MaxConns, MaxConnsPerIP: n.MaxConnsPerIP, AllowedHosts: n.AllowedHosts})
+		Advertise: n.Advertise, PublicMasters: n.PublicMasters, Log: n.Log, TLS: n.TLS, ClientTLS: n.ClientTLS, MaxConns: n.MaxConns, MaxConnsPerIP: n.MaxConnsPerIP, AllowedHosts: n.AllowedHosts}
+	if n.Transport != nil {
+		cfg.Peers = n.Transport // not a nil client.PeerTransport in a master.Peers
+	}
+	m, err := master.New(ctx, cfg)
 	if err != nil {
 		ms.Close()
 		return nil, nil, err

@@ -54,7 +54,7 @@ func (s *Server) write(ref wire.ChunkRef, off int64, p []byte, crc uint32, flags
 	defer cancel()
 	for _, addr := range ref.Forward {
 		go func() {
-			if err := s.peers.ForwardChunk(ctx, addr, ref.ID, off, p, nil, crc, s.forwardFlags()); err != nil {
+			if err := s.peers.ForwardChunkV(ctx, addr, ref.ID, off, [][]byte{p}, crc, s.forwardFlags()); err != nil {
 				errc <- forwardErr(ctx, addr, d, err)
 				return
 			}

@@ -78,8 +78,7 @@ func RetainOf(r kvstore.Retention, now time.Time) wire.Retain {
 func (s *Server) kvRetentionAt(src string, epoch int64, ref wire.KVRef) (wire.Retain, error) {
 	ctx, cancel := context.WithTimeout(s.life, s.cfg.ForwardTimeout)
 	defer cancel()
-	r, _, err := s.peers.KVRetain(ctx, src, wire.KVRef{Pool: ref.Pool, Key: ref.Key}, epoch, wire.Retain{}, false, true)
-	return r, err
+	return s.peers.KVRetentionHeld(ctx, src, wire.KVRef{Pool: ref.Pool, Key: ref.Key}, epoch)
 }
 
 // kvApplyRetention gives a block just moved here the pin, priority and TTL

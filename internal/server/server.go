@@ -24,13 +24,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gd2fs/gd2fs/client"
 	"github.com/gd2fs/gd2fs/internal/api"
 	"github.com/gd2fs/gd2fs/internal/authlimit"
 	"github.com/gd2fs/gd2fs/internal/cold"
 	"github.com/gd2fs/gd2fs/internal/kvstore"
 	"github.com/gd2fs/gd2fs/internal/netguard"
 	"github.com/gd2fs/gd2fs/internal/store"
-	"github.com/gd2fs/gd2fs/internal/tcp"
 )
 
 // Config configures a data server.
@@ -76,6 +76,12 @@ type Config struct {
 	// disk tier (into its free room) before closing it, so a restart has
 	// them. gd2fs server and gd2fs up set it: SIGTERM and Ctrl-C keep them.
 	KVFlushOnClose bool
+	// Peers carries this server's hops to other servers: forwards of
+	// writes to the other replicas, copies of chunks (repair) and of KV
+	// blocks (membership moves). nil: the TCP transport
+	// (client.NewTCPPeerTransport with Token and ClientTLS). The server
+	// owns it: Close closes it.
+	Peers client.PeerTransport
 }
 
 // Server is a running data server.
@@ -88,7 +94,7 @@ type Server struct {
 	fills filler
 	// Counters reported in heartbeats (gd2fs status).
 	servedBytes, coldBytes atomic.Int64
-	peers                  *tcp.Pool
+	peers                  peers
 	ln                     *netguard.Listener
 	httpLn                 *chanListener
 	httpSrv                *http.Server
@@ -168,10 +174,13 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{
 		cfg: cfg, log: cfg.Log.With("server", cfg.ID), store: st, kv: kv, cold: cs, fills: filler{inflight: map[uint64]*fill{}}, ln: ln,
-		peers:   tcp.NewPool(tcp.Options{Token: cfg.Token, Name: "server-" + cfg.ID, Streams: 2, TLS: cfg.ClientTLS}),
+		peers:   peers{cfg.Peers},
 		httpLn:  newChanListener(ln.Addr()),
 		guesses: authlimit.New("data server", cfg.Log),
 		conns:   make(map[net.Conn]struct{}),
+	}
+	if cfg.Peers == nil {
+		s.peers = peers{client.NewTCPPeerTransport(client.TCPOptions{Token: cfg.Token, Name: "server-" + cfg.ID, Streams: 2, TLS: cfg.ClientTLS})}
 	}
 	s.life, s.stop = context.WithCancel(context.Background())
 	s.metrics = newMetrics(s)
