@@ -50,7 +50,7 @@ func (p peers) KVRetentionHeld(ctx context.Context, addr string, ref wire.KVRef,
 	if err != nil {
 		return wire.Retain{}, err
 	}
-	w := wire.Retain{Priority: int8(r.Priority), TTL: -1}
+	w := wire.Retain{Set: wire.RetainPin | wire.RetainPriority | wire.RetainTTL, Priority: int8(r.Priority), TTL: -1} // as RetainOf answers
 	switch r.Pin {
 	case "dram":
 		w.Pin = 1
@@ -59,7 +59,7 @@ func (p peers) KVRetentionHeld(ctx context.Context, addr string, ref wire.KVRef,
 	}
 	switch {
 	case gone:
-		w.TTL = -2
+		w = wire.Retain{TTL: -2}
 	case r.TTL > 0:
 		w.TTL = r.TTL.Milliseconds()
 	}
