@@ -89,10 +89,11 @@ func (s *Store) unreserve(c *chunk, newLen int64) {
 // Uncached asks Commit to write the bytes to the disk tier past the page
 // cache (O_DIRECT, straight from the DRAM pages) where the file system
 // takes it and the write is aligned to 4 KiB; otherwise it writes them
-// as usual. For a write about to be synced: the page-cache copy, and the
-// page cache it fills, is then saved, and the fdatasync that follows has
-// only the file's metadata left to make durable. Durability is the same
-// either way: only Sync promises it.
+// as usual. The page-cache copy, and the page cache it fills, is then
+// saved (the bytes are in DRAM already), and an fdatasync that follows has
+// only the file's metadata left to make durable; the write returns once
+// the device has the bytes. Durability is the same either way: only Sync
+// promises it.
 func (p *Pending) Uncached() { p.uncached = true }
 
 // Bytes are the destination views the payload must be read into.
