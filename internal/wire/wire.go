@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"syscall"
 
 	"github.com/gd2fs/gd2fs/errs"
 	"github.com/gd2fs/gd2fs/internal/crc32c"
@@ -322,6 +323,11 @@ type Reader struct {
 	hdr  [HeaderSize]byte
 	key  []byte
 	left int // payload bytes not yet consumed
+
+	rc     syscall.RawConn // src's socket, if it is one (readv_linux.go)
+	rcDone bool            // rc was looked for
+	rv     readvState
+	iovs   [][]byte // ReadPayloadInto's iovecs, reused
 }
 
 // NewReader returns a frame reader over r. Payloads are read from r
@@ -487,6 +493,12 @@ func (r *Reader) ReadPayloadInto(dst [][]byte, sums []uint32) error {
 		return ErrShortPayload
 	}
 	r.left = 0
+	if !r.rcDone && r.src != nil {
+		r.rc, r.rcDone = rawConn(r.src), true
+	}
+	if r.rc != nil {
+		return truncated(r.readViews(dst, sums, n), "payload")
+	}
 	var crc uint32
 	var got func([]byte)
 	if sums != nil {
@@ -501,6 +513,75 @@ func (r *Reader) ReadPayloadInto(dst [][]byte, sums []uint32) error {
 			sums[i] = crc
 		}
 		n -= len(d)
+	}
+	return nil
+}
+
+// readvMax is the most one readv of a payload into views asks for: as
+// with sumRead, the bytes are checksummed right after they arrive.
+const readvMax = sumRead
+
+// readViews is ReadPayloadInto on a socket: what the buffer holds first,
+// then readv(2) straight into up to readvMax bytes of views at a time
+// (reading each 64 KiB view on its own was a system call per view at
+// least), and a tail shorter than directMin through the buffer, as fill
+// does. left is the payload's length; sums, if not nil, get each view's
+// CRC32C.
+func (r *Reader) readViews(dst [][]byte, sums []uint32, left int) error {
+	i, off := 0, 0 // the next byte goes to dst[i][off]
+	var crc uint32
+	// settle closes every view that is full (empty ones too).
+	settle := func() {
+		for i < len(dst) && off == len(dst[i]) {
+			if sums != nil {
+				sums[i] = crc
+			}
+			crc, i, off = 0, i+1, 0
+		}
+	}
+	// take accounts for m bytes just read from dst[i][off:] on.
+	take := func(m int) {
+		left -= m
+		for m > 0 {
+			d := dst[i]
+			k := min(m, len(d)-off)
+			if sums != nil {
+				crc = crc32c.Update(crc, d[off:off+k])
+			}
+			off, m = off+k, m-k
+			settle()
+		}
+	}
+	settle()
+	for left > 0 {
+		if b := r.r.Buffered(); b > 0 {
+			m, _ := r.r.Read(dst[i][off:min(len(dst[i]), off+b)]) // buffered bytes: no read, no error
+			take(m)
+			continue
+		}
+		if left < directMin {
+			m, err := io.ReadFull(r.r, dst[i][off:])
+			take(m)
+			if err != nil {
+				return err
+			}
+			continue
+		}
+		iovs, want := r.iovs[:0], 0
+		for j, o := i, off; j < len(dst) && want < readvMax; j, o = j+1, 0 {
+			v := dst[j][o:]
+			v = v[:min(len(v), readvMax-want)]
+			iovs, want = append(iovs, v), want+len(v)
+		}
+		r.iovs = iovs
+		m, err := r.readv(r.rc, iovs)
+		take(m)
+		if err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return err
+		}
 	}
 	return nil
 }
