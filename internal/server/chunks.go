@@ -77,9 +77,10 @@ func (s *Server) write(ref wire.ChunkRef, off int64, p []byte, crc uint32, flags
 // forwards the same pages to the other replicas while committing locally.
 func (s *Server) writeDirect(ref wire.ChunkRef, off int64, pw *store.Pending, crc uint32, flags uint16) error {
 	durable := s.durable(ref, flags)
-	if durable {
-		pw.Uncached() // synced next: no page-cache copy for the fdatasync to write
-	}
+	// Past the page cache, synced or not: the bytes are in DRAM already,
+	// and the page-cache copy was a third of a perf write's CPU (issue 26,
+	// docs/benchmarks.md); write-back would write them to disk anyway.
+	pw.Uncached()
 	if len(ref.Forward) == 0 {
 		err := pw.Commit(crc)
 		if err == nil && durable {

@@ -95,7 +95,9 @@ func (s *Server) dispatch(dc *dataConn, r *wire.Reader, h wire.Header, key []byt
 		// arrive (new bytes of a cached chunk).
 		if perr == nil {
 			if dst, pw, ok := s.store.BeginWrite(ref.ID, int64(h.Offset), int(h.PayloadLen)); ok {
-				if err := r.ReadPayloadInto(dst); err != nil {
+				// Summed as it arrives: Commit checks the CRC from the
+				// sums, without a second pass over the pages.
+				if err := r.ReadPayloadInto(dst, pw.Sums()); err != nil {
 					pw.Abort()
 					return false
 				}

@@ -24,6 +24,8 @@ type Pending struct {
 	newLen  int64
 	oldLen  int64
 	dst     [][]byte
+	sums    []uint32 // the CRC32C of each view of dst, when summed
+	summed  bool     // the receiver filled sums as it read the payload
 	settled bool
 	// uncached: write the bytes to the chunk file with O_DIRECT where
 	// they are aligned (Uncached).
@@ -87,14 +89,29 @@ func (s *Store) unreserve(c *chunk, newLen int64) {
 // Uncached asks Commit to write the bytes to the disk tier past the page
 // cache (O_DIRECT, straight from the DRAM pages) where the file system
 // takes it and the write is aligned to 4 KiB; otherwise it writes them
-// as usual. For a write about to be synced: the page-cache copy, and the
-// page cache it fills, is then saved, and the fdatasync that follows has
-// only the file's metadata left to make durable. Durability is the same
-// either way: only Sync promises it.
+// as usual. The page-cache copy, and the page cache it fills, is then
+// saved (the bytes are in DRAM already), and an fdatasync that follows has
+// only the file's metadata left to make durable; the write returns once
+// the device has the bytes. Durability is the same either way: only Sync
+// promises it.
 func (p *Pending) Uncached() { p.uncached = true }
 
 // Bytes are the destination views the payload must be read into.
 func (p *Pending) Bytes() [][]byte { return p.dst }
+
+// Sums returns one slot per view of Bytes, for a receiver that checksums
+// the payload as it reads it (wire.Reader.ReadPayloadInto) to fill with
+// each view's CRC32C: Commit then checks and stores those instead of
+// reading the pages once more. A receiver that asks for Sums must fill
+// them; a wrong sum fails Commit's check (nothing is stored) or, at worst,
+// a later read of that block, never returns other bytes.
+func (p *Pending) Sums() []uint32 {
+	if p.sums == nil {
+		p.sums = make([]uint32, len(p.dst))
+	}
+	p.summed = true
+	return p.sums
+}
 
 // Abort gives up the write (the payload could not be read).
 func (p *Pending) Abort() {
@@ -138,10 +155,15 @@ func (p *Pending) CommitWhen(want uint32, wait func()) error {
 func (p *Pending) commit(want uint32) error {
 	s, c := p.s, p.c
 	// Every view is one block segment: pages are blocks, aligned with the chunk.
-	segs := make([]uint32, len(p.dst))
+	segs := p.sums
+	if !p.summed {
+		segs = make([]uint32, len(p.dst))
+		for i, v := range p.dst {
+			segs[i] = crc32c.Checksum(v)
+		}
+	}
 	var got uint32
 	for i, v := range p.dst {
-		segs[i] = crc32c.Checksum(v)
 		got = combine(got, segs[i], int64(len(v)), i == 0)
 	}
 	if got != want {

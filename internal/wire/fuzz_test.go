@@ -36,14 +36,21 @@ func FuzzReader(f *testing.F) {
 			var n int
 			if i%2 == 1 {
 				// Every other payload into page-sized views, as a
-				// server's zero-copy write reads it, checked here.
+				// server's zero-copy write reads it, summed as it
+				// arrives; checked here.
 				n = int(h.PayloadLen)
 				var views [][]byte
 				for off := 0; off < n; off += 20000 {
 					views = append(views, buf[off:min(off+20000, n)])
 				}
-				if err := r.ReadPayloadInto(views); err != nil {
+				sums := make([]uint32, len(views))
+				if err := r.ReadPayloadInto(views, sums); err != nil {
 					return
+				}
+				for j, v := range views {
+					if sums[j] != crc32c.Checksum(v) {
+						t.Fatalf("view %d of %d bytes: sum %08x, its CRC is %08x", j, len(v), sums[j], crc32c.Checksum(v))
+					}
 				}
 				if crc32c.Checksum(buf[:n]) != h.PayloadCRC {
 					continue

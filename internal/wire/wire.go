@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"syscall"
 
 	"github.com/gd2fs/gd2fs/errs"
 	"github.com/gd2fs/gd2fs/internal/crc32c"
@@ -322,6 +323,11 @@ type Reader struct {
 	hdr  [HeaderSize]byte
 	key  []byte
 	left int // payload bytes not yet consumed
+
+	rc     syscall.RawConn // src's socket, if it is one (readv_linux.go)
+	rcDone bool            // rc was looked for
+	rv     readvState
+	iovs   [][]byte // ReadPayloadInto's iovecs, reused
 }
 
 // NewReader returns a frame reader over r. Payloads are read from r
@@ -347,23 +353,51 @@ func NewBufferedReader(br *bufio.Reader, src io.Reader, lim Limits) *Reader {
 // same system call.
 const directMin = 16 << 10
 
+// sumRead is the most one read of a large payload asks of the connection.
+// A reader that checksums the payload (ReadPayload, ReadPayloadInto with
+// sums) does so right after each read, while the bytes the kernel just
+// copied are still in the CPU cache: a second pass over a 4 MiB payload
+// reads it back from memory, and cost this VM about 1.7x as much as the
+// checksum of the same bytes still in the cache (issue 26,
+// docs/benchmarks.md).
+const sumRead = 256 << 10
+
 // fill reads exactly len(d) payload bytes into d: what the buffer holds
 // first, then the rest straight from the source when the payload has at
 // least directMin bytes left from d on (rest counts them: d and the views
 // after it). Reading a short tail of one view through the buffer would
-// refill the buffer with the next view's bytes, to be copied again.
-func (r *Reader) fill(d []byte, rest int) error {
+// refill the buffer with the next view's bytes, to be copied again. got,
+// if not nil, is called on every piece of d as it arrives, in order.
+func (r *Reader) fill(d []byte, rest int, got func([]byte)) error {
 	n := 0
 	if r.src != nil && rest >= directMin {
 		if b := r.r.Buffered(); b > 0 {
 			n, _ = r.r.Read(d[:min(b, len(d))]) // buffered bytes: no read, no error
 		}
 		if rest-n >= directMin {
-			_, err := io.ReadFull(r.src, d[n:])
-			return err
+			if got != nil && n > 0 {
+				got(d[:n])
+			}
+			for n < len(d) {
+				m, err := r.src.Read(d[n:min(len(d), n+sumRead)])
+				if got != nil && m > 0 {
+					got(d[n : n+m])
+				}
+				n += m
+				if err != nil && n < len(d) {
+					if err == io.EOF {
+						err = io.ErrUnexpectedEOF
+					}
+					return err
+				}
+			}
+			return nil
 		}
 	}
 	_, err := io.ReadFull(r.r, d[n:])
+	if err == nil && got != nil {
+		got(d)
+	}
 	return err
 }
 
@@ -411,10 +445,11 @@ func (r *Reader) ReadPayload(dst []byte, want uint32) (int, error) {
 		return 0, ErrShortPayload
 	}
 	r.left = 0
-	if err := r.fill(dst[:n], n); err != nil {
+	var crc uint32
+	if err := r.fill(dst[:n], n, func(p []byte) { crc = crc32c.Update(crc, p) }); err != nil {
 		return 0, truncated(err, "payload")
 	}
-	if crc32c.Checksum(dst[:n]) != want {
+	if crc != want {
 		return n, ErrPayloadCRC
 	}
 	return n, nil
@@ -432,7 +467,7 @@ func (r *Reader) ReadPayloadUnchecked(dst []byte) (int, error) {
 		return 0, ErrShortPayload
 	}
 	r.left = 0
-	if err := r.fill(dst[:n], n); err != nil {
+	if err := r.fill(dst[:n], n, nil); err != nil {
 		return 0, truncated(err, "payload")
 	}
 	return n, nil
@@ -440,8 +475,13 @@ func (r *Reader) ReadPayloadUnchecked(dst []byte) (int, error) {
 
 // ReadPayloadInto reads the pending payload, unchecked, into the views dst
 // (whose total length must equal the payload length): the zero-copy receive
-// of a write straight into DRAM pages.
-func (r *Reader) ReadPayloadInto(dst [][]byte) error {
+// of a write straight into DRAM pages. With sums (one per view) it puts the
+// CRC32C of each view there, computed as the bytes arrive: the caller
+// checks the payload's CRC from them without reading the bytes again.
+func (r *Reader) ReadPayloadInto(dst [][]byte, sums []uint32) error {
+	if sums != nil && len(sums) != len(dst) {
+		return fmt.Errorf("wire: %d sums for %d views", len(sums), len(dst))
+	}
 	var n int
 	for _, d := range dst {
 		n += len(d)
@@ -453,11 +493,95 @@ func (r *Reader) ReadPayloadInto(dst [][]byte) error {
 		return ErrShortPayload
 	}
 	r.left = 0
-	for _, d := range dst {
-		if err := r.fill(d, n); err != nil {
+	if !r.rcDone && r.src != nil {
+		r.rc, r.rcDone = rawConn(r.src), true
+	}
+	if r.rc != nil {
+		return truncated(r.readViews(dst, sums, n), "payload")
+	}
+	var crc uint32
+	var got func([]byte)
+	if sums != nil {
+		got = func(p []byte) { crc = crc32c.Update(crc, p) }
+	}
+	for i, d := range dst {
+		crc = 0
+		if err := r.fill(d, n, got); err != nil {
 			return truncated(err, "payload")
 		}
+		if sums != nil {
+			sums[i] = crc
+		}
 		n -= len(d)
+	}
+	return nil
+}
+
+// readvMax is the most one readv of a payload into views asks for: as
+// with sumRead, the bytes are checksummed right after they arrive.
+const readvMax = sumRead
+
+// readViews is ReadPayloadInto on a socket: what the buffer holds first,
+// then readv(2) straight into up to readvMax bytes of views at a time
+// (reading each 64 KiB view on its own was a system call per view at
+// least), and a tail shorter than directMin through the buffer, as fill
+// does. left is the payload's length; sums, if not nil, get each view's
+// CRC32C.
+func (r *Reader) readViews(dst [][]byte, sums []uint32, left int) error {
+	i, off := 0, 0 // the next byte goes to dst[i][off]
+	var crc uint32
+	// settle closes every view that is full (empty ones too).
+	settle := func() {
+		for i < len(dst) && off == len(dst[i]) {
+			if sums != nil {
+				sums[i] = crc
+			}
+			crc, i, off = 0, i+1, 0
+		}
+	}
+	// take accounts for m bytes just read from dst[i][off:] on.
+	take := func(m int) {
+		left -= m
+		for m > 0 {
+			d := dst[i]
+			k := min(m, len(d)-off)
+			if sums != nil {
+				crc = crc32c.Update(crc, d[off:off+k])
+			}
+			off, m = off+k, m-k
+			settle()
+		}
+	}
+	settle()
+	for left > 0 {
+		if b := r.r.Buffered(); b > 0 {
+			m, _ := r.r.Read(dst[i][off:min(len(dst[i]), off+b)]) // buffered bytes: no read, no error
+			take(m)
+			continue
+		}
+		if left < directMin {
+			m, err := io.ReadFull(r.r, dst[i][off:])
+			take(m)
+			if err != nil {
+				return err
+			}
+			continue
+		}
+		iovs, want := r.iovs[:0], 0
+		for j, o := i, off; j < len(dst) && want < readvMax; j, o = j+1, 0 {
+			v := dst[j][o:]
+			v = v[:min(len(v), readvMax-want)]
+			iovs, want = append(iovs, v), want+len(v)
+		}
+		r.iovs = iovs
+		m, err := r.readv(r.rc, iovs)
+		take(m)
+		if err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return err
+		}
 	}
 	return nil
 }

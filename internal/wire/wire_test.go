@@ -178,11 +178,17 @@ func TestPayloadReadDirect(t *testing.T) {
 		views = append(views, got[off:min(off+64<<10, len(got))])
 	}
 	src.calls = nil
-	if err := r.ReadPayloadInto(views); err != nil {
+	sums := make([]uint32, len(views))
+	if err := r.ReadPayloadInto(views, sums); err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(got, payload) {
 		t.Fatal("payload read into views differs from the one sent")
+	}
+	for i, v := range views {
+		if sums[i] != crc32c.Checksum(v) {
+			t.Fatalf("view %d: sum %08x, its CRC is %08x", i, sums[i], crc32c.Checksum(v))
+		}
 	}
 	direct := 0
 	lo, hi := uintptr(unsafe.Pointer(&got[0])), uintptr(unsafe.Pointer(&got[len(got)-1]))
