@@ -121,6 +121,7 @@ type Master struct {
 	console *console.Console // web console at /ui/ (console.go)
 	plans   planStats
 	refills refiller     // linked chunks re-placed after failure (refill.go)
+	warm    planWarmer   // plans' stored ranges copied into DRAM (planwarm.go)
 	health  masterHealth // /readyz and the health metrics (health.go)
 }
 
@@ -210,6 +211,7 @@ func (m *Master) Run(ctx context.Context) error {
 
 // Close stops the HTTP server. The meta store is the caller's to close.
 func (m *Master) Close() error {
+	m.closeWarm()
 	m.peers.Close()
 	return m.srv.Close()
 }
