@@ -108,6 +108,8 @@ type Master struct {
 	servers map[string]*liveServer
 	epoch   int64
 	kvHist  kvHistory // earlier member lists and draining servers (kvmembers.go)
+	// kvSaveMu orders saves of kvHist (kvhistory.go); taken before mu.
+	kvSaveMu sync.Mutex
 
 	// leader: this master holds leadership of its store (always, alone on
 	// SQLite; one of several on PostgreSQL). A standby answers 503 with the

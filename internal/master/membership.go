@@ -113,7 +113,6 @@ func (m *Master) membership(ctx context.Context) (api.Membership, error) {
 		out.Pools = append(out.Pools, api.Pool{Name: p.Name, Replicas: p.Replicas})
 	}
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	out.Epoch = m.epoch
 	for _, s := range m.servers {
 		if (s.serving() || s.presumed) && !m.kvHist.draining[s.info.ID] {
@@ -122,6 +121,15 @@ func (m *Master) membership(ctx context.Context) (api.Membership, error) {
 	}
 	sort.Slice(out.Members, func(i, j int) bool { return out.Members[i].ID < out.Members[j].ID })
 	m.kvHist.note(&out, m.servers)
+	dirty := m.kvHist.seq != m.kvHist.savedSeq
+	m.mu.Unlock()
+	if dirty {
+		// A new member list: saved before servers hear of it, so a master
+		// restart still names the earlier owners (kvhistory.go).
+		if err := m.saveKVHistory(ctx); err != nil {
+			m.log.Warn("saving the KV membership history failed; retried with the next heartbeat", "err", err)
+		}
+	}
 	return out, nil
 }
 
