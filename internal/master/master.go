@@ -67,6 +67,9 @@ type Config struct {
 	// AllowedHosts are names (Host headers) a master without a token
 	// answers besides IP addresses, localhost and its own names (guard.go).
 	AllowedHosts []string
+	// NoPlanWarm: plans do not ask servers to copy the chunks of their
+	// stored ranges into DRAM (planwarm.go; on by default).
+	NoPlanWarm bool
 }
 
 // DefaultChunkSize is used when a create asks for none.
@@ -152,6 +155,7 @@ func New(ctx context.Context, cfg Config) (*Master, error) {
 	m := &Master{cfg: cfg, log: cfg.Log.With("role", "master"), meta: cfg.Meta, sessions: cfg.Meta, servers: map[string]*liveServer{},
 		refills: refiller{probed: map[string]time.Time{}},
 		peers:   tcp.NewPool(tcp.Options{Token: cfg.Token, Name: "master", Streams: 1, TLS: cfg.ClientTLS})}
+	m.warm.off.Store(cfg.NoPlanWarm)
 	pools, err := m.meta.Pools(ctx)
 	if err != nil {
 		return nil, err

@@ -85,6 +85,7 @@ type Master struct {
 
 	DownAfter, RepairAfter, LeadWarmup time.Duration // 0: the master's defaults
 	SessionQuota                       int64         // bytes of session files (0: no limit)
+	NoPlanWarm                         bool          // master.Config.NoPlanWarm
 
 	MaxConns       int      // 0: master.DefaultMaxConns
 	MaxConnsPerIP  int      // before authenticating (0: master.DefaultMaxConnsPerIP; negative: no bound)
@@ -103,7 +104,7 @@ func NewMaster(ctx context.Context, n Master) (*master.Master, meta.Store, error
 	}
 	m, err := master.New(ctx, master.Config{Listen: n.Listen, Meta: ms, Cluster: n.Cluster, Token: n.Token,
 		DownAfter: n.DownAfter, RepairAfter: n.RepairAfter, LeadWarmup: n.LeadWarmup, SessionQuota: n.SessionQuota,
-		Advertise: n.Advertise, PublicMasters: n.PublicMasters, Log: n.Log, TLS: n.TLS, ClientTLS: n.ClientTLS, MaxConns: n.MaxConns, MaxConnsPerIP: n.MaxConnsPerIP, AllowedHosts: n.AllowedHosts})
+		Advertise: n.Advertise, PublicMasters: n.PublicMasters, Log: n.Log, TLS: n.TLS, ClientTLS: n.ClientTLS, MaxConns: n.MaxConns, MaxConnsPerIP: n.MaxConnsPerIP, AllowedHosts: n.AllowedHosts, NoPlanWarm: n.NoPlanWarm})
 	if err != nil {
 		ms.Close()
 		return nil, nil, err
