@@ -23,6 +23,9 @@ type savedKVHistory struct {
 // it changed since the last save. Saves are serialised so that an older
 // snapshot never overwrites a newer one.
 func (m *Master) saveKVHistory(ctx context.Context) error {
+	if !m.leader.Load() {
+		return nil // a standby's history is not the cluster's; the leader's is loaded on taking over
+	}
 	m.kvSaveMu.Lock()
 	defer m.kvSaveMu.Unlock()
 	m.mu.Lock()
