@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"sync"
+	"time"
 
 	"github.com/gd2fs/gd2fs/internal/api"
 	"github.com/gd2fs/gd2fs/internal/placement"
@@ -52,6 +54,72 @@ func (m *Master) saveKVHistory(ctx context.Context) error {
 	h.savedSeq = max(h.savedSeq, seq)
 	m.mu.Unlock()
 	return nil
+}
+
+// kvSaver saves the KV membership history in the background after a
+// heartbeat or a members request computed a new member list: the save is a
+// metadata write, and heartbeats waiting on it under load would make
+// servers look down, change the list again and ask for another save. A
+// master that dies between handing out a list and saving it loses that one
+// list from the history (the blocks still moving from it are then found by
+// read-through only until the next change). Drains are saved before they
+// are answered (drainRoute).
+type kvSaver struct {
+	mu      sync.Mutex
+	kickc   chan struct{}
+	cancel  context.CancelFunc
+	done    chan struct{}
+	stopped bool
+}
+
+// kick asks for a save and returns at once; the first kick starts the
+// saver.
+func (k *kvSaver) kick(m *Master) {
+	k.mu.Lock()
+	if k.stopped {
+		k.mu.Unlock()
+		return
+	}
+	if k.kickc == nil {
+		k.kickc = make(chan struct{}, 1)
+		k.done = make(chan struct{})
+		ctx, cancel := context.WithCancel(context.Background())
+		k.cancel = cancel
+		go k.run(ctx, m)
+	}
+	k.mu.Unlock()
+	select {
+	case k.kickc <- struct{}{}:
+	default: // a save is already due: it will write the newest history
+	}
+}
+
+func (k *kvSaver) run(ctx context.Context, m *Master) {
+	defer close(k.done)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-k.kickc:
+		}
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		if err := m.saveKVHistory(sctx); err != nil && ctx.Err() == nil {
+			m.log.Warn("saving the KV membership history failed; retried at the next change or heartbeat", "err", err)
+		}
+		cancel()
+	}
+}
+
+// stop ends the saver and waits for it.
+func (k *kvSaver) stop() {
+	k.mu.Lock()
+	k.stopped = true
+	cancel, done := k.cancel, k.done
+	k.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-done
+	}
 }
 
 // loadKVHistory replaces the KV membership history with the saved one; a

@@ -113,6 +113,7 @@ type Master struct {
 	kvHist  kvHistory // earlier member lists and draining servers (kvmembers.go)
 	// kvSaveMu orders saves of kvHist (kvhistory.go); taken before mu.
 	kvSaveMu sync.Mutex
+	kvSave   kvSaver // saves kvHist in the background (kvhistory.go)
 
 	// leader: this master holds leadership of its store (always, alone on
 	// SQLite; one of several on PostgreSQL). A standby answers 503 with the
@@ -218,6 +219,7 @@ func (m *Master) Run(ctx context.Context) error {
 // Close stops the HTTP server. The meta store is the caller's to close.
 func (m *Master) Close() error {
 	m.closeWarm()
+	m.kvSave.stop()
 	m.peers.Close()
 	return m.srv.Close()
 }

@@ -124,11 +124,9 @@ func (m *Master) membership(ctx context.Context) (api.Membership, error) {
 	dirty := m.kvHist.seq != m.kvHist.savedSeq
 	m.mu.Unlock()
 	if dirty {
-		// A new member list: saved before servers hear of it, so a master
-		// restart still names the earlier owners (kvhistory.go).
-		if err := m.saveKVHistory(ctx); err != nil {
-			m.log.Warn("saving the KV membership history failed; retried with the next heartbeat", "err", err)
-		}
+		// A new member list: saved in the background (kvhistory.go), so a
+		// slow metadata store never delays heartbeats.
+		m.kvSave.kick(m)
 	}
 	return out, nil
 }
