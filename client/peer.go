@@ -36,6 +36,11 @@ type PeerTransport interface {
 	// CopyChunk asks addr to copy chunk id from the server src (repair);
 	// it returns once addr holds it, synced.
 	CopyChunk(ctx context.Context, addr string, id uint64, src string) error
+	// PrefetchChunk asks addr to copy chunk id's blocks from its disk tier
+	// into DRAM, a hint it may skip (busy, no room): nothing is pinned and
+	// no read is counted. The master sends it for the stored ranges of a
+	// session plan, so the engine's load that follows finds them in DRAM.
+	PrefetchChunk(ctx context.Context, addr string, id uint64) error
 	// KVPutChecked is KVPut for a value whose CRC32C crc the sender
 	// verified already (a server forwarding a put to the other replicas).
 	KVPutChecked(ctx context.Context, addr string, ref KVRef, epoch int64, value []byte, overwrite bool, crc uint32) (existed bool, err error)
@@ -75,6 +80,10 @@ func (t tcpTransport) StatChunk(ctx context.Context, addr string, id uint64) (in
 
 func (t tcpTransport) ChunkExtents(ctx context.Context, addr string, id uint64, off, n int64) ([]int64, int64, bool, error) {
 	return t.p.ChunkExtents(ctx, addr, id, off, n)
+}
+
+func (t tcpTransport) PrefetchChunk(ctx context.Context, addr string, id uint64) error {
+	return t.p.PrefetchChunk(ctx, addr, id)
 }
 
 func (t tcpTransport) CopyChunk(ctx context.Context, addr string, id uint64, src string) error {

@@ -126,6 +126,14 @@ func testStatExtents(t *testing.T, e PeerEnv) {
 	if _, sealed, err := tr.StatChunk(c, addr, id); err != nil || !sealed {
 		t.Fatalf("stat after seal: sealed %v, %v", sealed, err)
 	}
+	// A prefetch is a hint: it answers, and changes no byte.
+	if err := tr.PrefetchChunk(c, addr, id); err != nil {
+		t.Fatalf("prefetch of a sealed chunk: %v", err)
+	}
+	got := make([]byte, 1000)
+	if err := tr.ReadChunk(c, addr, id, 200<<10, got); err != nil || !bytes.Equal(got, payload(1000, 200<<10)) {
+		t.Fatalf("read after prefetch: %v or other bytes", err)
+	}
 }
 
 // testCopyChunk: a server asked to copy a chunk from another holds the same

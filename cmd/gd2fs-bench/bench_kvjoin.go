@@ -116,6 +116,21 @@ func newBenchKVJoin() *cobra.Command {
 					break
 				}
 			}
+			if drain {
+				// The drain's target: once the drained server holds nothing,
+				// the blocks it held are found on their new owners.
+				dctx, cancel := context.WithTimeout(ctx, settle)
+				err := cl.WaitDrained(dctx, c.Servers[1].ID(), 100*time.Millisecond, nil)
+				cancel()
+				if err != nil {
+					fmt.Fprintf(out, "drain not finished within --settle %v: %v\n", settle, err)
+				} else {
+					w.take()
+					time.Sleep(time.Second)
+					s := w.take()
+					fmt.Fprintf(out, "drain done at t+%.0fs: prefix ratio %.4f (%.3fx before)  p99 %v  errors %d\n", time.Since(changeAt).Seconds(), s.ratio(), s.ratio()/base.ratio(), s.p99(), s.errs)
+				}
+			}
 			close(stop)
 			wg.Wait()
 			var moved, fb, lost int64

@@ -21,6 +21,7 @@ import (
 func newBenchKVTrace() *cobra.Command {
 	var traceFile, gen, fractions, dir, policy string
 	var blockBytes int
+	var disk float64
 	cmd := &cobra.Command{
 		Use:   "kv-trace",
 		Short: "Prefix-hit ratio of a KV-cache trace replayed against a gd2fs server, beside exact LRU and Belady",
@@ -33,16 +34,33 @@ request's leading run / all blocks) beside LRU and Belady of the same capacity, 
 Trace input: JSON lines {"timestamp": ms, "input_length": n, "output_length": n, "hash_ids": [...]}
 (equal ids = the same block). Without --trace a synthetic multi-turn trace is generated; --gen sets
 its parameters: requests, system_prompts, system_blocks, one_off_fraction, mean_turns,
-user_blocks, output_blocks, one_off_blocks, mean_think_ms, sessions_per_sec, seed.`,
+user_blocks, output_blocks, one_off_blocks, mean_think_ms, sessions_per_sec, seed.
+
+With --disk F the server also has a KV disk tier of F times the distinct blocks' bytes (a user's
+DRAM + disk setup; --disk 1 holds every block) and runs in this process, once per --policy
+(comma-separated: auto,lru replays both). It prints the overall prefix-hit ratio against the
+infinite-cache bound (every block seen before is a hit), the share of hits served from DRAM, the
+GET p50/p99 of a request's leading run (one BatchGetInto), beside an exact two-tier LRU of the same
+sizes (LRU2) computed in the same run.`,
 		Example: `  gd2fs-bench kv-trace                                   # synthetic trace, DRAM at 10% and 25%
   gd2fs-bench kv-trace --gen requests=5000,one_off_fraction=0.3 --fractions 0.1
   bash scripts/mooncake-trace.sh /tmp/mc.jsonl && gd2fs-bench kv-trace --trace /tmp/mc.jsonl --fractions 0.05,0.1,0.25
-  gd2fs-bench kv-trace --policy lru                      # the server's --kv-policy: auto (default), s3fifo, lru`,
+  gd2fs-bench kv-trace --policy lru                      # the server's --kv-policy: auto (default), s3fifo, lru
+  gd2fs-bench kv-trace --trace /tmp/mc.jsonl --fractions 0.1 --disk 1 --policy auto,lru   # DRAM 10% + disk 100%`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := context.Background()
-			if !slices.Contains(kvstore.Policies, policy) {
-				return fmt.Errorf("--policy %q: want one of %s", policy, strings.Join(kvstore.Policies, ", "))
+			policies := strings.Split(policy, ",")
+			for _, p := range policies {
+				if !slices.Contains(kvstore.Policies, p) {
+					return fmt.Errorf("--policy %q: want one or more of %s, comma-separated", policy, strings.Join(kvstore.Policies, ", "))
+				}
+			}
+			if len(policies) > 1 && disk == 0 {
+				return fmt.Errorf("--policy %q: several policies need --disk (the DRAM-only replay takes one)", policy)
+			}
+			if disk < 0 || disk > 4 {
+				return fmt.Errorf("--disk %v: a fraction of the distinct blocks' bytes between 0 (no disk tier) and 4", disk)
 			}
 			var reqs []kvtrace.Request
 			if traceFile != "" {
@@ -85,6 +103,10 @@ user_blocks, output_blocks, one_off_blocks, mean_think_ms, sessions_per_sec, see
 			for _, q := range reqs {
 				blocks += len(q.HashIDs)
 			}
+			if disk > 0 {
+				fmt.Printf("trace: %d requests, %d blocks, %d distinct; blocks of %d bytes; one gd2fs server in this process over loopback\n", len(reqs), blocks, d, blockBytes)
+				return reportTiers(ctx, cmd.OutOrStdout(), dir, reqs, fs, disk, blockBytes, policies)
+			}
 			fmt.Printf("trace: %d requests, %d blocks, %d distinct; blocks of %d bytes; one gd2fs server process over loopback\n", len(reqs), blocks, d, blockBytes)
 			fmt.Printf("%8s %9s %8s %8s %8s %9s %12s %10s %10s\n", "DRAM", "blocks", "gd2fs", "LRU", "Belady", "gd2fs/LRU", "gd2fs/Belady", "requests/s", "MiB/s")
 			for i, f := range fs {
@@ -109,7 +131,8 @@ user_blocks, output_blocks, one_off_blocks, mean_think_ms, sessions_per_sec, see
 	f.StringVar(&fractions, "fractions", "0.1,0.25", "DRAM tier sizes as fractions of the trace's distinct blocks")
 	f.IntVar(&blockBytes, "block-bytes", 16<<10, "bytes per block")
 	f.StringVar(&dir, "dir", "", "working directory (default: a temp dir)")
-	f.StringVar(&policy, "policy", "auto", "the server's KV DRAM policy (gd2fs up --kv-policy): auto, s3fifo, lru")
+	f.StringVar(&policy, "policy", "auto", "the server's KV DRAM policy (gd2fs up --kv-policy): auto, s3fifo, lru; with --disk a comma-separated list")
+	f.Float64Var(&disk, "disk", 0, "KV disk tier as a fraction of the distinct blocks' bytes (0: none; 1: every block)")
 	return cmd
 }
 

@@ -37,7 +37,7 @@ func newRoot() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.PersistentFlags().StringVar(&gd2fsBin, "gd2fs", "", "gd2fs binary for server processes (default: gd2fs beside this binary, then on PATH)")
-	root.AddCommand(newBenchFiles(), newBenchKV(), newBenchKVMemory(), newBenchPlan(), newBenchSessionLoad(), newBenchWeights(), newBenchKVTrace(), newBenchTurns(), newBenchMount(), newS3(), newBenchKVJoin(), newBenchRESP(), newBenchKVPrefetch())
+	root.AddCommand(newBenchFiles(), newBenchKV(), newBenchKVMemory(), newBenchPlan(), newBenchSessionLoad(), newBenchWeights(), newBenchKVTrace(), newBenchTurns(), newBenchMount(), newS3(), newBenchKVJoin(), newBenchRESP(), newBenchKVPrefetch(), newBenchPlanWarm(), newBenchKVRestart())
 	return root
 }
 

@@ -19,6 +19,7 @@ func newMaster(g *globals) *cobra.Command {
 	var publicMasters, allowHosts []string
 	var downAfter, repairAfter, leadWarmup time.Duration
 	var maxConns, maxPerIP int
+	var planWarm bool
 	cmd := &cobra.Command{
 		Use:   "master",
 		Short: "Run the master: namespace, placement, membership (metadata in SQLite or PostgreSQL)",
@@ -28,7 +29,9 @@ func newMaster(g *globals) *cobra.Command {
   gd2fs master --listen :7070 --advertise http://m2:7070 --meta postgres://gd2fs@db:5432/gd2fs --token "$TOKEN"
   gd2fs server --master http://m1:7070,http://m2:7070 ...
   # TLS with client certificates, the token from a file (not visible in ps)
-  gd2fs master --tls-cert m.pem --tls-key m-key.pem --tls-ca ca.pem --tls-verify-clients --token-file /etc/gd2fs/token`,
+  gd2fs master --tls-cert m.pem --tls-key m-key.pem --tls-ca ca.pem --tls-verify-clients --token-file /etc/gd2fs/token
+  # plans do not ask servers to bring their stored ranges into DRAM
+  gd2fs master --listen :7070 --plan-warm=false`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -39,7 +42,7 @@ func newMaster(g *globals) *cobra.Command {
 			}
 			m, ms, err := node.NewMaster(ctx, node.Master{Listen: listen, Meta: metaDSN, Cluster: clusterN, Token: g.token,
 				DownAfter: downAfter, RepairAfter: repairAfter, LeadWarmup: leadWarmup, SessionQuota: q, Advertise: advertise, PublicMasters: publicMasters, Log: g.logger(),
-				TLS: g.serverTLS, ClientTLS: g.clientTLS, MaxConns: maxConns, MaxConnsPerIP: maxPerIP, AllowedHosts: allowHosts})
+				TLS: g.serverTLS, ClientTLS: g.clientTLS, MaxConns: maxConns, MaxConnsPerIP: maxPerIP, AllowedHosts: allowHosts, NoPlanWarm: !planWarm})
 			if err != nil {
 				return err
 			}
@@ -64,6 +67,7 @@ func newMaster(g *globals) *cobra.Command {
 	f.StringSliceVar(&allowHosts, "allow-host", nil, "a DNS name clients reach this master by; without a token a master answers only IP addresses, localhost, its own and these names (against DNS rebinding)")
 	f.DurationVar(&downAfter, "down-after", 5*time.Second, "mark a server down after this long without a heartbeat")
 	f.DurationVar(&repairAfter, "repair-after", 30*time.Second, "re-replicate HA chunks of a server down this long (negative: never)")
+	f.BoolVar(&planWarm, "plan-warm", true, "after each explicit-mode plan, ask the servers holding its stored ranges to copy them into DRAM (asynchronous, bounded, never pinned)")
 	f.DurationVar(&leadWarmup, "lead-warmup", 2*time.Second, "on taking over leadership, wait at most this long for the servers' heartbeats before placing chunks or declaring servers down (clients are told to retry meanwhile; at least the servers' --heartbeat)")
 	return cmd
 }

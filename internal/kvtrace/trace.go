@@ -17,6 +17,11 @@
 // (internal/kvstore, in process, its DRAM tier sized to the same capacity).
 // Belady maximises block hits, not prefix hits, so it is a reference ceiling
 // in practice rather than a proven bound.
+//
+// For a store with a disk tier (tiers.go) the references are the
+// infinite-cache bound (every block seen before is a hit) and an exact
+// inclusive two-tier LRU, whose DRAM share of hits is what a DRAM policy
+// is measured against when the disk holds every block.
 package kvtrace
 
 import (

@@ -13,13 +13,16 @@ import (
 // servers being drained, so that servers can find a block whose owner moved
 // on its owner under an earlier list (and move it) instead of answering a
 // miss: adding a server must not empty the KV cache. Guarded by Master.mu;
-// kept in memory only (a master that restarts starts a new history: moves
-// in progress then finish only through read-through).
+// saved in the metadata store on every change and loaded by a master that
+// takes the lead (kvhistory.go), so a restart does not forget a drain or the
+// earlier owners of blocks still moving.
 type kvHistory struct {
 	last      []placement.Member
 	lastEpoch int64
 	prev      []api.PastMembers // newest first, at most keepPast
 	draining  map[string]bool
+	seq       int64 // bumped on every change worth saving
+	savedSeq  int64 // the seq the store holds
 }
 
 // keepPast is how many earlier member lists a membership map carries: two
@@ -37,11 +40,14 @@ func (h *kvHistory) note(out *api.Membership, servers map[string]*liveServer) {
 			}
 		}
 		h.last = slices.Clone(out.Members)
+		h.seq++
 	}
 	h.lastEpoch = out.Epoch
 	out.Previous = slices.Clone(h.prev)
 	for id := range h.draining {
-		if s := servers[id]; s != nil && s.up {
+		// presumed: a new leader has not heard from it yet (it was draining
+		// under the last one); its blocks are still there to be moved.
+		if s := servers[id]; s != nil && (s.up || s.presumed) {
 			out.Draining = append(out.Draining, placement.Member{ID: id, Addr: s.info.Addr})
 		}
 	}
@@ -78,9 +84,17 @@ func (m *Master) drainRoute(r *http.Request) (any, error) {
 	} else {
 		m.kvHist.draining[id] = true
 	}
+	if changed {
+		m.kvHist.seq++
+	}
 	info := s.info
 	m.mu.Unlock()
 	if changed {
+		// Saved before the answer: a drain the caller was told of survives
+		// a master restart (kvhistory.go).
+		if err := m.saveKVHistory(r.Context()); err != nil {
+			return nil, err
+		}
 		if undo {
 			m.log.Info("server drain taken back", "id", id)
 		} else {

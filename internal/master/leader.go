@@ -55,6 +55,10 @@ func (m *Master) tryLead(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		// Drain marks and earlier member lists, as the last leader saved them.
+		if err := m.loadKVHistory(ctx); err != nil {
+			return err
+		}
 		m.mu.Lock()
 		m.servers = map[string]*liveServer{}
 		now := time.Now()

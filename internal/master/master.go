@@ -71,16 +71,21 @@ type Config struct {
 	// they hold, repair copies); nil: TCP with Token and ClientTLS. The
 	// master owns it: Close closes it. client.PeerTransport is one.
 	Peers Peers
+	// NoPlanWarm: plans do not ask servers to copy the chunks of their
+	// stored ranges into DRAM (planwarm.go; on by default).
+	NoPlanWarm bool
 }
 
 // Peers is what the master asks of the data plane: what a server holds
 // of a chunk (StatChunk, ChunkExtents) and to copy one from another server
-// (CopyChunk, repair). Its methods are client.PeerTransport's, so any data
+// (CopyChunk, repair), and to warm a plan's chunks (PrefetchChunk,
+// planwarm.go). Its methods are client.PeerTransport's, so any data
 // plane that carries the servers' hops carries the master's too.
 type Peers interface {
 	StatChunk(ctx context.Context, addr string, id uint64) (length int64, sealed bool, err error)
 	ChunkExtents(ctx context.Context, addr string, id uint64, off, n int64) (ext []int64, length int64, sealed bool, err error)
 	CopyChunk(ctx context.Context, addr string, id uint64, src string) error
+	PrefetchChunk(ctx context.Context, addr string, id uint64) error
 	Close()
 }
 
@@ -123,6 +128,9 @@ type Master struct {
 	servers map[string]*liveServer
 	epoch   int64
 	kvHist  kvHistory // earlier member lists and draining servers (kvmembers.go)
+	// kvSaveMu orders saves of kvHist (kvhistory.go); taken before mu.
+	kvSaveMu sync.Mutex
+	kvSave   kvSaver // saves kvHist in the background (kvhistory.go)
 
 	// leader: this master holds leadership of its store (always, alone on
 	// SQLite; one of several on PostgreSQL). A standby answers 503 with the
@@ -136,6 +144,7 @@ type Master struct {
 	console *console.Console // web console at /ui/ (console.go)
 	plans   planStats
 	refills refiller     // linked chunks re-placed after failure (refill.go)
+	warm    planWarmer   // plans' stored ranges copied into DRAM (planwarm.go)
 	health  masterHealth // /readyz and the health metrics (health.go)
 }
 
@@ -167,6 +176,7 @@ func New(ctx context.Context, cfg Config) (*Master, error) {
 	if m.peers == nil {
 		m.peers = tcp.NewPool(tcp.Options{Token: cfg.Token, Name: "master", Streams: 1, TLS: cfg.ClientTLS})
 	}
+	m.warm.off.Store(cfg.NoPlanWarm)
 	pools, err := m.meta.Pools(ctx)
 	if err != nil {
 		return nil, err
@@ -228,6 +238,8 @@ func (m *Master) Run(ctx context.Context) error {
 
 // Close stops the HTTP server. The meta store is the caller's to close.
 func (m *Master) Close() error {
+	m.closeWarm()
+	m.kvSave.stop()
 	m.peers.Close()
 	return m.srv.Close()
 }

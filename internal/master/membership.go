@@ -113,7 +113,6 @@ func (m *Master) membership(ctx context.Context) (api.Membership, error) {
 		out.Pools = append(out.Pools, api.Pool{Name: p.Name, Replicas: p.Replicas})
 	}
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	out.Epoch = m.epoch
 	for _, s := range m.servers {
 		if (s.serving() || s.presumed) && !m.kvHist.draining[s.info.ID] {
@@ -122,6 +121,13 @@ func (m *Master) membership(ctx context.Context) (api.Membership, error) {
 	}
 	sort.Slice(out.Members, func(i, j int) bool { return out.Members[i].ID < out.Members[j].ID })
 	m.kvHist.note(&out, m.servers)
+	dirty := m.kvHist.seq != m.kvHist.savedSeq
+	m.mu.Unlock()
+	if dirty {
+		// A new member list: saved in the background (kvhistory.go), so a
+		// slow metadata store never delays heartbeats.
+		m.kvSave.kick(m)
+	}
 	return out, nil
 }
 

@@ -212,6 +212,8 @@ func (m *Master) planOne(ctx context.Context, id, rid string, req api.PlanReques
 	if err != nil {
 		return nil, err
 	}
+	// planwarm.go: the load that follows finds the stored chunks in DRAM.
+	m.warmPlan(p.Stored)
 	prompt := p.Prefill + p.Cached // prompt_tokens may be left out with token_ids
 	if !p.Repeat {                 // a repeat was counted the first time
 		m.plans.record(prompt, p.Cached, p.Evicted)

@@ -131,6 +131,7 @@ func TestConformance(t *testing.T) {
 				{"session-down-server", testSessionDownServer},
 				{"lead", testLead},
 				{"names", testNames},
+				{"kv-history", testKVHistory},
 			} {
 				t.Run(tc.name, func(t *testing.T) { tc.fn(t, open(t)) })
 			}

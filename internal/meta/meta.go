@@ -104,6 +104,12 @@ type Membership interface {
 	// Orphans tombstones the chunks in held that serverID should not hold.
 	Orphans(ctx context.Context, serverID string, held []uint64) (int, error)
 	ClearTombstones(ctx context.Context, serverID string, ids []uint64) error
+
+	// SaveKVHistory and KVHistory keep the master's hash-mode KV membership
+	// history (earlier member lists, servers being drained; kvhistory.go),
+	// so a restarted or new leader carries on moves in progress.
+	SaveKVHistory(ctx context.Context, state []byte) error
+	KVHistory(ctx context.Context) ([]byte, error)
 }
 
 // Namespace is directories, files, their chunks and attributes.

@@ -181,6 +181,9 @@ func (s *Server) stat(dc *dataConn, h wire.Header, id uint64, start time.Time) e
 	}
 	out := h
 	out.Offset = uint64(info.Length)
+	if h.Flags&wire.FlagPrefetch != 0 {
+		s.chunkPrefetch(id) // started before the answer: a caller that has it knows the copy is under way
+	}
 	dc.send(out, wire.StatusOK, nil, flags)
 	s.metrics.observe(h.Op, start, nil)
 	return errAnswered

@@ -105,6 +105,7 @@ type Server struct {
 	ms          atomic.Pointer[api.Membership]
 	guesses     *authlimit.Limiter // hellos with a wrong token, by address
 	kvm         kvMoves            // KV blocks moving after membership changes (kvmove.go)
+	warm        chunkWarm          // chunk prefetches in flight (chunkprefetch.go)
 	refreshMu   sync.Mutex
 	lastRefresh time.Time // of the membership on a client's epoch; under refreshMu
 	mu          sync.Mutex

@@ -60,6 +60,10 @@ type Usage struct {
 type Stats struct {
 	MemReads, DiskReads, Evictions, Corrupt uint64
 	Syncs                                   uint64 // fdatasyncs of chunk files
+	// ReadPromotions counts reads that found their chunk on disk only and
+	// copied it into DRAM first (counted in MemReads as well): a read
+	// served from DRAM without touching the disk is MemReads minus these.
+	ReadPromotions uint64
 }
 
 // Info describes one stored chunk.
@@ -85,6 +89,7 @@ type Store struct {
 	linked map[string]bool // chunk subdirectories whose own entry is durable
 
 	memReads, diskReads, evictions, corrupt, syncs atomic.Uint64
+	readPromotions                                 atomic.Uint64
 }
 
 type chunk struct {
@@ -165,7 +170,7 @@ func (s *Store) diskErr(err error) error {
 // Stats returns cumulative counters.
 func (s *Store) Stats() Stats {
 	return Stats{MemReads: s.memReads.Load(), DiskReads: s.diskReads.Load(),
-		Evictions: s.evictions.Load(), Corrupt: s.corrupt.Load(), Syncs: s.syncs.Load()}
+		Evictions: s.evictions.Load(), Corrupt: s.corrupt.Load(), Syncs: s.syncs.Load(), ReadPromotions: s.readPromotions.Load()}
 }
 
 // List returns every chunk held.
@@ -500,9 +505,13 @@ func (s *Store) Read(id uint64, off, n int64, fn func(bufs [][]byte, crc uint32)
 		// A block that fails its checksum fails the promotion, not this
 		// read: the range asked for is read from disk below, and only its
 		// own blocks must pass.
-		if err := s.promote(c); err != nil && !errors.Is(err, errs.ErrNoSpace) && !errors.Is(err, errs.ErrChecksum) {
+		err := s.promote(c)
+		if err != nil && !errors.Is(err, errs.ErrNoSpace) && !errors.Is(err, errs.ErrChecksum) {
 			c.mu.Unlock()
 			return err
+		}
+		if err == nil {
+			s.readPromotions.Add(1)
 		}
 		s.mu.Lock()
 	}

@@ -89,7 +89,9 @@ const (
 	FlagHeld uint16 = 1 << 6
 	// FlagPrefetch in an OpKVExists request: a block found on the disk
 	// tier is copied to DRAM at once (not pinned, not counted as a read),
-	// so the read that follows finds it there.
+	// so the read that follows finds it there. In an OpStat request: the
+	// same for the whole chunk (the master warming an explicit-mode plan's
+	// stored ranges); the answer does not wait for the copy.
 	FlagPrefetch uint16 = 1 << 7
 	// FlagResponse marks a frame sent by a server.
 	FlagResponse uint16 = 1 << 15
