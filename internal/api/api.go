@@ -264,7 +264,7 @@ func HTTPStatus(err error) int {
 	switch errs.Code(err) {
 	case "not_found":
 		return http.StatusNotFound
-	case "exists", "not_empty", "sealed", "is_dir", "not_dir":
+	case "exists", "not_empty", "sealed", "busy", "is_dir", "not_dir":
 		return http.StatusConflict
 	case "bad_request", "out_of_range", "too_large":
 		return http.StatusBadRequest

@@ -123,6 +123,8 @@ func TestConformance(t *testing.T) {
 				{"chunks", testChunks},
 				{"servers", testServersPools},
 				{"model", testRandomModel},
+				{"rename", testRename},
+				{"rename-model", testRenameModel},
 				{"sessions", testSessions},
 				{"session-quota", testSessionQuota},
 				{"session-engine", testSessionEngine},
