@@ -271,6 +271,32 @@ func (c *Client) Remove(ctx context.Context, path string) error {
 	return c.call(ctx, "DELETE", "/v1/files", path, nil, nil)
 }
 
+// RenameOptions tune Rename.
+type RenameOptions struct {
+	// NoReplace refuses to replace an existing file at the new name
+	// (errs.ErrExists), as `mv -n` does.
+	NoReplace bool
+}
+
+// Rename moves a sealed file, or a directory with everything under it, to
+// to, in one step on the master: readers see the old name or the new one.
+// An existing sealed file at to is replaced (POSIX rename), unless
+// o.NoReplace; a file still being written, or held by a KV session, is
+// errs.ErrBusy. The file keeps its bytes, chunks and attributes (a linked
+// file its S3 source), so nothing is copied. It returns what is now at to.
+func (c *Client) Rename(ctx context.Context, from, to string, o RenameOptions) (FileInfo, error) {
+	dst, err := nspath.Clean(to)
+	if err != nil {
+		return FileInfo{}, err
+	}
+	var f api.File
+	// The request id makes a retried rename (its first answer lost in a
+	// master failover) succeed instead of failing "not found".
+	req := api.RenameRequest{To: dst, NoReplace: o.NoReplace, RequestID: requestID()}
+	err = c.call(ctx, "POST", "/v1/rename", from, req, &f)
+	return infoOf(f), err
+}
+
 // Status is the cluster overview: servers, pools, totals.
 type Status = api.Status
 

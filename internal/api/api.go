@@ -208,6 +208,17 @@ type CreateRequest struct {
 	RequestID string `json:"request_id,omitempty"`
 }
 
+// RenameRequest moves the file or directory named in the URL to To
+// (POST /v1/rename/{path}). An existing sealed file at To is replaced, as
+// POSIX rename does, unless NoReplace.
+type RenameRequest struct {
+	To        string `json:"to"`
+	NoReplace bool   `json:"no_replace,omitempty"`
+	// RequestID, when set, makes a file's rename idempotent: a repeat
+	// after the first answer was lost finds the file at To and succeeds.
+	RequestID string `json:"request_id,omitempty"`
+}
+
 // AllocRequest asks for chunks at the given indexes (existing ones are returned as they are).
 type AllocRequest struct {
 	Indexes []int64 `json:"indexes"`
