@@ -143,6 +143,9 @@ func (c *Client) Close() error {
 
 // FileInfo describes a file or directory.
 type FileInfo struct {
+	// ID tells this file from any other that has, or will have, its name
+	// (after a remove, rename or replace): the master never reuses one.
+	ID        int64
 	Attrs     map[string]string // "source", "etag", "sha256"
 	Path      string
 	IsDir     bool
@@ -168,7 +171,7 @@ type ReplicaInfo struct {
 }
 
 func infoOf(f api.File) FileInfo {
-	fi := FileInfo{Attrs: f.Attrs, Path: f.Path, IsDir: f.IsDir, Pool: f.Pool, ChunkSize: f.ChunkSize, Size: f.Size, Sealed: f.Sealed, Modified: f.Modified}
+	fi := FileInfo{ID: f.ID, Attrs: f.Attrs, Path: f.Path, IsDir: f.IsDir, Pool: f.Pool, ChunkSize: f.ChunkSize, Size: f.Size, Sealed: f.Sealed, Modified: f.Modified}
 	for _, c := range f.Chunks {
 		ci := ChunkInfo{Index: c.Index, Length: c.Length, ID: c.ID}
 		for _, r := range c.Replicas {

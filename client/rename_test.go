@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/gd2fs/gd2fs/client"
@@ -97,5 +98,55 @@ func TestRename(t *testing.T) {
 	}
 	if _, err := cl.Rename(ctx, "/models/m/model.bin", "/models/m/../x", client.RenameOptions{}); !errors.Is(err, errs.ErrBadRequest) {
 		t.Fatalf("rename to a path with ..: %v", err)
+	}
+}
+
+// TestReplacedWhileOpen: a reader whose every replica fails asks the
+// master for the file's chunk map again, by name. When the name is another
+// file's by then (renamed over it, as huggingface_hub's re-download does),
+// that map would read the other file's bytes as this one's: the reader
+// must fail instead.
+func TestReplacedWhileOpen(t *testing.T) {
+	c := start(t, cluster.Config{Servers: 3})
+	cl := c.Client()
+	defer cl.Close()
+	ctx := context.Background()
+	old := rnd(1<<20, 31)
+	writeFile(t, cl, "/m/w.bin", "perf", old)
+	st, err := cl.Stat(ctx, "/m/w.bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim := st.Chunks[0].Replicas[0].Server
+	// A new version whose one chunk lives elsewhere (placement spreads
+	// files over the servers).
+	var next string
+	newer := rnd(1<<20, 32)
+	for i := 0; i < 20 && next == ""; i++ {
+		p := fmt.Sprintf("/m/w.bin.incomplete%d", i)
+		writeFile(t, cl, p, "perf", newer)
+		if s, err := cl.Stat(ctx, p); err == nil && s.Chunks[0].Replicas[0].Server != victim {
+			next = p
+		}
+	}
+	if next == "" {
+		t.Fatal("20 files all placed their chunk on one server")
+	}
+	r, err := cl.Open(ctx, "/m/w.bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.Rename(ctx, next, "/m/w.bin", client.RenameOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range c.Servers {
+		if s.ID() == victim {
+			s.Close()
+		}
+	}
+	buf := make([]byte, 4096)
+	_, err = r.ReadAt(buf, 0)
+	if err == nil || bytes.Equal(buf, newer[:4096]) {
+		t.Fatalf("a reader of the replaced file read %v (the new file's bytes: %v)", err, bytes.Equal(buf, newer[:4096]))
 	}
 }

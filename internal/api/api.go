@@ -176,6 +176,10 @@ type Chunk struct {
 
 // File is a namespace entry: a file, or a directory when IsDir.
 type File struct {
+	// ID is the file's number on the master, which no other file ever
+	// has: a name can be removed, renamed or replaced, the id tells one
+	// file from the next under it (0 for directories).
+	ID        int64     `json:"id,omitempty"`
 	Path      string    `json:"path"`
 	IsDir     bool      `json:"is_dir,omitempty"`
 	Pool      string    `json:"pool,omitempty"`

@@ -50,7 +50,7 @@ func (m *Master) chunksOut(cs []meta.Chunk) []api.Chunk {
 }
 
 func fileOut(f meta.File) api.File {
-	return api.File{Path: f.Path, Pool: f.Pool, ChunkSize: f.ChunkSize, Size: f.Size, Sealed: f.Sealed, Modified: f.Modified}
+	return api.File{ID: f.ID, Path: f.Path, Pool: f.Pool, ChunkSize: f.ChunkSize, Size: f.Size, Sealed: f.Sealed, Modified: f.Modified}
 }
 
 func (m *Master) stat(r *http.Request) (any, error) {

@@ -28,6 +28,8 @@ func errno(err error) syscall.Errno {
 		return syscall.ENOTDIR
 	case errors.Is(err, errs.ErrSealed):
 		return syscall.EPERM
+	case errors.Is(err, errs.ErrBusy): // being written, or held by a KV session
+		return syscall.EBUSY
 	case errors.Is(err, errs.ErrNoSpace):
 		return syscall.ENOSPC
 	case errors.Is(err, errs.ErrBadRequest):

@@ -368,6 +368,14 @@ func storeMax(a *atomic.Int64, v int64) {
 	}
 }
 
+// busy reports whether this mount is writing the file, or, with open
+// too, has it open at all: a rename may not move it, or replace it.
+func (n *fileNode) busy(open bool) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.w != nil || (open && n.opens > 0)
+}
+
 // unlinkLater hides p and leaves its removal to the last close, if the
 // file is open for reading here.
 func (n *fileNode) unlinkLater(p string) bool {
