@@ -15,6 +15,7 @@ import (
 	"github.com/gd2fs/gd2fs/client"
 	"github.com/gd2fs/gd2fs/errs"
 	"github.com/gd2fs/gd2fs/internal/testutil"
+	"github.com/gd2fs/gd2fs/internal/weights"
 )
 
 // sdkBytes reads p whole through the SDK.
@@ -218,5 +219,32 @@ func TestReplacedUnderKernel(t *testing.T) {
 		t.Fatal("read the old file's cached first MiB and the new file's rest: two files mixed")
 	default:
 		t.Fatal("read bytes of neither file")
+	}
+}
+
+// TestFillOfReplacedFile: a hot-tier fill started for a file whose name
+// another file took since (renamed over it) must cache nothing, nor record
+// the new file's sha256 as the old one's: the old inode would read the new
+// bytes from the cache.
+func TestFillOfReplacedFile(t *testing.T) {
+	e := setup(t, nil)
+	ctx := context.Background()
+	e.put(t, "/h/org/m/w.bin", testutil.RandomBytes(2<<20, 6))
+	fi, err := e.cl.Stat(ctx, "/h/org/m/w.bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.put(t, "/h/org/m/w.bin.incomplete", testutil.RandomBytes(2<<20, 7))
+	if _, err := e.cl.Rename(ctx, "/h/org/m/w.bin.incomplete", "/h/org/m/w.bin", client.RenameOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cache := &weights.Cache{Dir: t.TempDir(), Quota: 1 << 30}
+	f := cache.StartFill(ctx, e.cl, fi)
+	<-f.Done()
+	if blob, err := f.Result(); err == nil {
+		t.Fatalf("a fill of a replaced file cached %s", blob)
+	}
+	if now, err := e.cl.Stat(ctx, "/h/org/m/w.bin"); err != nil || now.Attrs["sha256"] != "" {
+		t.Fatalf("the new file got a sha256 from the old one's fill: %v %v", now.Attrs, err)
 	}
 }
