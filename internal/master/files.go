@@ -321,6 +321,9 @@ func (m *Master) alloc(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := m.touch(r.Context(), f); err != nil { // the writer is alive (unsealed.go)
+		return nil, err
+	}
 	return api.Chunks{Chunks: m.chunksOut(cs)}, nil
 }
 

@@ -125,6 +125,7 @@ func TestConformance(t *testing.T) {
 				{"model", testRandomModel},
 				{"rename", testRename},
 				{"rename-model", testRenameModel},
+				{"expire-unsealed", testExpireUnsealed},
 				{"sessions", testSessions},
 				{"session-quota", testSessionQuota},
 				{"session-engine", testSessionEngine},

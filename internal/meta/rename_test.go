@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gd2fs/gd2fs/errs"
 )
@@ -293,5 +294,76 @@ func testRenameModel(t *testing.T, s Store) {
 		if !sameTree(want, got) {
 			t.Fatalf("step %d:\n got %v\nwant %v", i, keys(got), keys(want))
 		}
+	}
+}
+
+// testExpireUnsealed: unsealed files last written before the cut-off go
+// (chunks tombstoned); sealed files, files written since, and files of KV
+// sessions stay.
+func testExpireUnsealed(t *testing.T, s Store) {
+	ctx := context.Background()
+	old := now.Add(-48 * time.Hour)
+	dead, err := s.CreateFile(ctx, File{Path: "/w/dead", Pool: "ha", ChunkSize: 1 << 20, Modified: old})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AddChunks(ctx, dead.ID, []Chunk{{Index: 0, Replicas: []string{"s1", "s2"}}}); err != nil {
+		t.Fatal(err)
+	}
+	live, err := s.CreateFile(ctx, File{Path: "/w/live", Pool: "ha", ChunkSize: 1 << 20, Modified: old})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Commit(ctx, live.ID, 10, nil, false, now.Add(2*time.Hour)); err != nil { // written lately
+		t.Fatal(err)
+	}
+	sealed, err := s.CreateFile(ctx, File{Path: "/w/sealed", Pool: "ha", ChunkSize: 1 << 20, Modified: old})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Commit(ctx, sealed.ID, 0, nil, true, old); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CreateFile(ctx, File{Path: "/prefixes/p", Pool: "ha", ChunkSize: 1 << 20, Modified: old}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutLayout(ctx, llama); err != nil {
+		t.Fatal(err)
+	}
+	// A KV session's file (its plan reserved it): the sessions' expiry.
+	p, err := s.PlanSession(ctx, planIn("s-exp", 20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone, err := s.ExpireUnsealed(ctx, now.Add(time.Hour), 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, f := range gone {
+		names = append(names, f.Path)
+	}
+	sort.Strings(names)
+	if strings.Join(names, " ") != "/prefixes/p /w/dead" {
+		t.Fatalf("expired %v, want /prefixes/p and /w/dead", names)
+	}
+	if ids, err := s.Tombstones(ctx, "s2", 10); err != nil || len(ids) != 1 {
+		t.Fatalf("the expired file's chunk: tombstones %v %v", ids, err)
+	}
+	for _, keep := range []string{"/w/live", "/w/sealed"} {
+		if _, err := s.File(ctx, keep); err != nil {
+			t.Fatalf("%s: %v", keep, err)
+		}
+	}
+	if len(p.Fresh) == 0 {
+		t.Fatal("the plan reserved no file")
+	}
+	for _, r := range p.Fresh {
+		if _, err := s.File(ctx, r.Path); err != nil {
+			t.Fatalf("a session's file %s: %v", r.Path, err)
+		}
+	}
+	if again, err := s.ExpireUnsealed(ctx, now.Add(time.Hour), 100); err != nil || len(again) != 0 {
+		t.Fatalf("a second pass: %v %v", again, err)
 	}
 }
