@@ -168,9 +168,14 @@ func (d *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
 // under it onto a free name or an empty folder (ENOTEMPTY otherwise). Not
 // here: a file this mount is still writing (EBUSY: rename it after
 // close, which seals it), a file another client is writing or a KV
-// session holds (EBUSY, the master's "busy"), replacing a file processes
-// here have open (EBUSY: they would lose it at the servers' next
-// heartbeat), RENAME_EXCHANGE and RENAME_WHITEOUT (EINVAL).
+// session holds (EBUSY, the master's "busy"), RENAME_EXCHANGE and
+// RENAME_WHITEOUT (EINVAL). A replaced file that processes here still
+// read goes as a removed one does: its chunks are freed at the servers'
+// next heartbeat, and reads past the page cache then fail (never another
+// file's bytes: chunk ids are never reused). Refusing it (EBUSY) is no
+// better: the kernel sends the last close's release after close(2)
+// returns, so a program that closes a file and renames over it would get
+// EBUSY at random.
 func (d *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
 	if flags&^uint32(unix.RENAME_NOREPLACE) != 0 {
 		return syscall.EINVAL
@@ -185,12 +190,7 @@ func (d *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEmb
 	}
 	src := d.GetChild(name)
 	if src != nil {
-		if n, ok := src.Operations().(*fileNode); ok && n.busy(false) {
-			return syscall.EBUSY
-		}
-	}
-	if dst := np.GetChild(newName); dst != nil && dst != src {
-		if n, ok := dst.Operations().(*fileNode); ok && n.busy(true) {
+		if n, ok := src.Operations().(*fileNode); ok && n.writing() {
 			return syscall.EBUSY
 		}
 	}

@@ -50,8 +50,8 @@
 //	write after close / a second flush            EPERM
 //	truncate to another size, fallocate           EOPNOTSUPP (new files), EPERM (sealed)
 //	rename of a closed file or a folder           done on the cluster (one master step)
-//	rename of a file being written, over a file   EBUSY
-//	open here, of a KV session's file
+//	rename of a file being written, of a KV       EBUSY
+//	session's file
 //	rename RENAME_NOREPLACE onto a name / EXCHANGE EEXIST / EINVAL
 //	link, symlink, mknod                           EPERM
 //	setxattr                                       EOPNOTSUPP

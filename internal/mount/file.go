@@ -376,12 +376,12 @@ func storeMax(a *atomic.Int64, v int64) {
 	}
 }
 
-// busy reports whether this mount is writing the file, or, with open
-// too, has it open at all: a rename may not move it, or replace it.
-func (n *fileNode) busy(open bool) bool {
+// writing reports whether this mount is writing the file (a rename may
+// not move it: its writer commits by path).
+func (n *fileNode) writing() bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return n.w != nil || (open && n.opens > 0)
+	return n.w != nil
 }
 
 // unlinkLater hides p and leaves its removal to the last close, if the
