@@ -143,6 +143,9 @@ func (c *Client) Close() error {
 
 // FileInfo describes a file or directory.
 type FileInfo struct {
+	// ID tells this file from any other that has, or will have, its name
+	// (after a remove, rename or replace): the master never reuses one.
+	ID        int64
 	Attrs     map[string]string // "source", "etag", "sha256"
 	Path      string
 	IsDir     bool
@@ -168,7 +171,7 @@ type ReplicaInfo struct {
 }
 
 func infoOf(f api.File) FileInfo {
-	fi := FileInfo{Attrs: f.Attrs, Path: f.Path, IsDir: f.IsDir, Pool: f.Pool, ChunkSize: f.ChunkSize, Size: f.Size, Sealed: f.Sealed, Modified: f.Modified}
+	fi := FileInfo{ID: f.ID, Attrs: f.Attrs, Path: f.Path, IsDir: f.IsDir, Pool: f.Pool, ChunkSize: f.ChunkSize, Size: f.Size, Sealed: f.Sealed, Modified: f.Modified}
 	for _, c := range f.Chunks {
 		ci := ChunkInfo{Index: c.Index, Length: c.Length, ID: c.ID}
 		for _, r := range c.Replicas {
@@ -269,6 +272,32 @@ func (c *Client) Mkdir(ctx context.Context, dir string) error {
 // their servers shortly after.
 func (c *Client) Remove(ctx context.Context, path string) error {
 	return c.call(ctx, "DELETE", "/v1/files", path, nil, nil)
+}
+
+// RenameOptions tune Rename.
+type RenameOptions struct {
+	// NoReplace refuses to replace an existing file at the new name
+	// (errs.ErrExists), as `mv -n` does.
+	NoReplace bool
+}
+
+// Rename moves a sealed file, or a directory with everything under it, to
+// to, in one step on the master: readers see the old name or the new one.
+// An existing sealed file at to is replaced (POSIX rename), unless
+// o.NoReplace; a file still being written, or held by a KV session, is
+// errs.ErrBusy. The file keeps its bytes, chunks and attributes (a linked
+// file its S3 source), so nothing is copied. It returns what is now at to.
+func (c *Client) Rename(ctx context.Context, from, to string, o RenameOptions) (FileInfo, error) {
+	dst, err := nspath.Clean(to)
+	if err != nil {
+		return FileInfo{}, err
+	}
+	var f api.File
+	// The request id makes a retried rename (its first answer lost in a
+	// master failover) succeed instead of failing "not found".
+	req := api.RenameRequest{To: dst, NoReplace: o.NoReplace, RequestID: requestID()}
+	err = c.call(ctx, "POST", "/v1/rename", from, req, &f)
+	return infoOf(f), err
 }
 
 // Status is the cluster overview: servers, pools, totals.

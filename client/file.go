@@ -460,9 +460,22 @@ func (f *File) readReplicas(ctx context.Context, c api.Chunk, spread int, off in
 		f.info.Path, c.Index, strings.Join(tried, ", "), last, hint)
 }
 
+// same checks that nf, asked for by this handle's path, is still this
+// handle's file: the name may have been renamed away or replaced since
+// the open, and another file's chunk map would read its bytes as ours.
+func (f *File) same(nf api.File) error {
+	if f.info.ID != 0 && nf.ID != f.info.ID {
+		return errs.New(errs.ErrNotFound, "%s was replaced or renamed since it was opened: open it again", f.info.Path)
+	}
+	return nil
+}
+
 func (f *File) refresh(ctx context.Context) error {
 	var nf api.File
 	if err := f.c.call(ctx, "GET", "/v1/files", f.info.Path, nil, &nf); err != nil {
+		return err
+	}
+	if err := f.same(nf); err != nil {
 		return err
 	}
 	f.mu.Lock()

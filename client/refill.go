@@ -53,6 +53,10 @@ func (f *File) readRefilled(ctx context.Context, c api.Chunk, spread int, off in
 		var got api.Chunks
 		err := f.c.call(ctx, "POST", "/v1/refill", f.info.Path, api.RefillRequest{Index: c.Index, Failed: failed}, &got)
 		switch {
+		case err == nil && len(got.Chunks) == 1 && got.Chunks[0].Index == c.Index && got.Chunks[0].ID != c.ID:
+			// The name is another file's now (renamed or replaced since
+			// the open): its chunk would read its bytes as ours.
+			return errs.New(errs.ErrNotFound, "%s was replaced or renamed since it was opened: open it again", f.info.Path)
 		case err == nil && len(got.Chunks) == 1 && got.Chunks[0].Index == c.Index:
 			nc := got.Chunks[0]
 			nc.Length = max(nc.Length, c.Length)

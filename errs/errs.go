@@ -25,6 +25,9 @@ var (
 	ErrNotDir = errors.New("not a directory")
 	// ErrSealed: a write to a sealed (immutable) file or chunk.
 	ErrSealed = errors.New("sealed: file is immutable")
+	// ErrBusy: a change refused while something uses the name (a file still
+	// being written, or one a KV session holds); it works once that is over.
+	ErrBusy = errors.New("busy")
 	// ErrNoSpace: the store is full and nothing can be evicted.
 	ErrNoSpace = errors.New("no space left")
 	// ErrUnavailable: no live server holds the data (dead server, perf-pool loss).
@@ -113,6 +116,7 @@ var codes = []struct {
 	{"is_dir", ErrIsDir},
 	{"not_dir", ErrNotDir},
 	{"sealed", ErrSealed},
+	{"busy", ErrBusy},
 	{"no_space", ErrNoSpace},
 	{"unavailable", ErrUnavailable},
 	{"checksum", ErrChecksum},

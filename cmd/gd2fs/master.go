@@ -17,13 +17,14 @@ import (
 func newMaster(g *globals) *cobra.Command {
 	var listen, metaDSN, clusterN, quota, advertise string
 	var publicMasters, allowHosts []string
-	var downAfter, repairAfter, leadWarmup time.Duration
+	var downAfter, repairAfter, leadWarmup, unsealedTTL time.Duration
 	var maxConns, maxPerIP int
 	var planWarm bool
 	cmd := &cobra.Command{
 		Use:   "master",
 		Short: "Run the master: namespace, placement, membership (metadata in SQLite or PostgreSQL)",
 		Example: `  gd2fs master --listen :7070 --meta sqlite:///var/lib/gd2fs/meta.db
+  gd2fs master --unsealed-ttl 2h     # remove files whose writer died after 2 hours, not 24
   # several masters on one PostgreSQL database: one leads, the others stand by
   gd2fs master --listen :7070 --advertise http://m1:7070 --meta postgres://gd2fs@db:5432/gd2fs --token "$TOKEN"
   gd2fs master --listen :7070 --advertise http://m2:7070 --meta postgres://gd2fs@db:5432/gd2fs --token "$TOKEN"
@@ -41,7 +42,7 @@ func newMaster(g *globals) *cobra.Command {
 				return err
 			}
 			m, ms, err := node.NewMaster(ctx, node.Master{Listen: listen, Meta: metaDSN, Cluster: clusterN, Token: g.token,
-				DownAfter: downAfter, RepairAfter: repairAfter, LeadWarmup: leadWarmup, SessionQuota: q, Advertise: advertise, PublicMasters: publicMasters, Log: g.logger(),
+				DownAfter: downAfter, RepairAfter: repairAfter, LeadWarmup: leadWarmup, UnsealedTTL: unsealedTTL, SessionQuota: q, Advertise: advertise, PublicMasters: publicMasters, Log: g.logger(),
 				TLS: g.serverTLS, ClientTLS: g.clientTLS, MaxConns: maxConns, MaxConnsPerIP: maxPerIP, AllowedHosts: allowHosts, NoPlanWarm: !planWarm})
 			if err != nil {
 				return err
@@ -68,6 +69,7 @@ func newMaster(g *globals) *cobra.Command {
 	f.DurationVar(&downAfter, "down-after", 5*time.Second, "mark a server down after this long without a heartbeat")
 	f.DurationVar(&repairAfter, "repair-after", 30*time.Second, "re-replicate HA chunks of a server down this long (negative: never)")
 	f.BoolVar(&planWarm, "plan-warm", true, "after each explicit-mode plan, ask the servers holding its stored ranges to copy them into DRAM (asynchronous, bounded, never pinned)")
+	f.DurationVar(&unsealedTTL, "unsealed-ttl", master.DefaultUnsealedTTL, "remove a file left unsealed this long without a write (its writer died: kill -9, a lost host); negative: never")
 	f.DurationVar(&leadWarmup, "lead-warmup", 2*time.Second, "on taking over leadership, wait at most this long for the servers' heartbeats before placing chunks or declaring servers down (clients are told to retry meanwhile; at least the servers' --heartbeat)")
 	return cmd
 }

@@ -255,6 +255,32 @@ func TestCLI(t *testing.T) {
 			t.Fatalf("gd2fs %v: want error containing %q, got %v\n%s", s.args, s.want, err, out)
 		}
 	}
+	// mv: a rename, a move into a directory, -n, a refusal that says why.
+	for _, s := range []struct {
+		args []string
+		want string
+		fail bool
+	}{
+		{[]string{"mv", "gd2fs://local/models/m/model.bin", "gd2fs://local/models/m/renamed.bin"}, "", false},
+		{[]string{"cp", src, "gd2fs://local/models/other.bin"}, "", false},
+		{[]string{"mv", "-n", "gd2fs://local/models/other.bin", "gd2fs://local/models/m/renamed.bin"}, "already exists", true},
+		{[]string{"mv", "gd2fs://local/models/other.bin", "gd2fs://local/models/m/renamed.bin", "gd2fs://local/nowhere"}, "not a directory", true},
+		{[]string{"mkdir", "gd2fs://local/archive"}, "", false},
+		{[]string{"mv", "gd2fs://local/models/m", "gd2fs://local/archive"}, "", false},
+		{[]string{"ls", "gd2fs://local/archive/m"}, "renamed.bin", false},
+		{[]string{"mv", "gd2fs://local/archive/m/renamed.bin", "gd2fs://local/models/m/model.bin"}, "", false},
+		{[]string{"rm", "gd2fs://local/models/other.bin"}, "", false},
+	} {
+		out, err := run(s.args...)
+		if (err != nil) != s.fail || !strings.Contains(out, s.want) {
+			t.Fatalf("gd2fs %v: %v (want failure: %v)\n%s", s.args, err, s.fail, out)
+		}
+	}
+	cmd = exec.Command(bin, "cat", "gd2fs://local/models/m/model.bin")
+	cmd.Env = env
+	if out, err := cmd.Output(); err != nil || !bytes.Equal(out, data) {
+		t.Fatalf("cat after two moves: %v", err)
+	}
 	if out, err := run("rm", "gd2fs://local/models/m/model.bin"); err != nil {
 		t.Fatalf("rm: %v %s", err, out)
 	}

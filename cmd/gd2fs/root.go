@@ -97,7 +97,7 @@ usage (kv exists: could not ask). Shell completion, gd2fs:// paths included: gd2
 		return g.resolve()
 	}
 	root.AddCommand(newUp(g), newMaster(g), newServer(g), newCp(g), newLs(g), newStat(g), newCat(g),
-		newRm(g), newMkdir(g), newStatus(g), newKV(g), newModel(g), newSession(g), newWarmup(g), newCache(g), newRouter(g), newRESP(g), newMount(g), newUmount(g))
+		newRm(g), newMv(g), newMkdir(g), newStatus(g), newKV(g), newModel(g), newSession(g), newWarmup(g), newCache(g), newRouter(g), newRESP(g), newMount(g), newUmount(g))
 	markUsageErrors(root)
 	addRemoteCompletion(g, root) // completion.go
 	return root

@@ -30,6 +30,10 @@ func newStat(g *globals) *cobra.Command {
 				}
 				fmt.Printf("path:       %s\npool:       %s\nsize:       %d (%s)\nchunk size: %s\nsealed:     %v\nmodified:   %s\nchunks:     %d\n",
 					fi.Path, fi.Pool, fi.Size, human(fi.Size), human(fi.ChunkSize), fi.Sealed, fi.Modified.Format("2006-01-02 15:04:05 MST"), len(fi.Chunks))
+				if !fi.Sealed {
+					fmt.Print("note:       not sealed: being written, or its writer died (then the size is what it committed);\n" +
+						"            the master removes it after its --unsealed-ttl (24h by default) without writes; gd2fs rm removes it now\n")
+				}
 				for _, ch := range fi.Chunks {
 					var rs []string
 					for _, r := range ch.Replicas {

@@ -176,6 +176,10 @@ type Chunk struct {
 
 // File is a namespace entry: a file, or a directory when IsDir.
 type File struct {
+	// ID is the file's number on the master, which no other file ever
+	// has: a name can be removed, renamed or replaced, the id tells one
+	// file from the next under it (0 for directories).
+	ID        int64     `json:"id,omitempty"`
 	Path      string    `json:"path"`
 	IsDir     bool      `json:"is_dir,omitempty"`
 	Pool      string    `json:"pool,omitempty"`
@@ -205,6 +209,17 @@ type CreateRequest struct {
 	// RequestID, when set, makes the create idempotent: a repeat with the
 	// same id (a retry after the first answer was lost) returns the file
 	// the first one made instead of "exists".
+	RequestID string `json:"request_id,omitempty"`
+}
+
+// RenameRequest moves the file or directory named in the URL to To
+// (POST /v1/rename/{path}). An existing sealed file at To is replaced, as
+// POSIX rename does, unless NoReplace.
+type RenameRequest struct {
+	To        string `json:"to"`
+	NoReplace bool   `json:"no_replace,omitempty"`
+	// RequestID, when set, makes a file's rename idempotent: a repeat
+	// after the first answer was lost finds the file at To and succeeds.
 	RequestID string `json:"request_id,omitempty"`
 }
 
@@ -264,7 +279,7 @@ func HTTPStatus(err error) int {
 	switch errs.Code(err) {
 	case "not_found":
 		return http.StatusNotFound
-	case "exists", "not_empty", "sealed", "is_dir", "not_dir":
+	case "exists", "not_empty", "sealed", "busy", "is_dir", "not_dir":
 		return http.StatusConflict
 	case "bad_request", "out_of_range", "too_large":
 		return http.StatusBadRequest

@@ -134,6 +134,25 @@ func TestRepeatedCreateAndSeal(t *testing.T) {
 	want(t, m, 409, "POST", "/v1/commit/f", `{"size":10,"seal":true}`)
 }
 
+// A rename repeated with its request id after its answer was lost
+// succeeds; another request id is another rename, of a name now gone. A
+// file being written is busy (409); bad bodies are bad requests.
+func TestRepeatedRename(t *testing.T) {
+	m := startMaster(t, Config{Token: testToken})
+	want(t, m, 200, "PUT", "/v1/files/d/f.incomplete", `{"pool":"perf"}`)
+	want(t, m, 409, "POST", "/v1/rename/d/f.incomplete", `{"to":"/d/f"}`) // not sealed yet
+	want(t, m, 200, "POST", "/v1/commit/d/f.incomplete", `{"size":0,"seal":true}`)
+	want(t, m, 200, "POST", "/v1/rename/d/f.incomplete", `{"to":"/d/f","request_id":"r1"}`)
+	want(t, m, 200, "POST", "/v1/rename/d/f.incomplete", `{"to":"/d/f","request_id":"r1"}`)
+	want(t, m, 404, "POST", "/v1/rename/d/f.incomplete", `{"to":"/d/f","request_id":"r2"}`)
+	want(t, m, 404, "POST", "/v1/rename/d/f.incomplete", `{"to":"/d/f"}`)
+	want(t, m, 200, "POST", "/v1/rename/d", `{"to":"/e"}`)
+	want(t, m, 200, "GET", "/v1/files/e/f", ``)
+	want(t, m, 400, "POST", "/v1/rename/e/f", `{"to":"/e/../x"}`)
+	want(t, m, 400, "POST", "/v1/rename/e/f", `{"to":"/x","nope":1}`)
+	want(t, m, 400, "POST", "/v1/rename/e", `{"to":"/e/f/g"}`) // into itself
+}
+
 // A plan or a fork repeated with its request id (a client retrying across a
 // failover, the first answer lost) gets the first answer: the same plan id
 // and fresh bytes, the fork as done; another request id is another request.

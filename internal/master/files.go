@@ -12,6 +12,7 @@ import (
 	"github.com/gd2fs/gd2fs/internal/api"
 	"github.com/gd2fs/gd2fs/internal/limits"
 	"github.com/gd2fs/gd2fs/internal/meta"
+	"github.com/gd2fs/gd2fs/internal/nspath"
 )
 
 func (m *Master) pool(ctx context.Context, name string) (meta.Pool, error) {
@@ -49,7 +50,7 @@ func (m *Master) chunksOut(cs []meta.Chunk) []api.Chunk {
 }
 
 func fileOut(f meta.File) api.File {
-	return api.File{Path: f.Path, Pool: f.Pool, ChunkSize: f.ChunkSize, Size: f.Size, Sealed: f.Sealed, Modified: f.Modified}
+	return api.File{ID: f.ID, Path: f.Path, Pool: f.Pool, ChunkSize: f.ChunkSize, Size: f.Size, Sealed: f.Sealed, Modified: f.Modified}
 }
 
 func (m *Master) stat(r *http.Request) (any, error) {
@@ -235,6 +236,43 @@ func (m *Master) remove(r *http.Request) (any, error) {
 	return struct{}{}, m.meta.RemoveFile(r.Context(), p)
 }
 
+// rename moves a sealed file or a directory (meta.Rename has the rules)
+// and answers what is now at the new name.
+func (m *Master) rename(r *http.Request) (any, error) {
+	from, err := pathArg(r)
+	if err != nil {
+		return nil, err
+	}
+	var req api.RenameRequest
+	if err := readJSON(r, &req); err != nil {
+		return nil, err
+	}
+	to, err := nspath.Clean(req.To)
+	if err != nil {
+		return nil, err
+	}
+	ctx := r.Context()
+	err = m.meta.Rename(ctx, from, to, meta.RenameOptions{NoReplace: req.NoReplace, RequestID: req.RequestID}, time.Now().UTC())
+	if errors.Is(err, errs.ErrNotFound) && req.RequestID != "" {
+		// A repeat of a rename whose answer was lost (the client retried
+		// across a failover): the file it moved is at the new name.
+		if attrs, aerr := m.meta.Attrs(ctx, to); aerr == nil && attrs[meta.RenameIDAttr] == req.RequestID {
+			err = nil
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	f, err := m.meta.File(ctx, to)
+	if errors.Is(err, errs.ErrIsDir) {
+		return api.File{Path: to, IsDir: true}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return fileOut(f), nil
+}
+
 func (m *Master) alloc(r *http.Request) (any, error) {
 	p, err := pathArg(r)
 	if err != nil {
@@ -281,6 +319,9 @@ func (m *Master) alloc(r *http.Request) (any, error) {
 	}
 	cs, err := m.meta.AddChunks(r.Context(), f.ID, want)
 	if err != nil {
+		return nil, err
+	}
+	if err := m.touch(r.Context(), f); err != nil { // the writer is alive (unsealed.go)
 		return nil, err
 	}
 	return api.Chunks{Chunks: m.chunksOut(cs)}, nil

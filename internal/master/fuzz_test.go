@@ -43,6 +43,7 @@ var fuzzRoutes = []string{
 	"POST /v1/servers/{p}/drain",
 	"POST /v1/servers/{p}/drain?undo={p}",
 	"POST /v1/sessions/plans", // a batch of plans (27)
+	"POST /v1/rename/{p...}",  // 28
 }
 
 // FuzzHandlers sends arbitrary JSON bodies, paths and query figures to every
@@ -134,6 +135,10 @@ func FuzzHandlers(f *testing.F) {
 	// bounds, request ids the single plan refuses.
 	seed(27, "", `{"plans":[{"session":"s","request_id":"r1","plan":{"model":"m","token_ids":[1,2,3]}},{"session":"s","request_id":"r1","plan":{"model":"m","token_ids":[1,2,3]}},{"session":"..","plan":{"model":"m","prompt_tokens":16}},{"session":"t","plan":{"model":"m","prompt_tokens":16,"format":"vllm","flags":{"x":[1]}}}]}`)
 	seed(27, "", `{"plans":[]}`)
+	seed(28, "f", `{"to":"/g","request_id":"r1"}`)
+	seed(28, "g", `{"to":"/g/x","no_replace":true}`)
+	seed(28, "", `{"to":""}`)
+	seed(28, "d", `{"to":"/d/e"}`)
 	seed(27, "", `{"plans":null}`)
 	seed(27, "", `{"plans":[{"session":"s","request_id":"r\u0000","plan":{"model":"m","prompt_tokens":16}}]}`)
 	seed(27, "", `{"plans":[{"session":"s\u0000","plan":{"model":"m\u0000","decode_tokens":9223372036854775807,"unsafe_count_only":true,"prompt_tokens":9223372036854775807}}]}`)

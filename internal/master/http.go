@@ -168,6 +168,7 @@ func (m *Master) Handler() http.Handler {
 	h("GET /v1/files/{path...}", m.stat)
 	h("PUT /v1/files/{path...}", m.create)
 	h("DELETE /v1/files/{path...}", m.remove)
+	h("POST /v1/rename/{path...}", m.rename)
 	h("POST /v1/alloc/{path...}", m.alloc)
 	h("POST /v1/commit/{path...}", m.commit)
 	h("POST /v1/link/{path...}", m.link)

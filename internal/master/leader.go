@@ -31,6 +31,12 @@ func (m *Master) loop(ctx context.Context) {
 		if m.cfg.RepairAfter > 0 {
 			m.repair(ctx)
 		}
+		if now := time.Now(); m.cfg.UnsealedTTL > 0 && now.Sub(m.expiredAt) >= expireEvery {
+			m.expiredAt = now
+			if _, err := m.ExpireUnsealed(ctx, now); err != nil {
+				m.log.Warn("removing abandoned unsealed files failed (tried again in a minute)", "err", err)
+			}
+		}
 	}
 }
 

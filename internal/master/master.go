@@ -33,6 +33,10 @@ type Config struct {
 	// RepairAfter: HA chunks on a server down this long are copied to
 	// another server (default 30s). Negative disables repair.
 	RepairAfter time.Duration
+	// UnsealedTTL: an unsealed file nothing has written for this long
+	// (no create, chunk allocation or commit: its writer died) is removed
+	// (default 24h; negative: never). unsealed.go.
+	UnsealedTTL time.Duration
 	// LeadWarmup: a master that takes over leadership waits this long at
 	// most for the known servers' heartbeats before it places chunks or
 	// declares a silent server down (default 2s: two of the servers'
@@ -146,6 +150,9 @@ type Master struct {
 	refills refiller     // linked chunks re-placed after failure (refill.go)
 	warm    planWarmer   // plans' stored ranges copied into DRAM (planwarm.go)
 	health  masterHealth // /readyz and the health metrics (health.go)
+	// expiredAt: when the leader last looked for abandoned unsealed
+	// files (unsealed.go); only the loop touches it.
+	expiredAt time.Time
 }
 
 // New opens the master: it ensures the default pools exist and loads known
@@ -156,6 +163,9 @@ func New(ctx context.Context, cfg Config) (*Master, error) {
 	}
 	if cfg.DownAfter <= 0 {
 		cfg.DownAfter = 5 * time.Second
+	}
+	if cfg.UnsealedTTL == 0 {
+		cfg.UnsealedTTL = DefaultUnsealedTTL
 	}
 	if cfg.RepairAfter == 0 {
 		cfg.RepairAfter = 30 * time.Second

@@ -123,6 +123,12 @@ type Namespace interface {
 	// RemoveFile deletes a file and records a tombstone for every replica of
 	// its chunks, in one transaction.
 	RemoveFile(ctx context.Context, path string) error
+	// Rename moves a sealed file, or a directory with all under it, to a
+	// new name in one transaction (rename.go has the rules).
+	Rename(ctx context.Context, from, to string, o RenameOptions, now time.Time) error
+	// ExpireUnsealed removes up to limit unsealed files last written
+	// before before (their writers died: unsealed.go) and returns them.
+	ExpireUnsealed(ctx context.Context, before time.Time, limit int) ([]File, error)
 	// Commit sets the size and chunk lengths (only ever growing them) and
 	// optionally seals the file.
 	Commit(ctx context.Context, fileID int64, size int64, lengths map[int64]int64, seal bool, now time.Time) (File, error)

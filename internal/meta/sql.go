@@ -121,6 +121,8 @@ var schema = []string{
 	`CREATE TABLE IF NOT EXISTS files (id BIGINT PRIMARY KEY, path TEXT NOT NULL UNIQUE, parent TEXT NOT NULL,
 		pool TEXT NOT NULL, chunk_size BIGINT NOT NULL, size BIGINT NOT NULL, sealed INTEGER NOT NULL, mtime BIGINT NOT NULL)`,
 	`CREATE INDEX IF NOT EXISTS files_parent ON files (parent)`,
+	// Unsealed files by age, for ExpireUnsealed (few: only files being written).
+	`CREATE INDEX IF NOT EXISTS files_unsealed ON files (mtime) WHERE sealed = 0`,
 	`CREATE TABLE IF NOT EXISTS chunks (id BIGINT PRIMARY KEY, file_id BIGINT NOT NULL, idx BIGINT NOT NULL,
 		length BIGINT NOT NULL, UNIQUE (file_id, idx))`,
 	`CREATE TABLE IF NOT EXISTS replicas (chunk_id BIGINT NOT NULL, pos INTEGER NOT NULL, server_id TEXT NOT NULL,

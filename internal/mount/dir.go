@@ -3,11 +3,13 @@ package mount
 import (
 	"context"
 	"path"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
 
 	"github.com/gd2fs/gd2fs/client"
 )
@@ -16,10 +18,21 @@ import (
 // written elsewhere show up within Options.DirTimeout.
 type dirNode struct {
 	fs.Inode
-	m    *FS
-	path string
+	m *FS
+	// p is the folder's path on the cluster; a rename of the folder, or
+	// of one above it, changes it while other calls read it.
+	p    atomic.Pointer[string]
 	info client.FileInfo
 }
+
+func newDir(m *FS, p string, fi client.FileInfo) *dirNode {
+	d := &dirNode{m: m, info: fi}
+	d.p.Store(&p)
+	return d
+}
+
+// path is the folder's path on the cluster now.
+func (d *dirNode) path() string { return *d.p.Load() }
 
 var (
 	_ fs.NodeLookuper  = (*dirNode)(nil)
@@ -37,7 +50,7 @@ var (
 	_ fs.NodeStatfser  = (*dirNode)(nil)
 )
 
-func (d *dirNode) child(name string) string { return path.Join(d.path, name) }
+func (d *dirNode) child(name string) string { return path.Join(d.path(), name) }
 
 func (d *dirNode) attr(a *fuse.Attr) {
 	a.Mode = syscall.S_IFDIR | 0o755
@@ -80,7 +93,7 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 // same content is already known: its reader and page cache are shared).
 func (m *FS) inode(ctx context.Context, parent *fs.Inode, fi client.FileInfo, out *fuse.EntryOut) *fs.Inode {
 	if fi.IsDir {
-		ch := parent.NewInode(ctx, &dirNode{m: m, path: fi.Path, info: fi}, fs.StableAttr{Mode: syscall.S_IFDIR, Ino: ino(fi.Path, client.FileInfo{IsDir: true})})
+		ch := parent.NewInode(ctx, newDir(m, fi.Path, fi), fs.StableAttr{Mode: syscall.S_IFDIR, Ino: ino(fi.Path, client.FileInfo{IsDir: true})})
 		ch.Operations().(*dirNode).attr(&out.Attr)
 		out.SetEntryTimeout(m.opts.DirTimeout)
 		out.SetAttrTimeout(m.opts.DirTimeout)
@@ -97,7 +110,7 @@ func (m *FS) inode(ctx context.Context, parent *fs.Inode, fi client.FileInfo, ou
 }
 
 func (d *dirNode) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
-	es, err := d.m.cl.List(ctx, d.path)
+	es, err := d.m.cl.List(ctx, d.path())
 	if err != nil {
 		return nil, errno(err)
 	}
@@ -149,11 +162,64 @@ func (d *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
 	return errno(d.m.cl.Remove(ctx, d.child(name)))
 }
 
-// Rename answers EXDEV: gd2fs has no rename, and EXDEV is what makes mv,
-// shutil.move (huggingface_hub's downloads) and rename-based writers fall
-// back to copy and unlink, which the mount supports.
+// Rename renames on the cluster, in one step on the master (a sealed
+// file keeps its chunks: nothing is copied), with POSIX's answers: a file
+// replaces a file (RENAME_NOREPLACE: EEXIST), a folder moves with all
+// under it onto a free name or an empty folder (ENOTEMPTY otherwise). Not
+// here: a file this mount is still writing (EBUSY: rename it after
+// close, which seals it), a file another client is writing or a KV
+// session holds (EBUSY, the master's "busy"), RENAME_EXCHANGE and
+// RENAME_WHITEOUT (EINVAL). A replaced file that processes here still
+// read goes as a removed one does: its chunks are freed at the servers'
+// next heartbeat, and reads past the page cache then fail (never another
+// file's bytes: chunk ids are never reused). Refusing it (EBUSY) is no
+// better: the kernel sends the last close's release after close(2)
+// returns, so a program that closes a file and renames over it would get
+// EBUSY at random.
 func (d *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
-	return syscall.EXDEV
+	if flags&^uint32(unix.RENAME_NOREPLACE) != 0 {
+		return syscall.EINVAL
+	}
+	np, ok := newParent.(*dirNode)
+	if !ok {
+		return syscall.EXDEV
+	}
+	from, to := d.child(name), np.child(newName)
+	if d.m.hidden(from) {
+		return syscall.ENOENT
+	}
+	src := d.GetChild(name)
+	if src != nil {
+		if n, ok := src.Operations().(*fileNode); ok && n.writing() {
+			return syscall.EBUSY
+		}
+	}
+	if err := d.m.removeHidden(ctx, to); err != nil { // an unlinked name here is free: its readers here lose the old file, as on create
+		return errno(err)
+	}
+	if _, err := d.m.cl.Rename(ctx, from, to, client.RenameOptions{NoReplace: flags&unix.RENAME_NOREPLACE != 0}); err != nil {
+		return errno(err)
+	}
+	if src != nil {
+		renamed(src, to) // go-fuse moves the inode under its new name when this returns
+	}
+	return 0
+}
+
+// renamed gives the inode ch, and every inode known below it, their paths
+// under its new path p.
+func renamed(ch *fs.Inode, p string) {
+	switch n := ch.Operations().(type) {
+	case *fileNode:
+		n.mu.Lock()
+		n.info.Path = p
+		n.mu.Unlock()
+	case *dirNode:
+		n.p.Store(&p)
+		for name, c := range ch.Children() {
+			renamed(c, path.Join(p, name))
+		}
+	}
 }
 
 func (d *dirNode) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {

@@ -49,7 +49,10 @@
 //	write at any offset but the end               EOPNOTSUPP
 //	write after close / a second flush            EPERM
 //	truncate to another size, fallocate           EOPNOTSUPP (new files), EPERM (sealed)
-//	rename                                         EXDEV (mv and shutil.move copy, then unlink)
+//	rename of a closed file or a folder           done on the cluster (one master step)
+//	rename of a file being written, of a KV       EBUSY
+//	session's file
+//	rename RENAME_NOREPLACE onto a name / EXCHANGE EEXIST / EINVAL
 //	link, symlink, mknod                           EPERM
 //	setxattr                                       EOPNOTSUPP
 //	chmod, chown, utimes                           accepted, not stored

@@ -8,6 +8,9 @@ import (
 	"github.com/gd2fs/gd2fs/errs"
 )
 
+// errStale: the inode's file is no longer at its name (ESTALE).
+var errStale = errors.New("the file was replaced under its name")
+
 // errno is the one translation of an SDK error to what a POSIX program
 // sees (the table in doc.go and docs/mount.md).
 func errno(err error) syscall.Errno {
@@ -16,6 +19,8 @@ func errno(err error) syscall.Errno {
 		return 0
 	case errors.Is(err, context.Canceled):
 		return syscall.EINTR
+	case errors.Is(err, errStale):
+		return syscall.ESTALE
 	case errors.Is(err, errs.ErrNotFound):
 		return syscall.ENOENT
 	case errors.Is(err, errs.ErrExists):
@@ -28,6 +33,8 @@ func errno(err error) syscall.Errno {
 		return syscall.ENOTDIR
 	case errors.Is(err, errs.ErrSealed):
 		return syscall.EPERM
+	case errors.Is(err, errs.ErrBusy): // being written, or held by a KV session
+		return syscall.EBUSY
 	case errors.Is(err, errs.ErrNoSpace):
 		return syscall.ENOSPC
 	case errors.Is(err, errs.ErrBadRequest):

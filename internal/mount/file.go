@@ -221,11 +221,19 @@ func (n *fileNode) reader(ctx context.Context) error {
 		n.mu.Unlock()
 		return nil
 	}
-	p := n.info.Path
+	p, id := n.info.Path, n.info.ID
 	n.mu.Unlock()
 	f, err := n.m.cl.Open(ctx, p)
 	if err != nil {
 		return err
+	}
+	if got := f.Info().ID; id != 0 && got != id {
+		// Another file has the name now (replaced, or renamed over, by
+		// another client while the kernel still knew this inode): its
+		// bytes must not fill this inode's page cache. ESTALE makes the
+		// kernel look the name up again, and open the new file's inode.
+		f.Close()
+		return errStale
 	}
 	n.mu.Lock()
 	if n.rd == nil {
@@ -366,6 +374,14 @@ func storeMax(a *atomic.Int64, v int64) {
 			return
 		}
 	}
+}
+
+// writing reports whether this mount is writing the file (a rename may
+// not move it: its writer commits by path).
+func (n *fileNode) writing() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.w != nil
 }
 
 // unlinkLater hides p and leaves its removal to the last close, if the

@@ -156,7 +156,7 @@ func Mount(dir string, o Options) (*FS, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &FS{opts: o, cl: o.Client, dir: abs, ctx: ctx, cancel: cancel, hiddenPaths: map[string]*fileNode{}}
-	root := &dirNode{m: m, path: o.Root}
+	root := newDir(m, o.Root, client.FileInfo{})
 	m.root = root
 	zero := time.Duration(0)
 	mo := fuse.MountOptions{

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/gd2fs/gd2fs/client"
+	"github.com/gd2fs/gd2fs/errs"
+	"github.com/gd2fs/gd2fs/internal/master"
 	"github.com/gd2fs/gd2fs/internal/testutil"
 )
 
@@ -213,5 +215,90 @@ f.close()`, filepath.Join(m.Dir(), name), end)
 	}
 	if fi, err := e.cl.Stat(context.Background(), "/w/done.bin"); err != nil || !fi.Sealed || fi.Size != n {
 		t.Fatalf("a writer that ended: %+v %v, want sealed with %d bytes", fi, err, n)
+	}
+}
+
+// TestKilledDaemonWriter: kill -9 of the mount daemon while a process
+// writes through it. The file is left unsealed on the cluster, with the
+// bytes the writer had fsynced; nothing can tell it from a file still
+// being written but time, so the master removes it once nothing has
+// written to it for --unsealed-ttl, and keeps a file being written now.
+func TestKilledDaemonWriter(t *testing.T) {
+	if _, err := os.Stat("/usr/bin/python3"); err != nil {
+		t.Skipf("the writer is a python3 script: %v", err)
+	}
+	e := setup(t, nil)
+	ctx := context.Background()
+	if err := e.cl.Mkdir(ctx, "/kw"); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	d := daemon(t, e, dir, "/kw")
+	const n = 3 << 20
+	w := exec.Command("/usr/bin/python3", "-c", `import os, sys, time
+f = open(sys.argv[1], "wb", buffering=0)
+f.write(bytes(`+fmt.Sprint(n)+`))
+os.fsync(f.fileno())
+f.write(bytes(1000))
+print("written", flush=True)
+time.sleep(600)`, filepath.Join(dir, "partial.bin"))
+	out, err := w.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Process.Kill(); w.Wait() })
+	if line, err := bufio.NewReader(out).ReadString('\n'); line != "written\n" {
+		t.Fatalf("writer: %q %v", line, err)
+	}
+	d.Process.Kill()
+	d.Wait()
+	w.Process.Kill()
+	w.Wait()
+	if err := Unmount(dir, false); err != nil {
+		t.Fatalf("unmount after kill -9: %v", err)
+	}
+
+	fi, err := e.cl.Stat(ctx, "/kw/partial.bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Sealed || fi.Size != n {
+		t.Fatalf("the file of a killed daemon: sealed %v, %d bytes; want unsealed with the %d bytes fsynced", fi.Sealed, fi.Size, n)
+	}
+	// Shown as partial through a new mount (mode 0644, not a sealed 0444).
+	m, _ := e.mountFS(t, Options{Root: "/kw"})
+	if st, err := os.Stat(filepath.Join(m.Dir(), "partial.bin")); err != nil || st.Mode().Perm() != 0o644 || st.Size() != n {
+		t.Fatalf("the partial file through a new mount: %v %v", st, err)
+	}
+	// A file being written now, by a live writer.
+	live, err := e.cl.Create(ctx, "/kw/live.bin", client.CreateOptions{Pool: "perf"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer live.Close()
+	if _, err := live.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	li, err := e.cl.Stat(ctx, "/kw/live.bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !li.Modified.After(fi.Modified) {
+		t.Fatalf("the live file (%v) is not newer than the partial one (%v)", li.Modified, fi.Modified)
+	}
+	// The master's clock, a TTL past the partial file's last write and
+	// not past the live one's.
+	at := fi.Modified.Add(li.Modified.Sub(fi.Modified)/2 + master.DefaultUnsealedTTL)
+	if k, err := e.c.Master.ExpireUnsealed(ctx, at); err != nil || k != 1 {
+		t.Fatalf("expiry removed %d files (%v), want 1", k, err)
+	}
+	if _, err := e.cl.Stat(ctx, "/kw/partial.bin"); !errors.Is(err, errs.ErrNotFound) {
+		t.Fatalf("the abandoned file after the expiry: %v", err)
+	}
+	if _, err := e.cl.Stat(ctx, "/kw/live.bin"); err != nil {
+		t.Fatalf("the live file after the expiry: %v", err)
 	}
 }

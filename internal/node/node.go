@@ -95,6 +95,7 @@ type Master struct {
 	Token         string
 
 	DownAfter, RepairAfter, LeadWarmup time.Duration // 0: the master's defaults
+	UnsealedTTL                        time.Duration // 0: the master's default (24h); negative: never
 	SessionQuota                       int64         // bytes of session files (0: no limit)
 	NoPlanWarm                         bool          // master.Config.NoPlanWarm
 
@@ -117,7 +118,7 @@ func NewMaster(ctx context.Context, n Master) (*master.Master, meta.Store, error
 		return nil, nil, err
 	}
 	cfg := master.Config{Listen: n.Listen, Meta: ms, Cluster: n.Cluster, Token: n.Token,
-		DownAfter: n.DownAfter, RepairAfter: n.RepairAfter, LeadWarmup: n.LeadWarmup, SessionQuota: n.SessionQuota,
+		DownAfter: n.DownAfter, RepairAfter: n.RepairAfter, LeadWarmup: n.LeadWarmup, UnsealedTTL: n.UnsealedTTL, SessionQuota: n.SessionQuota,
 		Advertise: n.Advertise, PublicMasters: n.PublicMasters, Log: n.Log, TLS: n.TLS, ClientTLS: n.ClientTLS, MaxConns: n.MaxConns, MaxConnsPerIP: n.MaxConnsPerIP, AllowedHosts: n.AllowedHosts, NoPlanWarm: n.NoPlanWarm}
 	if n.Transport != nil {
 		cfg.Peers = n.Transport // not a nil client.PeerTransport in a master.Peers

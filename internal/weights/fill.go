@@ -138,6 +138,12 @@ func (f *Fill) copy(ctx context.Context, c *Cache, cl *client.Client) (string, e
 	if err != nil {
 		return "", err
 	}
+	if id := src.Info().ID; fi.ID != 0 && id != fi.ID {
+		// Another file has the name now (renamed over, or replaced): its
+		// bytes are not fi's, nor is the sha256 they hash to.
+		src.Close()
+		return "", errs.New(errs.ErrNotFound, "%s was replaced since it was opened: nothing was cached", fi.Path)
+	}
 	resumed := pd.done
 	if _, err = src.CopyToFrom(ctx, fillWriter{pd, f}, pd.done, nil); err == nil {
 		err = pd.finish()
