@@ -69,7 +69,7 @@ func SeedSessions(ctx context.Context, st Store, in SeedInput) error {
 		}
 	}
 	var tables []seedTable
-	var stride int64
+	var stride, reserved int64
 	err := s.tx(ctx, func(tx *sql.Tx) error {
 		if err := s.lockSessions(ctx, tx); err != nil {
 			return err
@@ -81,6 +81,13 @@ func SeedSessions(ctx context.Context, st Store, in SeedInput) error {
 		// Ids: every id the template holds is at most the counter's value
 		// cur; copy i adds (i+1)*stride to each, which keeps them apart
 		// from each other and from every id issued so far.
+		for _, t := range tables {
+			if t.name == "kv_files" {
+				for _, r := range t.rows {
+					reserved += r[col(t.cols, "reserved")].(int64)
+				}
+			}
+		}
 		lo, err := seedLowestID(tables, in)
 		if err != nil {
 			return err
@@ -108,6 +115,9 @@ func SeedSessions(ctx context.Context, st Store, in SeedInput) error {
 				if err := s.seedInsert(ctx, tx, t, in, stride, done, n); err != nil {
 					return err
 				}
+			}
+			if _, err := s.counter(ctx, tx, "kv_reserved", int64(n)*reserved); err != nil {
+				return err
 			}
 			return s.seedGen(ctx, tx)
 		})

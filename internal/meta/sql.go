@@ -168,6 +168,16 @@ func (s *sqlStore) migratePostgres(ctx context.Context, schema []string) error {
 		return err
 	}
 	for _, q := range schema {
+		if name, ok := strings.CutPrefix(q, "DROP INDEX IF EXISTS "); ok {
+			// Dropped once; looked up first, for the same reason.
+			var exists bool
+			if err := tx.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL`, name).Scan(&exists); err != nil {
+				return fmt.Errorf("look up %s: %w", name, err)
+			}
+			if !exists {
+				continue
+			}
+		}
 		if name := createdName(q); name != "" {
 			var exists bool
 			if err := tx.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL`, name).Scan(&exists); err != nil {
