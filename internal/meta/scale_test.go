@@ -102,3 +102,60 @@ func TestReservedCounterOnOldDatabase(t *testing.T) {
 		t.Fatalf("kv_reserved %d for %d reserved; old index %d, new %d", counted, summed, oldIndex, newIndex)
 	}
 }
+
+// TestDeletedSessionLeavesNoDir: a session's directory (made by its first
+// plan) goes with its last file, when the session is deleted or evicted
+// and no fork still holds a file there; under a quota's churn of new
+// session ids it was left behind, one row of dirs per session ever made.
+func TestDeletedSessionLeavesNoDir(t *testing.T) {
+	for name, open := range engines(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			s := open(t)
+			if err := s.PutLayout(ctx, llama); err != nil {
+				t.Fatal(err)
+			}
+			for _, id := range []string{"a", "b"} {
+				p, err := s.PlanSession(ctx, planIn(id, 40))
+				if err != nil {
+					t.Fatal(err)
+				}
+				written(t, s, p)
+				if _, err := s.CommitSession(ctx, CommitInput{Session: id, PlanID: p.ID, Now: now}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			isDir := func(id string, want bool) {
+				t.Helper()
+				if ok, err := s.IsDir(ctx, "/kv-sessions/"+id); err != nil || ok != want {
+					t.Fatalf("directory of %s: %v %v, want %v", id, ok, err, want)
+				}
+			}
+			isDir("a", true)
+			if err := s.ForkSession(ctx, "a", "fork", "", now); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.DeleteSession(ctx, "a"); err != nil {
+				t.Fatal(err)
+			}
+			isDir("a", true) // its file passed to the fork
+			if err := s.DeleteSession(ctx, "fork"); err != nil {
+				t.Fatal(err)
+			}
+			isDir("a", false)
+			// Evicted under the quota.
+			b, err := s.Session(ctx, "b")
+			if err != nil {
+				t.Fatal(err)
+			}
+			in := planIn("c", 40)
+			in.Quota = b.Bytes // room for c's 40 tokens alone
+			p, err := s.PlanSession(ctx, in)
+			if err != nil || len(p.Evicted) != 1 || p.Evicted[0] != "b" {
+				t.Fatalf("evicted %v: %v", p.Evicted, err)
+			}
+			isDir("b", false)
+			isDir("c", true)
+		})
+	}
+}

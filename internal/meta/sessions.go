@@ -756,6 +756,14 @@ func (s *sqlStore) deleteSessionTx(ctx context.Context, tx *sql.Tx, id string) e
 			if err := s.removeFileTx(ctx, tx, p); err != nil && !errors.Is(err, errs.ErrNotFound) {
 				return err
 			}
+			// The session's directory goes with its last file: plans made
+			// it, and under a quota's churn of new session ids every
+			// evicted session would otherwise leave a row in dirs for ever.
+			d := parentOf(p)
+			if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM dirs WHERE path = ? AND NOT EXISTS (SELECT 1 FROM files WHERE parent = ?)
+				AND NOT EXISTS (SELECT 1 FROM dirs WHERE parent = ?)`), d, d, d); err != nil {
+				return wrapDB(err)
+			}
 		case err != nil:
 			return wrapDB(err)
 		default:
