@@ -219,8 +219,9 @@ func (b *planBench) fill(ctx context.Context) error {
 		return err
 	}
 	start := time.Now()
+	var shown atomic.Int64
 	progress := func(done int) {
-		if done%100000 == 0 || done == b.sessions {
+		if k := int64(done / 100000); (k > shown.Load() && shown.CompareAndSwap(shown.Load(), k)) || done == b.sessions {
 			fmt.Fprintf(os.Stderr, "  %d sessions (%.0f/s)\n", done, float64(done)/time.Since(start).Seconds())
 		}
 	}
