@@ -118,11 +118,6 @@ func (s *sqlStore) Lead(ctx context.Context, url string) (bool, error) {
 		return false, err
 	}
 	s.leadTerm.Store(term)
-	if err := s.recountReserved(ctx); err != nil {
-		l.releaseLocked()
-		s.leadTerm.Store(0)
-		return false, err
-	}
 	_, err = s.db.ExecContext(ctx, s.q(`INSERT INTO cluster_info (k, v) VALUES ('leader', ?) ON CONFLICT (k) DO UPDATE SET v = excluded.v`), url)
 	return true, wrapDB(err)
 }

@@ -59,8 +59,8 @@ func TestQuotaQueriesUseIndexes(t *testing.T) {
 }
 
 // TestReservedCounterOnOldDatabase: a database made before the kv_reserved
-// counter and the (last_used, id) index gets both when a master opens it
-// and takes the lead, and the counter is exact (the invariants, with
+// counter and the (last_used, id) index gets both when a master opens it,
+// and the counter is exact (the invariants, with
 // GD2FS_META_INVARIANTS=1, then check it after every transaction).
 func TestReservedCounterOnOldDatabase(t *testing.T) {
 	ctx := context.Background()

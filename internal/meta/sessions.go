@@ -153,11 +153,6 @@ var sessionSchema = []string{
 		token_length BIGINT NOT NULL, path TEXT NOT NULL, kv_start BIGINT NOT NULL, kv_length BIGINT NOT NULL,
 		base_tokens BIGINT NOT NULL, created BIGINT NOT NULL)`,
 	`CREATE INDEX IF NOT EXISTS kv_plans_session ON kv_plans (session_id)`,
-	// kv_reserved is SUM(kv_files.reserved), kept by every statement that
-	// changes it, so the quota check reads one row instead of summing every
-	// session file (quotaTotalQuery). Taking the lead counts it again
-	// (recountReserved), which also sets it on a database made before it.
-	`INSERT INTO counters (k, v) VALUES ('kv_reserved', 0) ON CONFLICT (k) DO NOTHING`,
 }
 
 // The quota's two queries (enforceQuotaTx); TestQuotaQueriesUseIndexes
@@ -790,19 +785,21 @@ func (s *sqlStore) dropKVFileTx(ctx context.Context, tx *sql.Tx, p string) error
 	return err
 }
 
-// recountReserved sets kv_reserved to the sum it stands for, when this
-// store takes the lead: a database made before the counter, or written by
-// a master of an earlier version, gets it right. It reads every session
-// file's row once (docs/kv-cache.md, "Scale of the session table", for
-// what that costs at a million sessions).
-func (s *sqlStore) recountReserved(ctx context.Context) error {
-	return s.tx(ctx, func(tx *sql.Tx) error {
-		if err := s.lockSessions(ctx, tx); err != nil {
-			return err
-		}
-		_, err := tx.ExecContext(ctx, `UPDATE counters SET v = (SELECT COALESCE(SUM(reserved), 0) FROM kv_files) WHERE k = 'kv_reserved'`)
-		return wrapDB(err)
-	})
+// addReservedCounter creates counters.kv_reserved, SUM(kv_files.reserved)
+// kept by every statement that changes it, so that the quota check reads one
+// row instead of summing every session file (quotaTotalQuery). A database
+// made before it gets it counted once, when a master first opens it (at a
+// million sessions a scan of seconds: done at Open, which has no deadline,
+// not in Lead, which has one). A master of an earlier version still
+// leading beside one of this version changes reservations without it; the
+// invariants (GD2FS_META_INVARIANTS=1) check it after every transaction.
+func (s *sqlStore) addReservedCounter(ctx context.Context, x execer) error {
+	var n int
+	if err := x.QueryRowContext(ctx, `SELECT COUNT(*) FROM counters WHERE k = 'kv_reserved'`).Scan(&n); err != nil || n > 0 {
+		return err
+	}
+	_, err := x.ExecContext(ctx, `INSERT INTO counters (k, v) SELECT 'kv_reserved', COALESCE(SUM(reserved), 0) FROM kv_files`)
+	return err
 }
 
 // CommitInput commits a plan.

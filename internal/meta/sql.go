@@ -149,7 +149,13 @@ func (s *sqlStore) migrate(ctx context.Context) error {
 			return fmt.Errorf("%s: %w", q, err)
 		}
 	}
-	return s.addColumns(ctx, s.db)
+	if err := s.addColumns(ctx, s.db); err != nil {
+		return err
+	}
+	if err := s.addReservedCounter(ctx, s.db); err != nil {
+		return fmt.Errorf("count kv_reserved: %w", err)
+	}
+	return nil
 }
 
 // migratePostgres creates what schema lacks, in one transaction under an
@@ -193,6 +199,9 @@ func (s *sqlStore) migratePostgres(ctx context.Context, schema []string) error {
 	}
 	if err := s.addColumns(ctx, tx); err != nil {
 		return err
+	}
+	if err := s.addReservedCounter(ctx, tx); err != nil {
+		return fmt.Errorf("count kv_reserved: %w", err)
 	}
 	return tx.Commit()
 }
