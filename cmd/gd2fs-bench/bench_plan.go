@@ -31,10 +31,9 @@ type planBench struct {
 	reuse, warm, restart       bool
 	cpuProfile                 string
 
-	ms      meta.Store
-	l       meta.Layout
-	conv    []uint32
-	planned atomic.Int64 // fresh bytes the timed plans reserved
+	ms   meta.Store
+	l    meta.Layout
+	conv []uint32
 }
 
 const planBenchPrefix = "/kv-bench-prefix/system"
@@ -153,18 +152,8 @@ func (b *planBench) run(ctx context.Context) error {
 			return err
 		}
 	}
-	// What one session reserves (an earlier run's quota may have evicted
-	// the first ones).
-	first, err := b.ms.Sessions(ctx, "", 1)
-	if err != nil {
-		return err
-	}
-	if len(first) == 0 {
-		return fmt.Errorf("no sessions in %s (--reuse on a database no run filled?)", b.dsn)
-	}
-	one, err := b.ms.Session(ctx, first[0].ID)
-	if err != nil {
-		return err
+	if first, err := b.ms.Sessions(ctx, "", 1); err != nil || len(first) == 0 {
+		return fmt.Errorf("no sessions in %s (--reuse on a database no run filled?): %v", b.dsn, err)
 	}
 	if err := b.fileSize(); err != nil {
 		return err
@@ -215,7 +204,7 @@ func (b *planBench) run(ctx context.Context) error {
 		}
 	}
 	if b.quotaPlans > 0 {
-		if err := b.quota(ctx, one.Bytes, touched); err != nil {
+		if err := b.quota(ctx, touched); err != nil {
 			return err
 		}
 	}
@@ -290,15 +279,11 @@ func (b *planBench) timePlans(ctx context.Context, c int, touch func(string)) er
 				}
 				id := b.id(r.IntN(b.sessions))
 				t := time.Now()
-				p, err := b.ms.PlanSession(ctx, b.turnInput(id, b.turns))
-				if err != nil {
+				if _, err := b.ms.PlanSession(ctx, b.turnInput(id, b.turns)); err != nil {
 					errc <- err
 					return
 				}
 				lat[i] = time.Since(t)
-				for _, f := range p.Fresh {
-					b.planned.Add(f.KVLength)
-				}
 				touch(id)
 			}
 		}(w)
@@ -319,13 +304,16 @@ func (b *planBench) timePlans(ctx context.Context, c int, touch func(string)) er
 // before it, so that each evicts one session, and checks the victims are the least recently used idle
 // sessions in order: with --setup seed, the sessions no plan touched, by
 // id (a copy's last use is its number of nanoseconds after the template's).
-func (b *planBench) quota(ctx context.Context, perSession int64, touched map[string]bool) error {
-	total := perSession*int64(b.sessions) + b.planned.Load()
+func (b *planBench) quota(ctx context.Context, touched map[string]bool) error {
 	lat := make([]time.Duration, b.quotaPlans)
 	var evicted []string
 	r := rand.New(rand.NewPCG(7, 7))
 	for i := range lat {
 		in := b.turnInput(b.id(r.IntN(b.sessions)), b.turns)
+		total, err := meta.ReservedBytes(ctx, b.ms)
+		if err != nil {
+			return err
+		}
 		in.Quota = total - 1
 		t := time.Now()
 		p, err := b.ms.PlanSession(ctx, in)
@@ -334,11 +322,7 @@ func (b *planBench) quota(ctx context.Context, perSession int64, touched map[str
 		}
 		lat[i] = time.Since(t)
 		evicted = append(evicted, p.Evicted...)
-		for _, f := range p.Fresh {
-			total += f.KVLength
-		}
 		for _, e := range p.Evicted {
-			total -= perSession
 			if touched[e] {
 				return fmt.Errorf("plan %d evicted %s, a session a plan touched (it has a plan outstanding)", i, e)
 			}

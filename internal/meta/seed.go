@@ -366,3 +366,15 @@ func WarmSessions(ctx context.Context, st Store, ids []string) error {
 		return nil
 	})
 }
+
+// ReservedBytes is what session files reserve in all (the quota's total,
+// counters.kv_reserved), for gd2fs-bench plan's quota measurement.
+func ReservedBytes(ctx context.Context, st Store) (int64, error) {
+	s, ok := st.(*sqlStore)
+	if !ok {
+		return 0, errs.New(errs.ErrBadRequest, "reserved: not a store meta.Open returned")
+	}
+	var v int64
+	err := s.db.QueryRowContext(ctx, quotaTotalQuery).Scan(&v)
+	return v, wrapDB(err)
+}
