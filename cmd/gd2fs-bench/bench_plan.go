@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gd2fs/gd2fs/errs"
 	"github.com/gd2fs/gd2fs/internal/meta"
 	"github.com/spf13/cobra"
 )
@@ -26,6 +28,7 @@ import (
 type planBench struct {
 	dsn, setup                 string
 	sessions, plans, conc      int
+	from                       int // with --reuse: the first session that is left
 	turns, quotaPlans          int
 	system, turnTok, answerTok int64
 	reuse, warm, restart       bool
@@ -69,6 +72,7 @@ row (meta.SeedSessions: each copy is what the same plans and commits make, TestS
 	f.IntVar(&b.sessions, "sessions", 100000, "sessions")
 	f.StringVar(&b.setup, "setup", "seed", "how sessions are made: seed (one through the API, copied) or api (each through the API)")
 	f.BoolVar(&b.reuse, "reuse", false, "the --meta database already holds the sessions (a previous run with the same flags)")
+	f.IntVar(&b.from, "from", 0, "with --reuse: plan on sessions --from..--sessions-1 only (an earlier run's quota evicted those before)")
 	f.IntVar(&b.turns, "turns", 3, "turns per session")
 	f.Int64Var(&b.system, "system-tokens", 1000, "tokens of the shared system prompt (a registered prefix)")
 	f.Int64Var(&b.turnTok, "turn-tokens", 200, "prompt tokens a turn adds")
@@ -122,6 +126,9 @@ func (b *planBench) open(ctx context.Context) error {
 }
 
 func (b *planBench) run(ctx context.Context) error {
+	if b.from < 0 || b.from >= b.sessions || (b.from > 0 && !b.reuse) {
+		return fmt.Errorf("--from must be below --sessions, and only with --reuse")
+	}
 	if b.sessions < 1 || b.plans < 1 || b.conc < 1 || b.turns < 1 || b.system < 1 || b.turnTok < 1 || b.answerTok < 0 {
 		return fmt.Errorf("--sessions, --plans, --concurrency, --turns, --system-tokens and --turn-tokens must be at least 1")
 	}
@@ -186,7 +193,7 @@ func (b *planBench) run(ctx context.Context) error {
 		human(rss1), human(rss1-rss0), human((rss1-rss0)/int64(len(touched))), human(heap1), human(heap1-heap0), human((heap1-heap0)/int64(len(touched))))
 	if b.warm {
 		t0 := time.Now()
-		for i := 0; i < b.sessions; i += 10000 {
+		for i := b.from; i < b.sessions; i += 10000 {
 			ids := make([]string, 0, 10000)
 			for j := i; j < min(i+10000, b.sessions); j++ {
 				ids = append(ids, b.id(j))
@@ -197,8 +204,8 @@ func (b *planBench) run(ctx context.Context) error {
 		}
 		rss2, heap2 := memNow()
 		fmt.Printf("  every session in the leader's memory (%s to load): RSS %s (+%s, %s a session), Go heap %s (+%s, %s a session)\n",
-			time.Since(t0).Round(time.Millisecond), human(rss2), human(rss2-rss0), human((rss2-rss0)/int64(b.sessions)),
-			human(heap2), human(heap2-heap0), human((heap2-heap0)/int64(b.sessions)))
+			time.Since(t0).Round(time.Millisecond), human(rss2), human(rss2-rss0), human((rss2-rss0)/int64(b.sessions-b.from)),
+			human(heap2), human(heap2-heap0), human((heap2-heap0)/int64(b.sessions-b.from)))
 		if err := b.timePlans(ctx, 1, touch); err != nil {
 			return err
 		}
@@ -277,7 +284,7 @@ func (b *planBench) timePlans(ctx context.Context, c int, touch func(string)) er
 				if i >= int64(b.plans) {
 					return
 				}
-				id := b.id(r.IntN(b.sessions))
+				id := b.id(b.from + r.IntN(b.sessions-b.from))
 				t := time.Now()
 				if _, err := b.ms.PlanSession(ctx, b.turnInput(id, b.turns)); err != nil {
 					errc <- err
@@ -305,11 +312,15 @@ func (b *planBench) timePlans(ctx context.Context, c int, touch func(string)) er
 // sessions in order: with --setup seed, the sessions no plan touched, by
 // id (a copy's last use is its number of nanoseconds after the template's).
 func (b *planBench) quota(ctx context.Context, touched map[string]bool) error {
+	cands, err := b.lruCandidates(ctx, touched)
+	if err != nil {
+		return err
+	}
 	lat := make([]time.Duration, b.quotaPlans)
 	var evicted []string
 	r := rand.New(rand.NewPCG(7, 7))
 	for i := range lat {
-		in := b.turnInput(b.id(r.IntN(b.sessions)), b.turns)
+		in := b.turnInput(b.id(b.from+r.IntN(b.sessions-b.from)), b.turns)
 		total, err := meta.ReservedBytes(ctx, b.ms)
 		if err != nil {
 			return err
@@ -332,14 +343,13 @@ func (b *planBench) quota(ctx context.Context, touched map[string]bool) error {
 	slices.Sort(lat)
 	n := len(lat)
 	fmt.Printf("  under a quota: %d plans evicted %d sessions, p50 %s, p99 %s\n", n, len(evicted), dur(lat[n/2]), dur(lat[n*99/100]))
-	if b.setup != "seed" || b.reuse {
-		fmt.Printf("  victims not checked (the LRU order is known only for a table --setup seed has just made)\n")
-		return nil
-	}
 	want := make([]string, 0, len(evicted))
-	for i := 0; len(want) < len(evicted) && i < b.sessions; i++ {
-		if !touched[b.id(i)] || slices.Contains(evicted, b.id(i)) {
-			want = append(want, b.id(i))
+	for _, id := range cands {
+		if len(want) == len(evicted) {
+			break
+		}
+		if !touched[id] || slices.Contains(evicted, id) {
+			want = append(want, id)
 		}
 	}
 	if !slices.Equal(evicted, want) {
@@ -347,6 +357,39 @@ func (b *planBench) quota(ctx context.Context, touched map[string]bool) error {
 	}
 	fmt.Printf("  victims: exactly the least recently used idle sessions, in order (%s)\n", short(evicted))
 	return nil
+}
+
+// lruCandidates are, in their least-recently-used order, the sessions a
+// quota may evict first: those of the seeded table no plan has touched
+// since (their last use is the template's plus their number in ns; one a
+// plan touched is used later, and an earlier run's plans leave theirs
+// outstanding or later). Read through Session (SQL), not the quota query.
+func (b *planBench) lruCandidates(ctx context.Context, touched map[string]bool) ([]string, error) {
+	var base time.Time
+	var out []string
+	for i := b.from; i < b.sessions && len(out) < 2*b.quotaPlans+100; i++ {
+		id := b.id(i)
+		if touched[id] {
+			continue
+		}
+		ss, err := b.ms.Session(ctx, id)
+		if errors.Is(err, errs.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if base.IsZero() {
+			base = ss.LastUsed
+		}
+		if ss.LastUsed.Before(base.Add(time.Second)) && !ss.LastUsed.Before(base) {
+			out = append(out, id)
+		}
+	}
+	if b.setup != "seed" {
+		return nil, fmt.Errorf("--quota-plans checks the victims' order, known only for --setup seed")
+	}
+	return out, nil
 }
 
 func short(ids []string) string {
@@ -373,7 +416,7 @@ func (b *planBench) restartLead(ctx context.Context) error {
 	r := rand.New(rand.NewPCG(9, 9))
 	for i := 0; i < 2; i++ {
 		t := time.Now()
-		if _, err := b.ms.PlanSession(ctx, b.turnInput(b.id(r.IntN(b.sessions)), b.turns)); err != nil {
+		if _, err := b.ms.PlanSession(ctx, b.turnInput(b.id(b.from+r.IntN(b.sessions-b.from)), b.turns)); err != nil {
 			return err
 		}
 		firsts = append(firsts, time.Since(t))
