@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -18,7 +17,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gd2fs/gd2fs/errs"
 	"github.com/gd2fs/gd2fs/internal/meta"
 	"github.com/spf13/cobra"
 )
@@ -361,33 +359,40 @@ func (b *planBench) quota(ctx context.Context, touched map[string]bool) error {
 
 // lruCandidates are, in their least-recently-used order, the sessions a
 // quota may evict first: those of the seeded table no plan has touched
-// since (their last use is the template's plus their number in ns; one a
-// plan touched is used later, and an earlier run's plans leave theirs
-// outstanding or later). Read through Session (SQL), not the quota query.
+// since. A copy's creation and last use are the template's plus its number
+// in ns, so every untouched copy has the template's last use minus
+// creation; a touched one (by this run or an earlier one, whose plans are
+// still outstanding) is used later, and one made again after an eviction
+// was created at its first plan. Read through Sessions (SQL in id order,
+// every session, --from or not), not through the quota's query.
 func (b *planBench) lruCandidates(ctx context.Context, touched map[string]bool) ([]string, error) {
-	var base time.Time
+	if b.setup != "seed" {
+		return nil, fmt.Errorf("--quota-plans checks the victims' order, known only for --setup seed")
+	}
 	var out []string
-	for i := b.from; i < b.sessions && len(out) < 2*b.quotaPlans+100; i++ {
-		id := b.id(i)
-		if touched[id] {
-			continue
-		}
-		ss, err := b.ms.Session(ctx, id)
-		if errors.Is(err, errs.ErrNotFound) {
-			continue
-		}
+	var age time.Duration // the template's last use minus creation
+	for after := ""; len(out) < 2*b.quotaPlans+100; {
+		page, err := b.ms.Sessions(ctx, after, 1000)
 		if err != nil {
 			return nil, err
 		}
-		if base.IsZero() {
-			base = ss.LastUsed
+		if len(page) == 0 {
+			break
 		}
-		if ss.LastUsed.Before(base.Add(time.Second)) && !ss.LastUsed.Before(base) {
-			out = append(out, id)
+		if age == 0 { // the most common age of the first page: the copies'
+			n := map[time.Duration]int{}
+			for _, ss := range page {
+				if n[ss.LastUsed.Sub(ss.Created)]++; age == 0 || n[ss.LastUsed.Sub(ss.Created)] > n[age] {
+					age = ss.LastUsed.Sub(ss.Created)
+				}
+			}
 		}
-	}
-	if b.setup != "seed" {
-		return nil, fmt.Errorf("--quota-plans checks the victims' order, known only for --setup seed")
+		for _, ss := range page {
+			if !touched[ss.ID] && ss.LastUsed.Sub(ss.Created) == age {
+				out = append(out, ss.ID)
+			}
+		}
+		after = page[len(page)-1].ID
 	}
 	return out, nil
 }
