@@ -148,6 +148,13 @@ func (s *sqlStore) invariantsTx(ctx context.Context, tx *sql.Tx) error {
 	if orphans > 0 {
 		return fmt.Errorf("%d session files belong to no session or have no file", orphans)
 	}
+	var counted, summed int64
+	if err := tx.QueryRowContext(ctx, `SELECT (SELECT v FROM counters WHERE k = 'kv_reserved'), (SELECT COALESCE(SUM(reserved), 0) FROM kv_files)`).Scan(&counted, &summed); err != nil {
+		return err
+	}
+	if counted != summed {
+		return fmt.Errorf("counter kv_reserved is %d, but session files reserve %d", counted, summed)
+	}
 	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM kv_plans p LEFT JOIN kv_sessions s ON s.id = p.session_id
 		WHERE s.id IS NULL OR p.base_version > s.version`).Scan(&orphans); err != nil {
 		return err

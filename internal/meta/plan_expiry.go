@@ -75,8 +75,8 @@ func (s *sqlStore) expirePlansTx(ctx context.Context, tx *sql.Tx, dir string, be
 		if err != nil {
 			return wrapDB(err)
 		}
-		if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM kv_files WHERE path = ?`), p); err != nil {
-			return wrapDB(err)
+		if err := s.dropKVFileTx(ctx, tx, p); err != nil {
+			return err
 		}
 		if err := s.removeFileTx(ctx, tx, p); err != nil && !errors.Is(err, errs.ErrNotFound) {
 			return err

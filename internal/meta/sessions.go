@@ -138,7 +138,12 @@ var sessionSchema = []string{
 	`CREATE TABLE IF NOT EXISTS kv_prefixes (path TEXT PRIMARY KEY, model TEXT NOT NULL, tokens BIGINT NOT NULL)`,
 	`CREATE TABLE IF NOT EXISTS kv_sessions (id TEXT PRIMARY KEY, model TEXT NOT NULL, tokens BIGINT NOT NULL,
 		last_used BIGINT NOT NULL, created BIGINT NOT NULL, file_seq BIGINT NOT NULL)`, // file_seq: number of the session's current file, 0 = none yet
-	`CREATE INDEX IF NOT EXISTS kv_sessions_lru ON kv_sessions (last_used)`,
+	// The quota's victim query (quotaVictimQuery) walks this index in its
+	// order and stops at the first idle session. An index of last_used
+	// alone left the id tie-break to a sort of the whole table on SQLite:
+	// every evicting plan read every session (TestQuotaQueriesUseIndexes).
+	`DROP INDEX IF EXISTS kv_sessions_lru`,
+	`CREATE INDEX IF NOT EXISTS kv_sessions_lru_id ON kv_sessions (last_used, id)`,
 	`CREATE TABLE IF NOT EXISTS kv_ranges (session_id TEXT NOT NULL, token_start BIGINT NOT NULL, token_length BIGINT NOT NULL,
 		path TEXT NOT NULL, kv_start BIGINT NOT NULL, kv_length BIGINT NOT NULL, PRIMARY KEY (session_id, token_start))`,
 	`CREATE INDEX IF NOT EXISTS kv_ranges_path ON kv_ranges (path)`,
@@ -149,6 +154,14 @@ var sessionSchema = []string{
 		base_tokens BIGINT NOT NULL, created BIGINT NOT NULL)`,
 	`CREATE INDEX IF NOT EXISTS kv_plans_session ON kv_plans (session_id)`,
 }
+
+// The quota's two queries (enforceQuotaTx); TestQuotaQueriesUseIndexes
+// checks that neither reads a whole table, whatever the sessions.
+const (
+	quotaTotalQuery  = `SELECT v FROM counters WHERE k = 'kv_reserved'`
+	quotaVictimQuery = `SELECT id FROM kv_sessions WHERE id <> ? AND id NOT IN (SELECT session_id FROM kv_plans)
+			ORDER BY last_used, id LIMIT 1`
+)
 
 // sessionColumns are columns added after the first release of the session
 // tables; migrate adds them to databases made before.
@@ -667,6 +680,9 @@ func (s *sqlStore) reserveTx(ctx context.Context, tx *sql.Tx, in PlanInput, sess
 	if err := tx.QueryRowContext(ctx, s.q(`UPDATE kv_files SET reserved = reserved + ? WHERE path = ? RETURNING reserved`), n, path).Scan(&end); err != nil {
 		return "", 0, wrapDB(err)
 	}
+	if _, err := s.counter(ctx, tx, "kv_reserved", n); err != nil {
+		return "", 0, err
+	}
 	return path, end - n, nil
 }
 
@@ -683,15 +699,14 @@ func (s *sqlStore) enforceQuotaTx(ctx context.Context, tx *sql.Tx, in PlanInput)
 	var evicted []string
 	for {
 		var total int64
-		if err := tx.QueryRowContext(ctx, `SELECT COALESCE(SUM(reserved), 0) FROM kv_files`).Scan(&total); err != nil {
+		if err := tx.QueryRowContext(ctx, quotaTotalQuery).Scan(&total); err != nil {
 			return nil, wrapDB(err)
 		}
 		if total <= in.Quota {
 			return evicted, nil
 		}
 		var victim string
-		err := tx.QueryRowContext(ctx, s.q(`SELECT id FROM kv_sessions WHERE id <> ? AND id NOT IN (SELECT session_id FROM kv_plans)
-			ORDER BY last_used, id LIMIT 1`), in.Session).Scan(&victim)
+		err := tx.QueryRowContext(ctx, s.q(quotaVictimQuery), in.Session).Scan(&victim)
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil, errs.New(errs.ErrNoSpace, "KV session quota of %d bytes is full (%d reserved) and no idle session can be evicted: raise --session-quota or delete sessions", in.Quota, total)
 		}
@@ -730,11 +745,19 @@ func (s *sqlStore) deleteSessionTx(ctx context.Context, tx *sql.Tx, id string) e
 		err := tx.QueryRowContext(ctx, s.q(`SELECT session_id FROM kv_ranges WHERE path = ? LIMIT 1`), p).Scan(&heir)
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
-			if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM kv_files WHERE path = ?`), p); err != nil {
-				return wrapDB(err)
+			if err := s.dropKVFileTx(ctx, tx, p); err != nil {
+				return err
 			}
 			if err := s.removeFileTx(ctx, tx, p); err != nil && !errors.Is(err, errs.ErrNotFound) {
 				return err
+			}
+			// The session's directory goes with its last file: plans made
+			// it, and under a quota's churn of new session ids every
+			// evicted session would otherwise leave a row in dirs for ever.
+			d := parentOf(p)
+			if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM dirs WHERE path = ? AND NOT EXISTS (SELECT 1 FROM files WHERE parent = ?)
+				AND NOT EXISTS (SELECT 1 FROM dirs WHERE parent = ?)`), d, d, d); err != nil {
+				return wrapDB(err)
 			}
 		case err != nil:
 			return wrapDB(err)
@@ -745,6 +768,38 @@ func (s *sqlStore) deleteSessionTx(ctx context.Context, tx *sql.Tx, id string) e
 		}
 	}
 	return nil
+}
+
+// dropKVFileTx deletes session file p's row and takes its reservation off
+// the total (kv_reserved).
+func (s *sqlStore) dropKVFileTx(ctx context.Context, tx *sql.Tx, p string) error {
+	var reserved int64
+	err := tx.QueryRowContext(ctx, s.q(`DELETE FROM kv_files WHERE path = ? RETURNING reserved`), p).Scan(&reserved)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return wrapDB(err)
+	}
+	_, err = s.counter(ctx, tx, "kv_reserved", -reserved)
+	return err
+}
+
+// addReservedCounter creates counters.kv_reserved, SUM(kv_files.reserved)
+// kept by every statement that changes it, so that the quota check reads one
+// row instead of summing every session file (quotaTotalQuery). A database
+// made before it gets it counted once, when a master first opens it (at a
+// million sessions a scan of seconds: done at Open, which has no deadline,
+// not in Lead, which has one). A master of an earlier version still
+// leading beside one of this version changes reservations without it; the
+// invariants (GD2FS_META_INVARIANTS=1) check it after every transaction.
+func (s *sqlStore) addReservedCounter(ctx context.Context, x execer) error {
+	var n int
+	if err := x.QueryRowContext(ctx, `SELECT COUNT(*) FROM counters WHERE k = 'kv_reserved'`).Scan(&n); err != nil || n > 0 {
+		return err
+	}
+	_, err := x.ExecContext(ctx, `INSERT INTO counters (k, v) SELECT 'kv_reserved', COALESCE(SUM(reserved), 0) FROM kv_files`)
+	return err
 }
 
 // CommitInput commits a plan.

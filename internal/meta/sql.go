@@ -151,7 +151,13 @@ func (s *sqlStore) migrate(ctx context.Context) error {
 			return fmt.Errorf("%s: %w", q, err)
 		}
 	}
-	return s.addColumns(ctx, s.db)
+	if err := s.addColumns(ctx, s.db); err != nil {
+		return err
+	}
+	if err := s.addReservedCounter(ctx, s.db); err != nil {
+		return fmt.Errorf("count kv_reserved: %w", err)
+	}
+	return nil
 }
 
 // migratePostgres creates what schema lacks, in one transaction under an
@@ -170,6 +176,16 @@ func (s *sqlStore) migratePostgres(ctx context.Context, schema []string) error {
 		return err
 	}
 	for _, q := range schema {
+		if name, ok := strings.CutPrefix(q, "DROP INDEX IF EXISTS "); ok {
+			// Dropped once; looked up first, for the same reason.
+			var exists bool
+			if err := tx.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL`, name).Scan(&exists); err != nil {
+				return fmt.Errorf("look up %s: %w", name, err)
+			}
+			if !exists {
+				continue
+			}
+		}
 		if name := createdName(q); name != "" {
 			var exists bool
 			if err := tx.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL`, name).Scan(&exists); err != nil {
@@ -185,6 +201,9 @@ func (s *sqlStore) migratePostgres(ctx context.Context, schema []string) error {
 	}
 	if err := s.addColumns(ctx, tx); err != nil {
 		return err
+	}
+	if err := s.addReservedCounter(ctx, tx); err != nil {
+		return fmt.Errorf("count kv_reserved: %w", err)
 	}
 	return tx.Commit()
 }
