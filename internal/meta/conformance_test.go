@@ -113,6 +113,11 @@ func TestConformance(t *testing.T) {
 	// A store that does not lead works from SQL alone (a master that lost
 	// the lead without noticing yet): the same rules must hold.
 	all["sqlite-unled"] = sqliteForTest
+	// Leaders that answer at once and write behind (writebehind.go);
+	// the others write behind in flush mode, the default.
+	for name, open := range windowEngines(t) {
+		all[name] = open
+	}
 	for name, open := range all {
 		t.Run(name, func(t *testing.T) {
 			for _, tc := range []struct {

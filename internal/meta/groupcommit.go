@@ -164,8 +164,8 @@ func (s *sqlStore) runBatch(ops []*groupOp) (err error) {
 		wb.mu.Unlock()
 		held = false
 	}
-	if flushHook != nil && len(lg.stmts) > 0 {
-		if err := flushHook(); err != nil {
+	if h := flushHook.Load(); h != nil && len(lg.stmts) > 0 {
+		if err := (*h)(); err != nil {
 			return err
 		}
 	}
@@ -211,6 +211,10 @@ func (s *sqlStore) runBatch(ops []*groupOp) (err error) {
 	}
 	if err := tx.Commit(); err != nil {
 		return wrapDB(err)
+	}
+	if lg.ops > 0 {
+		wb.flushes.Add(1)
+		wb.flushed.Add(int64(lg.ops))
 	}
 	if s.checks && (ran > 0 || len(lg.stmts) > 0) {
 		if err := s.checkInvariants(ctx); err != nil {

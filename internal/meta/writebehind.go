@@ -9,6 +9,7 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gd2fs/gd2fs/errs"
@@ -85,7 +86,7 @@ const idBlock = 1024
 
 // flushHook, when set (tests), runs in each flush transaction before the
 // log is written; an error fails the flush as a database error would.
-var flushHook func() error
+var flushHook atomic.Pointer[func() error]
 
 // errDiscarded fails a log that was not written: its operations, if still
 // waiting (flush mode), run again on the slow path.
@@ -93,6 +94,9 @@ var errDiscarded = errs.New(errs.ErrUnavailable, "session changes were not writt
 
 type writeBehind struct {
 	mode string
+	// fast counts operations answered from memory; flushes the
+	// transactions that wrote a log, flushed the operations they carried.
+	fast, flushes, flushed atomic.Int64
 	// mu guards the session cache against operations answered from
 	// memory, and the log. The group runner holds it while it runs
 	// operations in SQL, so they and the fast path see one history.
@@ -141,6 +145,17 @@ func (s *sqlStore) SetSessionDurability(mode string) error {
 		return nil
 	}
 	return errs.New(errs.ErrBadRequest, "session durability %q: flush (answer after the write to SQL, the default), window (answer at once, a crash loses about one flush) or sync (no write-behind)", mode)
+}
+
+// WriteBehindStats says how many session operations were answered from
+// memory, and how many flushes wrote how many of them.
+type WriteBehindStats struct{ Fast, Flushes, Flushed int64 }
+
+// WriteBehindStatser is implemented by stores with write-behind.
+type WriteBehindStatser interface{ WriteBehindStats() WriteBehindStats }
+
+func (s *sqlStore) WriteBehindStats() WriteBehindStats {
+	return WriteBehindStats{Fast: s.wb.fast.Load(), Flushes: s.wb.flushes.Load(), Flushed: s.wb.flushed.Load()}
 }
 
 // fastReady says whether memory may answer now (wb.mu held).
@@ -242,6 +257,7 @@ func (s *sqlStore) planFast(in PlanInput) (Plan, bool, error) {
 		return Plan{}, false, nil
 	}
 	lg := wb.log
+	wb.fast.Add(1)
 	ok, err := s.answered(lg)
 	return p, ok, err
 }
@@ -440,6 +456,7 @@ func (s *sqlStore) commitFast(in CommitInput) (Session, bool, error) {
 		wb.mu.Unlock()
 		return Session{}, ok, err
 	}
+	wb.fast.Add(1)
 	ok, err = s.answered(wb.log)
 	return out, ok, err
 }
@@ -608,7 +625,7 @@ func (s *sqlStore) cacheFiles(ctx context.Context, tx execer, reload bool, paths
 // session's entry, its files, the reserved total and a block of plan ids.
 func (s *sqlStore) afterSlowPlan(ctx context.Context, tx execer, in PlanInput, p Plan, fresh string) error {
 	c := &s.cache
-	if !c.on || s.wb.mode == DurabilitySync || p.Repeat {
+	if !c.on || p.Repeat {
 		return nil
 	}
 	e, ok, err := s.loadSession(ctx, tx, in.Session)
@@ -617,6 +634,9 @@ func (s *sqlStore) afterSlowPlan(ctx context.Context, tx execer, in PlanInput, p
 	}
 	if ok {
 		c.putSession(in.Session, e)
+	}
+	if s.wb.mode == DurabilitySync {
+		return nil
 	}
 	paths := []string{}
 	for _, r := range p.Stored {
@@ -646,7 +666,7 @@ func (s *sqlStore) afterSlowPlan(ctx context.Context, tx execer, in PlanInput, p
 // afterSlowCommit brings memory up to what a commit run in SQL did.
 func (s *sqlStore) afterSlowCommit(ctx context.Context, tx execer, id string, fresh []Range) error {
 	c := &s.cache
-	if !c.on || s.wb.mode == DurabilitySync {
+	if !c.on {
 		return nil
 	}
 	e, ok, err := s.loadSession(ctx, tx, id)
@@ -655,6 +675,9 @@ func (s *sqlStore) afterSlowCommit(ctx context.Context, tx execer, id string, fr
 	}
 	if ok {
 		c.putSession(id, e)
+	}
+	if s.wb.mode == DurabilitySync {
+		return nil
 	}
 	for _, r := range fresh {
 		if err := s.cacheFiles(ctx, tx, true, r.Path); err != nil {
