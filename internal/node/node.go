@@ -14,6 +14,7 @@ package node
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -85,6 +86,9 @@ type Master struct {
 
 	DownAfter, RepairAfter, LeadWarmup time.Duration // 0: the master's defaults
 	SessionQuota                       int64         // bytes of session files (0: no limit)
+	// SessionDurability: when the leader answers session plans and
+	// commits, meta.DurabilityFlush (""), DurabilityWindow or DurabilitySync.
+	SessionDurability string
 
 	MaxConns       int      // 0: master.DefaultMaxConns
 	MaxConnsPerIP  int      // before authenticating (0: master.DefaultMaxConnsPerIP; negative: no bound)
@@ -100,6 +104,12 @@ func NewMaster(ctx context.Context, n Master) (*master.Master, meta.Store, error
 	ms, err := meta.Open(ctx, n.Meta)
 	if err != nil {
 		return nil, nil, err
+	}
+	if d, ok := ms.(meta.DurabilitySetter); ok && n.SessionDurability != "" {
+		if err := d.SetSessionDurability(n.SessionDurability); err != nil {
+			ms.Close()
+			return nil, nil, fmt.Errorf("--session-durability: %w", err)
+		}
 	}
 	m, err := master.New(ctx, master.Config{Listen: n.Listen, Meta: ms, Cluster: n.Cluster, Token: n.Token,
 		DownAfter: n.DownAfter, RepairAfter: n.RepairAfter, LeadWarmup: n.LeadWarmup, SessionQuota: n.SessionQuota,
