@@ -81,6 +81,9 @@ func newMetrics(m *Master) *metrics {
 		} {
 			x.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: c.name, Help: c.help}, func() float64 { return float64(c.v(st.WriteBehindStats())) }))
 		}
+		x.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "gd2fs_master_session_flush_seconds_total",
+			Help: "Time spent in flushes of session operations answered from memory (a crash in window mode loses about two flushes' worth)."},
+			func() float64 { return st.WriteBehindStats().FlushTime.Seconds() }))
 	}
 	return x
 }

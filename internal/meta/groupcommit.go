@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/gd2fs/gd2fs/errs"
 )
@@ -109,6 +110,7 @@ func (s *sqlStore) runGroup() bool {
 // fail the others.
 func (s *sqlStore) runBatch(ops []*groupOp) (err error) {
 	ctx := context.Background()
+	began := time.Now()
 	wb := &s.wb
 	var lg *wlog
 	held := false
@@ -215,6 +217,7 @@ func (s *sqlStore) runBatch(ops []*groupOp) (err error) {
 	if lg.ops > 0 {
 		wb.flushes.Add(1)
 		wb.flushed.Add(int64(lg.ops))
+		wb.flushNanos.Add(int64(time.Since(began)))
 	}
 	if s.checks && (ran > 0 || len(lg.stmts) > 0) {
 		if err := s.checkInvariants(ctx); err != nil {

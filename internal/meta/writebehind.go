@@ -96,7 +96,8 @@ type writeBehind struct {
 	mode string
 	// fast counts operations answered from memory; flushes the
 	// transactions that wrote a log, flushed the operations they carried.
-	fast, flushes, flushed atomic.Int64
+	// flushNanos sums the flushes' durations.
+	fast, flushes, flushed, flushNanos atomic.Int64
 	// mu guards the session cache against operations answered from
 	// memory, and the log. The group runner holds it while it runs
 	// operations in SQL, so they and the fast path see one history.
@@ -149,13 +150,16 @@ func (s *sqlStore) SetSessionDurability(mode string) error {
 
 // WriteBehindStats says how many session operations were answered from
 // memory, and how many flushes wrote how many of them.
-type WriteBehindStats struct{ Fast, Flushes, Flushed int64 }
+type WriteBehindStats struct {
+	Fast, Flushes, Flushed int64
+	FlushTime              time.Duration // of all flushes together
+}
 
 // WriteBehindStatser is implemented by stores with write-behind.
 type WriteBehindStatser interface{ WriteBehindStats() WriteBehindStats }
 
 func (s *sqlStore) WriteBehindStats() WriteBehindStats {
-	return WriteBehindStats{Fast: s.wb.fast.Load(), Flushes: s.wb.flushes.Load(), Flushed: s.wb.flushed.Load()}
+	return WriteBehindStats{Fast: s.wb.fast.Load(), Flushes: s.wb.flushes.Load(), Flushed: s.wb.flushed.Load(), FlushTime: time.Duration(s.wb.flushNanos.Load())}
 }
 
 // fastReady says whether memory may answer now (wb.mu held).
