@@ -138,7 +138,21 @@ func (s *sqlStore) runBatch(ops []*groupOp) (err error) {
 			close(lg.done)
 		}
 	}()
-	tx, err := s.db.BeginTx(ctx, nil)
+	// On PostgreSQL the transaction runs on a connection of its own, so
+	// the log can go to the server as one pipelined batch (writeLog).
+	var conn *sql.Conn
+	if s.postgres {
+		if conn, err = s.db.Conn(ctx); err != nil {
+			return wrapDB(err)
+		}
+		defer conn.Close()
+	}
+	var tx *sql.Tx
+	if conn != nil {
+		tx, err = conn.BeginTx(ctx, nil)
+	} else {
+		tx, err = s.db.BeginTx(ctx, nil)
+	}
 	if err != nil {
 		return wrapDB(err)
 	}
@@ -171,10 +185,8 @@ func (s *sqlStore) runBatch(ops []*groupOp) (err error) {
 			return err
 		}
 	}
-	for _, st := range lg.stmts {
-		if _, err := tx.ExecContext(ctx, st.q, st.args...); err != nil {
-			return wrapDB(err)
-		}
+	if err := s.writeLog(ctx, conn, tx, lg); err != nil { // writebehind.go
+		return err
 	}
 	ran := 0
 	// The release of one operation's savepoint goes in one statement with

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/gd2fs/gd2fs/errs"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
 )
 
 // Write-behind of the session table (docs/kv-cache.md, "What a turn
@@ -83,6 +85,12 @@ type DurabilitySetter interface {
 
 // idBlock is how many plan ids a leader takes from next_id at once.
 const idBlock = 1024
+
+// windowOps bounds what window mode answers ahead of SQL: an operation
+// that finds this many waiting in the log waits for their flush, as in
+// flush mode. So a crash loses at most about twice this many operations
+// however slow the database is, and the log cannot outgrow memory.
+const windowOps = 256
 
 // flushHook, when set (tests), runs in each flush transaction before the
 // log is written; an error fails the flush as a database error would.
@@ -175,7 +183,7 @@ func (s *sqlStore) fastReady() bool {
 // not written and the operation must run again on the slow path.
 func (s *sqlStore) answered(lg *wlog) (ok bool, err error) {
 	wb := &s.wb
-	if wb.mode == DurabilityWindow {
+	if wb.mode == DurabilityWindow && lg.ops <= windowOps {
 		if !wb.kicked {
 			wb.kicked = true
 			go s.groupTx(context.Background(), nil) //nolint:errcheck // its log's waiters see the outcome
@@ -214,6 +222,31 @@ func (s *sqlStore) discard() {
 		wb.log = newLog()
 		wb.bump = true
 	}
+}
+
+// writeLog writes lg's statements in tx. On PostgreSQL (conn is tx's
+// connection) they go as one pipelined batch: a statement at a time, a
+// flush cost a round trip to the server per statement.
+func (s *sqlStore) writeLog(ctx context.Context, conn *sql.Conn, tx *sql.Tx, lg *wlog) error {
+	if conn == nil || len(lg.stmts) < 2 {
+		for _, st := range lg.stmts {
+			if _, err := tx.ExecContext(ctx, st.q, st.args...); err != nil {
+				return wrapDB(err)
+			}
+		}
+		return nil
+	}
+	return wrapDB(conn.Raw(func(dc any) error {
+		c, ok := dc.(*stdlib.Conn)
+		if !ok {
+			return fmt.Errorf("PostgreSQL connection of type %T", dc)
+		}
+		b := &pgx.Batch{}
+		for _, st := range lg.stmts {
+			b.Queue(st.q, st.args...)
+		}
+		return c.Conn().SendBatch(ctx, b).Close()
+	}))
 }
 
 // barrier waits, in window mode, until everything answered so far is in SQL.

@@ -34,7 +34,8 @@ func windowEngines(t *testing.T) map[string]func(t *testing.T) Store {
 // TestSessionPropertyWindow is TestSessionProperty on leaders that answer
 // plans and commits before writing them (every read waits for the log).
 func TestSessionPropertyWindow(t *testing.T) {
-	plans := 240
+	plans := 120 // half TestSessionProperty's: each flush compares memory with SQL
+
 	if *long {
 		plans = 6000
 	}
