@@ -256,8 +256,9 @@ func (s *sqlStore) barrier(ctx context.Context) error {
 	}
 	s.wb.mu.Lock()
 	lg := s.wb.log
+	empty := lg == nil || lg.ops == 0 && len(lg.stmts) == 0
 	s.wb.mu.Unlock()
-	if lg == nil || lg.ops == 0 && len(lg.stmts) == 0 {
+	if empty {
 		return nil
 	}
 	if err := s.groupTx(ctx, nil); err != nil {
