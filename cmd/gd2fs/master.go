@@ -74,7 +74,7 @@ func newMaster(g *globals) *cobra.Command {
 }
 
 // durabilityHelp is --session-durability's help, on master and up.
-const durabilityHelp = "when the leader answers explicit-mode session plans and commits: flush (after the SQL transaction that writes them, shared by all that arrived meanwhile: nothing acknowledged is lost), window (at once; a crash or failover loses what was answered since the last flush, a few ms: those sessions read shorter) or sync (each in the group transaction, no write-behind); docs/kv-cache.md"
+const durabilityHelp = "when the leader answers explicit-mode session plans and commits: flush (after the SQL transaction that writes them, shared by all that arrived meanwhile: nothing acknowledged is lost), window (at once; a crash or failover loses what was answered since the last flush that committed, about two flushes and at most about 512 operations: those sessions read shorter, never wrong KV) or sync (each in the group transaction, no write-behind); docs/kv-cache.md"
 
 // redactDSN names the metadata engine without a PostgreSQL DSN's password.
 func redactDSN(d string) string {
