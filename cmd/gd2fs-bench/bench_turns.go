@@ -34,13 +34,15 @@ func newBenchTurns() *cobra.Command {
 	var turnTokens int64
 	var duration time.Duration
 	var oldPath bool
-	var serverMem string
+	var serverMem, durability string
 	cmd := &cobra.Command{
 		Use:   "turns",
 		Short: "Explicit-mode chat turns per second (plan, write, commit) with master and servers as separate processes",
 		Example: `  go build -o gd2fs ./cmd/gd2fs && go build -o gd2fs-bench ./cmd/gd2fs-bench
   ./gd2fs-bench turns --sessions 100000 --concurrency 64 --turn-tokens 200 --duration 30s
-  ./gd2fs-bench turns --meta 'postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable'`,
+  ./gd2fs-bench turns --meta 'postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable'
+  # the leader answering turns at once and writing them just behind
+  ./gd2fs-bench turns --sessions 10000 --session-durability window`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if sessions < 1 || conc < 1 || turnTokens < 1 || servers < 1 || duration <= 0 {
@@ -49,7 +51,11 @@ func newBenchTurns() *cobra.Command {
 			if _, err := parseSize(serverMem); err != nil {
 				return fmt.Errorf("--server-mem: %w", err)
 			}
-			return benchTurns(context.Background(), metaDSN, serverMem, sessions, conc, servers, turnTokens, duration, oldPath)
+			var masterArgs []string
+			if durability != "" {
+				masterArgs = []string{"--session-durability", durability}
+			}
+			return benchTurns(context.Background(), metaDSN, serverMem, sessions, conc, servers, turnTokens, duration, oldPath, masterArgs)
 		},
 	}
 	f := cmd.Flags()
@@ -60,6 +66,7 @@ func newBenchTurns() *cobra.Command {
 	f.IntVar(&servers, "servers", 3, "data servers, each its own process")
 	f.Int64Var(&turnTokens, "turn-tokens", 200, "new tokens per turn")
 	f.DurationVar(&duration, "duration", 30*time.Second, "how long turns are measured")
+	f.StringVar(&durability, "session-durability", "", "the master's --session-durability: flush, window or sync (default: the master's own, flush; leave it out for a gd2fs binary from before it)")
 	f.BoolVar(&oldPath, "sync-path", false, "write with WriteFresh (open, write, Sync) and Commit, the turn before WriteAndCommit, for comparison")
 	return cmd
 }
@@ -68,7 +75,7 @@ func newBenchTurns() *cobra.Command {
 // benchmark measures the turn's shape, not the bytes moved.
 var turnsLayout = client.Layout{Model: "bench-small", Layers: 2, KVHeads: 1, HeadDim: 32, DType: "fp16", PageTokens: 16, Order: "layer_first"}
 
-func benchTurns(ctx context.Context, metaDSN, serverMem string, sessions, conc, servers int, turnTokens int64, duration time.Duration, oldPath bool) error {
+func benchTurns(ctx context.Context, metaDSN, serverMem string, sessions, conc, servers int, turnTokens int64, duration time.Duration, oldPath bool, masterArgs []string) error {
 	dir, err := os.MkdirTemp("", "gd2fs-benchturns-")
 	if err != nil {
 		return err
@@ -77,7 +84,7 @@ func benchTurns(ctx context.Context, metaDSN, serverMem string, sessions, conc, 
 	if metaDSN == "" {
 		metaDSN = "sqlite://" + filepath.Join(dir, "meta.db")
 	}
-	procs, url, err := startProcs(ctx, dir, metaDSN, serverMem, servers)
+	procs, url, err := startProcs(ctx, dir, metaDSN, serverMem, servers, masterArgs...)
 	if err != nil {
 		return err
 	}
@@ -186,12 +193,20 @@ func benchTurns(ctx context.Context, metaDSN, serverMem string, sessions, conc, 
 	fmt.Printf("  master CPU: %.2f s per 1,000 turns\n", cpu.Seconds()*1000/float64(n))
 	var routes []string
 	for k, v := range after {
+		if !strings.Contains(k, "/") {
+			continue // the write-behind counters, below
+		}
 		if d := v - before[k]; d > 0 {
 			routes = append(routes, fmt.Sprintf("%s %.2f", k, d/float64(n)))
 		}
 	}
 	sort.Strings(routes)
 	fmt.Printf("  master requests per turn: %s\n", strings.Join(routes, ", "))
+	if mem := after["from_memory"] - before["from_memory"]; after["flushes"] > 0 || mem > 0 {
+		fl := after["flushes"] - before["flushes"]
+		fmt.Printf("  answered from memory: %.0f%% of plans and commits; %.0f flushes, %.1f operations and %.1f ms each on average\n",
+			100*mem/float64(2*n), fl, (after["flushed"]-before["flushed"])/max(fl, 1), 1000*(after["flush_s"]-before["flush_s"])/max(fl, 1))
+	}
 
 	// Reference: the same client's plain KV round trips of the same bytes.
 	kv := cl.KV("perf")
@@ -226,7 +241,7 @@ func benchTurns(ctx context.Context, metaDSN, serverMem string, sessions, conc, 
 	if err != nil {
 		return err
 	}
-	m := exec.Command(bin, "master", "--listen", strings.TrimPrefix(url, "http://"), "--meta", metaDSN, "--lead-warmup", "0s")
+	m := exec.Command(bin, append([]string{"master", "--listen", strings.TrimPrefix(url, "http://"), "--meta", metaDSN, "--lead-warmup", "0s"}, masterArgs...)...)
 	dieWithUs(m)
 	if err := m.Start(); err != nil {
 		return err
@@ -247,7 +262,7 @@ func benchTurns(ctx context.Context, metaDSN, serverMem string, sessions, conc, 
 
 // startProcs starts a master on metaDSN and servers data servers, each its
 // own gd2fs process, and returns them (master first) once every server is up.
-func startProcs(ctx context.Context, dir, metaDSN, serverMem string, servers int) ([]*exec.Cmd, string, error) {
+func startProcs(ctx context.Context, dir, metaDSN, serverMem string, servers int, masterArgs ...string) ([]*exec.Cmd, string, error) {
 	bin, err := gd2fsPath()
 	if err != nil {
 		return nil, "", err
@@ -275,7 +290,7 @@ func startProcs(ctx context.Context, dir, metaDSN, serverMem string, servers int
 		procs = append(procs, cmd)
 		return nil
 	}
-	if err := start("master", "--listen", addr, "--meta", metaDSN, "--lead-warmup", "0s"); err != nil {
+	if err := start(append([]string{"master", "--listen", addr, "--meta", metaDSN, "--lead-warmup", "0s"}, masterArgs...)...); err != nil {
 		return fail(err)
 	}
 	for i := 0; i < servers; i++ {
@@ -344,6 +359,13 @@ func masterRequests(ctx context.Context, url string) (map[string]float64, error)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
+		for k, name := range map[string]string{"from_memory": "gd2fs_master_session_ops_from_memory_total ",
+			"flushes": "gd2fs_master_session_flushes_total ", "flushed": "gd2fs_master_session_flushed_ops_total ",
+			"flush_s": "gd2fs_master_session_flush_seconds_total "} {
+			if v, ok := strings.CutPrefix(line, name); ok {
+				out[k], _ = strconv.ParseFloat(v, 64)
+			}
+		}
 		if !strings.HasPrefix(line, "gd2fs_master_requests_total{") {
 			continue
 		}

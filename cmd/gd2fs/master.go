@@ -10,12 +10,13 @@ import (
 	"time"
 
 	"github.com/gd2fs/gd2fs/internal/master"
+	"github.com/gd2fs/gd2fs/internal/meta"
 	"github.com/gd2fs/gd2fs/internal/node"
 	"github.com/spf13/cobra"
 )
 
 func newMaster(g *globals) *cobra.Command {
-	var listen, metaDSN, clusterN, quota, advertise string
+	var listen, metaDSN, clusterN, quota, advertise, durability string
 	var publicMasters, allowHosts []string
 	var downAfter, repairAfter, leadWarmup, unsealedTTL time.Duration
 	var maxConns, maxPerIP int
@@ -29,6 +30,9 @@ func newMaster(g *globals) *cobra.Command {
   gd2fs master --listen :7070 --advertise http://m1:7070 --meta postgres://gd2fs@db:5432/gd2fs --token "$TOKEN"
   gd2fs master --listen :7070 --advertise http://m2:7070 --meta postgres://gd2fs@db:5432/gd2fs --token "$TOKEN"
   gd2fs server --master http://m1:7070,http://m2:7070 ...
+  # answer chat turns' plans and commits at once, writing them to SQL just behind
+  # (a crash loses about the last flush's turns: shorter sessions, never wrong KV)
+  gd2fs master --meta sqlite:///var/lib/gd2fs/meta.db --session-durability window
   # TLS with client certificates, the token from a file (not visible in ps)
   gd2fs master --tls-cert m.pem --tls-key m-key.pem --tls-ca ca.pem --tls-verify-clients --token-file /etc/gd2fs/token
   # plans do not ask servers to bring their stored ranges into DRAM
@@ -42,7 +46,7 @@ func newMaster(g *globals) *cobra.Command {
 				return err
 			}
 			m, ms, err := node.NewMaster(ctx, node.Master{Listen: listen, Meta: metaDSN, Cluster: clusterN, Token: g.token,
-				DownAfter: downAfter, RepairAfter: repairAfter, LeadWarmup: leadWarmup, UnsealedTTL: unsealedTTL, SessionQuota: q, Advertise: advertise, PublicMasters: publicMasters, Log: g.logger(),
+				DownAfter: downAfter, RepairAfter: repairAfter, LeadWarmup: leadWarmup, UnsealedTTL: unsealedTTL, SessionQuota: q, SessionDurability: durability, Advertise: advertise, PublicMasters: publicMasters, Log: g.logger(),
 				TLS: g.serverTLS, ClientTLS: g.clientTLS, MaxConns: maxConns, MaxConnsPerIP: maxPerIP, AllowedHosts: allowHosts, NoPlanWarm: !planWarm})
 			if err != nil {
 				return err
@@ -63,6 +67,7 @@ func newMaster(g *globals) *cobra.Command {
 	f.StringVar(&advertise, "advertise", "", "URL others reach this master at (default: from --listen)")
 	f.StringSliceVar(&publicMasters, "public-masters", nil, "host:port of every master, named in the kv_uris of vllm-format plans (default: from --advertise)")
 	f.StringVar(&quota, "session-quota", "0", "bytes of explicit-mode KV session files before LRU eviction (0: no limit)")
+	f.StringVar(&durability, "session-durability", meta.DurabilityFlush, durabilityHelp)
 	f.IntVar(&maxConns, "max-conns", master.DefaultMaxConns, "most HTTP connections open at once")
 	f.IntVar(&maxPerIP, "max-conns-per-ip", master.DefaultMaxConnsPerIP, "most connections of one address that made no authenticated request yet (the first closed when the port is full; -1: no bound)")
 	f.StringSliceVar(&allowHosts, "allow-host", nil, "a DNS name clients reach this master by; without a token a master answers only IP addresses, localhost, its own and these names (against DNS rebinding)")
@@ -73,6 +78,9 @@ func newMaster(g *globals) *cobra.Command {
 	f.DurationVar(&leadWarmup, "lead-warmup", 2*time.Second, "on taking over leadership, wait at most this long for the servers' heartbeats before placing chunks or declaring servers down (clients are told to retry meanwhile; at least the servers' --heartbeat)")
 	return cmd
 }
+
+// durabilityHelp is --session-durability's help, on master and up.
+const durabilityHelp = "when the leader answers explicit-mode session plans and commits: flush (after the SQL transaction that writes them, shared by all that arrived meanwhile: nothing acknowledged is lost), window (at once; a crash or failover loses what was answered since the last flush that committed, about two flushes and at most about 512 operations: those sessions read shorter, never wrong KV) or sync (each in the group transaction, no write-behind); docs/kv-cache.md"
 
 // redactDSN names the metadata engine without a PostgreSQL DSN's password.
 func redactDSN(d string) string {

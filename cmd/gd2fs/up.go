@@ -14,12 +14,13 @@ import (
 	"github.com/gd2fs/gd2fs/internal/cold"
 	"github.com/gd2fs/gd2fs/internal/dirlock"
 	"github.com/gd2fs/gd2fs/internal/kvstore"
+	"github.com/gd2fs/gd2fs/internal/meta"
 	"github.com/gd2fs/gd2fs/internal/store"
 	"github.com/spf13/cobra"
 )
 
 func newUp(g *globals) *cobra.Command {
-	var dir, listen, mem, disk, kvMem, kvPolicy, kvPin, kvDisk, quota, cluster_, metaDSN, syncPolicy string
+	var dir, listen, mem, disk, kvMem, kvPolicy, kvPin, kvDisk, quota, cluster_, metaDSN, syncPolicy, durability string
 	var servers, firstPort, respPort int
 	var s3 s3Flags
 	cmd := &cobra.Command{
@@ -94,7 +95,7 @@ func newUp(g *globals) *cobra.Command {
 			}
 			defer unlock()
 			c, err := cluster.Start(ctx, cluster.Config{Dir: abs, MasterAddr: listen, ServerAddrs: addrs, Servers: servers,
-				MemBytes: memB, DiskBytes: diskB, Sync: sp, KVMemBytes: kvMemB, KVPolicy: kvPolicy, KVPinQuota: pinQ, KVDiskBytes: kvDiskB, SessionQuota: q, Cold: cc, Token: g.token, Cluster: cluster_, Meta: metaDSN, Log: g.logger(),
+				MemBytes: memB, DiskBytes: diskB, Sync: sp, KVMemBytes: kvMemB, KVPolicy: kvPolicy, KVPinQuota: pinQ, KVDiskBytes: kvDiskB, SessionQuota: q, SessionDurability: durability, Cold: cc, Token: g.token, Cluster: cluster_, Meta: metaDSN, Log: g.logger(),
 				TLS: g.serverTLS, ClientTLS: g.clientTLS, RESP: respPort > 0, RESPAddrs: respAddrs, KVFlushOnClose: true})
 			if err != nil {
 				return fmt.Errorf("%w (is another gd2fs up running? stop it or pick other ports with --listen/--port/--resp-port)", err)
@@ -134,6 +135,7 @@ func newUp(g *globals) *cobra.Command {
 	f.StringVar(&kvDisk, "kv-disk", "4GiB", "KV cache disk tier per server")
 	f.StringVar(&kvPin, "kv-pin-quota", "auto", "bytes of KV blocks that may be pinned per KV tier: auto (a quarter), 0 (no pins) or a size (see gd2fs server --help)")
 	f.StringVar(&quota, "session-quota", "4GiB", "bytes of explicit-mode KV session files before LRU eviction")
+	f.StringVar(&durability, "session-durability", meta.DurabilityFlush, durabilityHelp)
 	s3.add(f)
 	f.StringVar(&cluster_, "cluster", "local", "cluster name used in gd2fs://<cluster>/ URIs")
 	f.StringVar(&metaDSN, "meta", "", "metadata store (default sqlite://<dir>/meta.db)")

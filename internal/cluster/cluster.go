@@ -49,6 +49,8 @@ type Config struct {
 	Cold *cold.Config
 	// SessionQuota bounds explicit-mode KV session files (0: no limit).
 	SessionQuota int64
+	// SessionDurability: node.Master's ("": flush).
+	SessionDurability string
 	// RESP starts a Redis-protocol front end beside every server (on
 	// RESPAddrs[i], default an ephemeral loopback port): see resp.go.
 	RESP      bool
@@ -97,7 +99,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		cfg.Meta = "sqlite://" + filepath.Join(cfg.Dir, "meta.db")
 	}
 	mn := node.Master{Listen: cfg.MasterAddr, Meta: cfg.Meta, Cluster: cfg.Cluster, Token: cfg.Token,
-		DownAfter: cfg.DownAfter, RepairAfter: cfg.RepairAfter, SessionQuota: cfg.SessionQuota, Log: cfg.Log,
+		DownAfter: cfg.DownAfter, RepairAfter: cfg.RepairAfter, SessionQuota: cfg.SessionQuota, SessionDurability: cfg.SessionDurability, Log: cfg.Log,
 		TLS: cfg.TLS, ClientTLS: cfg.ClientTLS, MaxConns: cfg.MaxConns}
 	if cfg.Transport != nil {
 		mn.Transport = cfg.Transport()

@@ -124,6 +124,8 @@ type Master struct {
 	// planHeld: the fresh chunks of recent plans, for their commits
 	// (written.go); its own lock.
 	planHeld planChunks
+	// sessionPool: the session pool once looked up (sessions.go).
+	sessionPool atomic.Pointer[meta.Pool]
 
 	// sessions is the part of meta the explicit-mode handlers use.
 	sessions meta.Sessions

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/gd2fs/gd2fs/internal/meta"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -68,6 +69,22 @@ func newMetrics(m *Master) *metrics {
 	})
 	x.reg.MustRegister(x.requests, x.latency, x.repairs, x.refills, x.evictions, x.plans, x.cachedTokens, x.commitFailures, x.heldAsks, x.refusals, x.shortened, up, epoch, collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// Write-behind of the session table (meta/writebehind.go).
+	if st, ok := m.sessions.(meta.WriteBehindStatser); ok {
+		for _, c := range []struct {
+			name, help string
+			v          func(meta.WriteBehindStats) int64
+		}{
+			{"gd2fs_master_session_ops_from_memory_total", "Session plans and commits the leader answered from memory (the rest ran in SQL).", func(s meta.WriteBehindStats) int64 { return s.Fast }},
+			{"gd2fs_master_session_flushes_total", "Transactions that wrote session operations answered from memory.", func(s meta.WriteBehindStats) int64 { return s.Flushes }},
+			{"gd2fs_master_session_flushed_ops_total", "Session operations answered from memory and written to SQL.", func(s meta.WriteBehindStats) int64 { return s.Flushed }},
+		} {
+			x.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: c.name, Help: c.help}, func() float64 { return float64(c.v(st.WriteBehindStats())) }))
+		}
+		x.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "gd2fs_master_session_flush_seconds_total",
+			Help: "Time spent in flushes of session operations answered from memory (a crash in window mode loses about two flushes' worth)."},
+			func() float64 { return st.WriteBehindStats().FlushTime.Seconds() }))
+	}
 	return x
 }
 

@@ -356,11 +356,19 @@ func (m *Master) sessionPlacer(ctx context.Context, engine bool) meta.PlaceFunc 
 	if engine {
 		return nil
 	}
-	// Looked up before the plan's transaction: on SQLite that transaction
-	// holds the store's one connection.
-	pool, err := m.pool(ctx, m.cfg.SessionPool)
-	if err != nil {
-		return nil // the client allocates as it writes, and sees the error
+	// Looked up before the plan's transaction (on SQLite that transaction
+	// holds the store's one connection), once: pools are written only when
+	// a master starts on an empty store (New). A read per plan queued every
+	// plan answered from memory behind the write-behind flush.
+	var pool meta.Pool
+	if p := m.sessionPool.Load(); p != nil {
+		pool = *p
+	} else {
+		var err error
+		if pool, err = m.pool(ctx, m.cfg.SessionPool); err != nil {
+			return nil // the client allocates as it writes, and sees the error
+		}
+		m.sessionPool.Store(&pool)
 	}
 	return func(fileID, idx int64) ([]string, error) {
 		return m.place(fileID, idx, pool.Replicas, DefaultChunkSize)

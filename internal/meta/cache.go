@@ -53,6 +53,15 @@ type sessionCache struct {
 	plansLoaded bool
 	oldest      int64
 	journal     journal
+
+	// Write-behind (writebehind.go). files: session files and the files
+	// their ranges name, with their chunks; total: the bytes reserved in
+	// all session files when totalKnown; ids: plan ids persisted ahead
+	// (next up to end, exclusive).
+	files      map[string]*cachedFile
+	total      int64
+	totalKnown bool
+	ids        struct{ next, end int64 }
 }
 
 // cachedSession is a session's row and ranges as in SQL.
@@ -61,6 +70,9 @@ type cachedSession struct {
 	ranges   []Range
 	lastPlan int64
 	forkReq  string
+	// lastUsed and created (Unix ns) and bytes (reserved in the files the
+	// session owns): what a commit answered from memory reports.
+	lastUsed, created, bytes int64
 }
 
 // cachedPlan is a kv_plans row.
@@ -83,11 +95,16 @@ type journal struct {
 	sessions []string
 	layouts  []string
 	plans    bool
+	files    []string
+	ids      bool
 }
 
 func (c *sessionCache) reset() {
 	c.sessions = map[string]*cachedSession{}
 	c.layouts = map[string]Layout{}
+	c.files = map[string]*cachedFile{}
+	c.totalKnown = false
+	c.ids.next, c.ids.end = 0, 0
 	c.dropPlans()
 }
 
@@ -98,19 +115,30 @@ func (c *sessionCache) dropPlans() {
 	c.oldest = 0
 }
 
-// beginBatch decides, inside the batch's transaction and under the
-// sessions lock, whether the batch uses the cache.
-func (s *sqlStore) beginBatch(ctx context.Context, tx *sql.Tx) error {
+// beginBatch decides, inside the batch's transaction, under the sessions
+// lock and with wb.mu held, whether the batch uses the cache; term and gen
+// are the counters read in the transaction. Memory dropped here takes the
+// write-behind log built on it along (writebehind.go), and a leader that
+// lost such a log takes a new lead term before memory answers again.
+func (s *sqlStore) beginBatch(ctx context.Context, tx *sql.Tx, term, gen int64) error {
 	c := &s.cache
-	var term, gen int64
-	if err := tx.QueryRowContext(ctx, `SELECT (SELECT v FROM counters WHERE k = 'lead_term'), (SELECT v FROM counters WHERE k = 'sessions_gen')`).Scan(&term, &gen); err != nil {
-		return wrapDB(err)
-	}
 	mine := s.leadTerm.Load()
 	c.on = mine > 0 && mine == term
 	if !c.on || c.term != term || c.gen != gen || c.sessions == nil {
 		c.reset()
+		s.discard()
 		c.term, c.gen = term, gen
+	}
+	if c.on && s.wb.bump {
+		// Bytes answered from memory and lost may be written yet: no file
+		// reserved in under the old term is appended to again.
+		if err := tx.QueryRowContext(ctx, `UPDATE counters SET v = v + 1 WHERE k = 'lead_term' RETURNING v`).Scan(&term); err != nil {
+			return wrapDB(err)
+		}
+		c.reset()
+		c.term = term
+		s.leadTerm.Store(term)
+		s.wb.bump = false
 	}
 	c.journal = journal{}
 	return nil
@@ -139,6 +167,14 @@ func (s *sqlStore) opFailed() {
 	if c.journal.plans {
 		c.dropPlans()
 	}
+	for _, p := range c.journal.files {
+		delete(c.files, p)
+	}
+	if c.journal.ids {
+		c.ids.next, c.ids.end = 0, 0
+	}
+	// A failed operation may have changed reservations before failing.
+	c.totalKnown = false
 	c.journal = journal{}
 }
 
@@ -230,7 +266,9 @@ func (s *sqlStore) loadSession(ctx context.Context, x execer, id string) (*cache
 		return nil, ok, err
 	}
 	e := &cachedSession{row: row}
-	if err := x.QueryRowContext(ctx, s.q(`SELECT last_plan, fork_request FROM kv_sessions WHERE id = ?`), id).Scan(&e.lastPlan, &e.forkReq); err != nil {
+	if err := x.QueryRowContext(ctx, s.q(`SELECT last_plan, fork_request, last_used, created,
+		(SELECT COALESCE(SUM(reserved), 0) FROM kv_files WHERE session_id = kv_sessions.id) FROM kv_sessions WHERE id = ?`), id).
+		Scan(&e.lastPlan, &e.forkReq, &e.lastUsed, &e.created, &e.bytes); err != nil {
 		return nil, false, wrapDB(err)
 	}
 	if e.ranges, err = s.rangesTx(ctx, x, id); err != nil {
@@ -310,6 +348,9 @@ func (s *sqlStore) checkCache(ctx context.Context) error {
 		if err != nil || got != l {
 			return errs.New(errs.ErrInternal, "layout cache differs from SQL for %s: %+v, %+v %v", m, l, got, err)
 		}
+	}
+	if err := s.checkFiles(ctx); err != nil { // writebehind.go
+		return err
 	}
 	if c.plansLoaded {
 		ps, err := s.allPlans(ctx, s.db)

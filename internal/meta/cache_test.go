@@ -104,8 +104,10 @@ func TestCacheStaleLeader(t *testing.T) {
 			}
 			// a committed x from SQL; b's cache (x from its own turn) must
 			// not be used as it was.
+			// (Its fresh range goes to a new file: a's was made under no
+			// lead term, and a leader appends only to files of its own.)
 			p, err = b.PlanSession(ctx, PlanInput{Session: "x", Model: "m", UnsafeCountOnly: true, PromptTokens: 60, Dir: "/kv-sessions", Pool: "perf",
-				ChunkSize: 1 << 20, PlanTTL: time.Hour, Now: time.Now()})
+				ChunkSize: 1 << 20, PlanTTL: time.Hour, Now: time.Now(), Place: func(fileID, idx int64) ([]string, error) { return []string{"s1"}, nil }})
 			if err != nil {
 				t.Fatal(err)
 			}

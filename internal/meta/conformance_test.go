@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -113,6 +114,11 @@ func TestConformance(t *testing.T) {
 	// A store that does not lead works from SQL alone (a master that lost
 	// the lead without noticing yet): the same rules must hold.
 	all["sqlite-unled"] = sqliteForTest
+	// Leaders that answer at once and write behind (writebehind.go);
+	// the others write behind in flush mode, the default.
+	for name, open := range windowEngines(t) {
+		all[name] = open
+	}
 	for name, open := range all {
 		t.Run(name, func(t *testing.T) {
 			for _, tc := range []struct {
@@ -136,6 +142,9 @@ func TestConformance(t *testing.T) {
 				{"names", testNames},
 				{"kv-history", testKVHistory},
 			} {
+				if strings.HasSuffix(name, "-window") && !strings.HasPrefix(tc.name, "session") {
+					continue // write-behind changes only sessions
+				}
 				t.Run(tc.name, func(t *testing.T) { tc.fn(t, open(t)) })
 			}
 		})

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/gd2fs/gd2fs/errs"
 )
@@ -101,28 +102,90 @@ func (s *sqlStore) runGroup() bool {
 	return true
 }
 
-// runBatch runs ops in one transaction, each in a savepoint; it returns the
-// error that failed them all (begin, lock, commit), or nil with each op's
-// own error in op.err. The transaction is not tied to any one caller's
-// context: a caller that gives up must not fail the others.
+// runBatch runs ops in one transaction, each in a savepoint, after the
+// write-behind log (writebehind.go); it returns the error that failed them
+// all (begin, lock, commit), or nil with each op's own error in op.err. An
+// op with no fn only waits for the log to be written. The transaction is
+// not tied to any one caller's context: a caller that gives up must not
+// fail the others.
 func (s *sqlStore) runBatch(ops []*groupOp) (err error) {
 	ctx := context.Background()
-	tx, err := s.db.BeginTx(ctx, nil)
+	began := time.Now()
+	wb := &s.wb
+	var lg *wlog
+	held := false
+	defer func() {
+		if err != nil {
+			// Whatever did not commit leaves nothing in memory, and what
+			// was answered from memory on top of it is lost too.
+			if !held {
+				wb.mu.Lock()
+				held = true
+			}
+			s.cache.reset()
+			s.discard()
+			if lg != nil && lg.ops > 0 {
+				wb.bump = true
+			}
+		}
+		if held {
+			wb.mu.Unlock()
+		}
+		if lg != nil {
+			if err != nil {
+				lg.err = errDiscarded
+			}
+			close(lg.done)
+		}
+	}()
+	// On PostgreSQL the transaction runs on a connection of its own, so
+	// the log can go to the server as one pipelined batch (writeLog).
+	var conn *sql.Conn
+	if s.postgres {
+		if conn, err = s.db.Conn(ctx); err != nil {
+			return wrapDB(err)
+		}
+		defer conn.Close()
+	}
+	var tx *sql.Tx
+	if conn != nil {
+		tx, err = conn.BeginTx(ctx, nil)
+	} else {
+		tx, err = s.db.BeginTx(ctx, nil)
+	}
 	if err != nil {
-		s.cache.reset()
 		return wrapDB(err)
 	}
 	defer tx.Rollback()
-	// Whatever did not commit leaves nothing in the session cache.
-	defer func() {
-		if err != nil {
-			s.cache.reset()
-		}
-	}()
 	if err := s.lockSessions(ctx, tx); err != nil {
 		return err
 	}
-	if err := s.beginBatch(ctx, tx); err != nil { // cache.go
+	var term, gen int64
+	if err := tx.QueryRowContext(ctx, `SELECT (SELECT v FROM counters WHERE k = 'lead_term'), (SELECT v FROM counters WHERE k = 'sessions_gen')`).Scan(&term, &gen); err != nil {
+		return wrapDB(err)
+	}
+	wb.mu.Lock()
+	held = true
+	if err := s.beginBatch(ctx, tx, term, gen); err != nil { // cache.go
+		return err
+	}
+	lg = s.takeLog()
+	slow := false
+	for _, op := range ops {
+		slow = slow || op.fn != nil
+	}
+	if !slow && !s.checks {
+		// Only the log: operations answered from memory go on meanwhile
+		// (into the next log).
+		wb.mu.Unlock()
+		held = false
+	}
+	if h := flushHook.Load(); h != nil && len(lg.stmts) > 0 {
+		if err := (*h)(); err != nil {
+			return err
+		}
+	}
+	if err := s.writeLog(ctx, conn, tx, lg); err != nil { // writebehind.go
 		return err
 	}
 	ran := 0
@@ -131,6 +194,9 @@ func (s *sqlStore) runBatch(ops []*groupOp) (err error) {
 	// releases the last.
 	release := ""
 	for i, op := range ops {
+		if op.fn == nil {
+			continue
+		}
 		if err := op.ctx.Err(); err != nil {
 			op.err = err // gone before its turn: not run
 			continue
@@ -160,7 +226,12 @@ func (s *sqlStore) runBatch(ops []*groupOp) (err error) {
 	if err := tx.Commit(); err != nil {
 		return wrapDB(err)
 	}
-	if s.checks && ran > 0 {
+	if lg.ops > 0 {
+		wb.flushes.Add(1)
+		wb.flushed.Add(int64(lg.ops))
+		wb.flushNanos.Add(int64(time.Since(began)))
+	}
+	if s.checks && (ran > 0 || len(lg.stmts) > 0) {
 		if err := s.checkInvariants(ctx); err != nil {
 			return err
 		}

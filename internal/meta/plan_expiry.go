@@ -43,6 +43,8 @@ func (s *sqlStore) expirePlansC(ctx context.Context, tx *sql.Tx, dir string, bef
 		return err
 	}
 	c.sessions = map[string]*cachedSession{}
+	c.files = map[string]*cachedFile{}
+	c.totalKnown = false
 	c.dropPlans()
 	return s.loadPlans(ctx, tx)
 }
@@ -101,6 +103,9 @@ type PlanReader interface {
 // expired, or never made).
 func (s *sqlStore) OutstandingPlan(ctx context.Context, session string, planID int64) (Range, error) {
 	var r Range
+	if err := s.barrier(ctx); err != nil { // writebehind.go
+		return r, err
+	}
 	err := s.db.QueryRowContext(ctx, s.q(`SELECT token_start, token_length, path, kv_start, kv_length FROM kv_plans WHERE id = ? AND session_id = ?`), planID, session).
 		Scan(&r.TokenStart, &r.TokenLength, &r.Path, &r.KVStart, &r.KVLength)
 	if errors.Is(err, sql.ErrNoRows) {

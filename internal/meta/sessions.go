@@ -201,6 +201,11 @@ var sessionColumns = []struct{ table, column, ddl string }{
 	{"kv_plans", "request_id", "TEXT NOT NULL DEFAULT ''"},
 	{"kv_plans", "answer", "TEXT NOT NULL DEFAULT ''"},
 	{"kv_sessions", "fork_request", "TEXT NOT NULL DEFAULT ''"},
+	// lead_term: the lead term of the store that created a session file
+	// (0: a store that did not lead). A store appends only to files of its
+	// own term: a leader answering from memory may have handed out bytes
+	// past what SQL says is reserved (writebehind.go).
+	{"kv_files", "lead_term", "BIGINT NOT NULL DEFAULT 0"},
 }
 
 // lockSessions serialises the transactions that change sessions on
@@ -388,6 +393,12 @@ func (s *sqlStore) PlanSession(ctx context.Context, in PlanInput) (Plan, error) 
 	if err := checkText("model name", in.Model); err != nil {
 		return Plan{}, err
 	}
+	if err := ctx.Err(); err != nil {
+		return Plan{}, err
+	}
+	if p, ok, err := s.planFast(in); ok { // writebehind.go
+		return p, err
+	}
 	var p Plan
 	// The caller's context decides whether the plan starts; once started
 	// in its group transaction it runs to its end (groupcommit.go).
@@ -545,8 +556,10 @@ func (s *sqlStore) PlanSession(ctx context.Context, in PlanInput) (Plan, error) 
 		}
 		s.cache.addPlan(p.ID, &cachedPlan{session: in.Session, fr: fr, base: sess.version, hashFrom: hashFrom, hashes: hashes, planned: planned,
 			split: split, requestID: in.RequestID, answer: answer, created: now})
-		_, err = tx.ExecContext(ctx, s.q(`UPDATE kv_sessions SET last_used = ? WHERE id = ?`), now, in.Session)
-		return wrapDB(err)
+		if _, err = tx.ExecContext(ctx, s.q(`UPDATE kv_sessions SET last_used = ? WHERE id = ?`), now, in.Session); err != nil {
+			return wrapDB(err)
+		}
+		return s.afterSlowPlan(ctx, tx, in, p, fr.Path) // writebehind.go
 	})
 	return p, err
 }
@@ -656,6 +669,20 @@ func (s *sqlStore) createSessionTx(ctx context.Context, tx *sql.Tx, in PlanInput
 
 // reserveTx picks the file for a fresh range and reserves n bytes at its end.
 func (s *sqlStore) reserveTx(ctx context.Context, tx *sql.Tx, in PlanInput, sess *sessionRow, n int64) (string, int64, error) {
+	var term int64 // this store's lead term, 0 when it does not lead
+	if s.cache.on {
+		term = s.cache.term
+	}
+	if sess.fileSeq != 0 && !in.NewFile {
+		// Only into a file of this store's term (writebehind.go): another
+		// leader may have reserved past what SQL says, in memory.
+		var ft int64
+		err := tx.QueryRowContext(ctx, s.q(`SELECT lead_term FROM kv_files WHERE path = ?`), sessionFile(in.Dir, in.Session, sess.fileSeq)).Scan(&ft)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return "", 0, wrapDB(err)
+		}
+		in.NewFile = err == nil && ft != term
+	}
 	if sess.fileSeq == 0 || in.NewFile {
 		// Numbers come from the global id counter, so a session deleted and
 		// created again never collides with files a fork kept alive.
@@ -668,7 +695,7 @@ func (s *sqlStore) reserveTx(ctx context.Context, tx *sql.Tx, in PlanInput, sess
 		if _, err := s.createFileTx(ctx, tx, File{Path: path, Pool: in.Pool, ChunkSize: in.ChunkSize, Modified: in.Now}); err != nil {
 			return "", 0, err
 		}
-		if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO kv_files (path, session_id, reserved) VALUES (?, ?, 0)`), path, in.Session); err != nil {
+		if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO kv_files (path, session_id, reserved, lead_term) VALUES (?, ?, 0, ?)`), path, in.Session, term); err != nil {
 			return "", 0, wrapDB(err)
 		}
 		if _, err := tx.ExecContext(ctx, s.q(`UPDATE kv_sessions SET file_seq = ? WHERE id = ?`), sess.fileSeq, in.Session); err != nil {
@@ -740,7 +767,12 @@ func (s *sqlStore) deleteSessionTx(ctx context.Context, tx *sql.Tx, id string) e
 	if err != nil {
 		return err
 	}
+	s.cache.totalKnown = false
 	for _, p := range paths {
+		if s.cache.on {
+			s.cache.journal.files = append(s.cache.journal.files, p)
+			delete(s.cache.files, p)
+		}
 		var heir string
 		err := tx.QueryRowContext(ctx, s.q(`SELECT session_id FROM kv_ranges WHERE path = ? LIMIT 1`), p).Scan(&heir)
 		switch {
@@ -764,6 +796,10 @@ func (s *sqlStore) deleteSessionTx(ctx context.Context, tx *sql.Tx, id string) e
 		default:
 			if _, err := tx.ExecContext(ctx, s.q(`UPDATE kv_files SET session_id = ? WHERE path = ?`), heir, p); err != nil {
 				return wrapDB(err)
+			}
+			if s.cache.on { // its bytes now count for the heir
+				s.cache.touchSession(heir)
+				delete(s.cache.sessions, heir)
 			}
 		}
 	}
@@ -834,6 +870,12 @@ type CommitInput struct {
 func (s *sqlStore) CommitSession(ctx context.Context, in CommitInput) (Session, error) {
 	if err := checkText("session id", in.Session); err != nil {
 		return Session{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Session{}, err
+	}
+	if out, ok, err := s.commitFast(in); ok { // writebehind.go
+		return out, err
 	}
 	id, planID := in.Session, in.PlanID
 	caller := ctx
@@ -938,7 +980,15 @@ func (s *sqlStore) CommitSession(ctx context.Context, in CommitInput) (Session, 
 		if pc.hashes, err = decodeHashes(planHashes); err != nil {
 			return err
 		}
-		next, err := s.replaceRangesTx(ctx, tx, id, l, e, planID, fr.TokenStart, fresh, pc, in.Now)
+		ch, err := computeCommit(l, e, fr.TokenStart, fresh, pc)
+		if err != nil {
+			return err
+		}
+		exec := func(q string, args ...any) error {
+			_, err := tx.ExecContext(ctx, s.q(q), args...)
+			return wrapDB(err)
+		}
+		next, err := s.replaceRanges(exec, id, e, planID, fr.TokenStart, ch, in.Now)
 		if err != nil {
 			return err
 		}
@@ -947,7 +997,7 @@ func (s *sqlStore) CommitSession(ctx context.Context, in CommitInput) (Session, 
 		}
 		s.cache.removePlan(planID)
 		s.cache.putSession(id, next)
-		return nil
+		return s.afterSlowCommit(ctx, tx, id, fresh) // writebehind.go
 	})
 	if err != nil {
 		return Session{}, err
@@ -971,47 +1021,69 @@ type planContent struct {
 	hashes        []BlockHash
 }
 
-// replaceRangesTx cuts session id (entry e) at token keep and appends
-// fresh (afterCommit), writing only the rows that change, records the
-// hashes of what it now holds (hashesAfterCommit), counts the change in
-// the session's version and records plan as its last commit. It returns
-// the session's new entry.
-func (s *sqlStore) replaceRangesTx(ctx context.Context, tx *sql.Tx, id string, l Layout, e *cachedSession, plan, keep int64, fresh []Range, pc planContent, now time.Time) (*cachedSession, error) {
-	sess, ranges := e.row, e.ranges
-	next, err := afterCommit(l, ranges, keep, fresh)
+// commitChange is what a commit makes of a session: its ranges, tokens and
+// hashes after it (computeCommit).
+type commitChange struct {
+	next   []Range
+	tokens int64
+	hashes []BlockHash
+	hashed int64
+}
+
+// computeCommit cuts session e at token keep and appends fresh
+// (afterCommit), and computes the hashes of what it then holds
+// (hashesAfterCommit); it writes nothing.
+func computeCommit(l Layout, e *cachedSession, keep int64, fresh []Range, pc planContent) (commitChange, error) {
+	next, err := afterCommit(l, e.ranges, keep, fresh)
 	if err != nil {
-		return nil, err
-	}
-	if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM kv_ranges WHERE session_id = ? AND token_start >= ?`), id, keep); err != nil {
-		return nil, wrapDB(err)
+		return commitChange{}, err
 	}
 	var tokens int64
-	for i, r := range next {
-		tokens = r.TokenStart + r.TokenLength
+	if n := len(next); n > 0 {
+		tokens = next[n-1].TokenStart + next[n-1].TokenLength
+	}
+	pt := int64(l.PageTokens)
+	hashes, hashed := hashesAfterCommit(pt, e.row.hashes, e.row.hashed, keep, tokens, pc.from, pc.hashes, pc.planned)
+	if err := checkHashes(pt, hashes, hashed, tokens); err != nil {
+		return commitChange{}, err
+	}
+	return commitChange{next: next, tokens: tokens, hashes: hashes, hashed: hashed}, nil
+}
+
+// execFn runs one statement (placeholders as ?): in the operation's
+// transaction, or into the write-behind log (writebehind.go).
+type execFn func(q string, args ...any) error
+
+// replaceRanges writes change ch of session id (entry e), cut at token
+// keep: only the range rows that change, the session's tokens and hashes,
+// its version counted up and plan recorded as its last commit. It returns
+// the session's new entry.
+func (s *sqlStore) replaceRanges(exec execFn, id string, e *cachedSession, plan, keep int64, ch commitChange, now time.Time) (*cachedSession, error) {
+	ranges := e.ranges
+	if err := exec(`DELETE FROM kv_ranges WHERE session_id = ? AND token_start >= ?`, id, keep); err != nil {
+		return nil, err
+	}
+	for i, r := range ch.next {
+		var err error
 		switch {
 		case r.TokenStart >= keep:
-			_, err = tx.ExecContext(ctx, s.q(`INSERT INTO kv_ranges (session_id, token_start, token_length, path, kv_start, kv_length)
-				VALUES (?, ?, ?, ?, ?, ?)`), id, r.TokenStart, r.TokenLength, r.Path, r.KVStart, r.KVLength)
+			err = exec(`INSERT INTO kv_ranges (session_id, token_start, token_length, path, kv_start, kv_length)
+				VALUES (?, ?, ?, ?, ?, ?)`, id, r.TokenStart, r.TokenLength, r.Path, r.KVStart, r.KVLength)
 		case r != ranges[i]: // the range cut at keep
-			_, err = tx.ExecContext(ctx, s.q(`UPDATE kv_ranges SET token_length = ?, kv_length = ? WHERE session_id = ? AND token_start = ?`),
+			err = exec(`UPDATE kv_ranges SET token_length = ?, kv_length = ? WHERE session_id = ? AND token_start = ?`,
 				r.TokenLength, r.KVLength, id, r.TokenStart)
 		}
 		if err != nil {
-			return nil, wrapDB(err)
+			return nil, err
 		}
 	}
-	pt := int64(l.PageTokens)
-	hashes, hashed := hashesAfterCommit(pt, sess.hashes, sess.hashed, keep, tokens, pc.from, pc.hashes, pc.planned)
-	if err := checkHashes(pt, hashes, hashed, tokens); err != nil {
+	if err := exec(`UPDATE kv_sessions SET tokens = ?, version = ?, last_used = ?, hashes = ?, hashed_tokens = ?, last_plan = ? WHERE id = ?`,
+		ch.tokens, e.row.version+1, now.UnixNano(), encodeHashes(ch.hashes), ch.hashed, plan, id); err != nil {
 		return nil, err
 	}
-	if _, err = tx.ExecContext(ctx, s.q(`UPDATE kv_sessions SET tokens = ?, version = version + 1, last_used = ?, hashes = ?, hashed_tokens = ?, last_plan = ? WHERE id = ?`),
-		tokens, now.UnixNano(), encodeHashes(hashes), hashed, plan, id); err != nil {
-		return nil, wrapDB(err)
-	}
 	n := *e
-	n.row.tokens, n.row.version, n.row.hashes, n.row.hashed = tokens, sess.version+1, hashes, hashed
-	n.ranges, n.lastPlan = next, plan
+	n.row.tokens, n.row.version, n.row.hashes, n.row.hashed = ch.tokens, e.row.version+1, ch.hashes, ch.hashed
+	n.ranges, n.lastPlan, n.lastUsed = ch.next, plan, now.UnixNano()
 	return &n, nil
 }
 
@@ -1069,6 +1141,9 @@ func (s *sqlStore) Session(ctx context.Context, id string) (Session, error) {
 	if err := checkText("session id", id); err != nil {
 		return Session{}, err
 	}
+	if err := s.barrier(ctx); err != nil { // writebehind.go
+		return Session{}, err
+	}
 	out := Session{ID: id}
 	var lu, cr int64
 	err := s.db.QueryRowContext(ctx, s.q(`SELECT model, tokens, last_used, created, hashed_tokens,
@@ -1087,6 +1162,9 @@ func (s *sqlStore) Session(ctx context.Context, id string) (Session, error) {
 
 func (s *sqlStore) Sessions(ctx context.Context, after string, limit int) ([]Session, error) {
 	if err := checkText("?after", after); err != nil {
+		return nil, err
+	}
+	if err := s.barrier(ctx); err != nil { // writebehind.go
 		return nil, err
 	}
 	rows, err := s.db.QueryContext(ctx, s.q(`SELECT id, model, tokens, last_used, created, hashed_tokens,

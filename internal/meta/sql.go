@@ -34,6 +34,9 @@ type sqlStore struct {
 	// this store took the lead under (0: it does not lead).
 	cache    sessionCache
 	leadTerm atomic.Int64
+	// wb answers session operations from the cache and writes them to SQL
+	// behind (writebehind.go).
+	wb writeBehind
 }
 
 // Open opens the store named by dsn:
@@ -44,6 +47,7 @@ func Open(ctx context.Context, dsn string) (Store, error) {
 	var s sqlStore
 	var err error
 	s.checks = os.Getenv("GD2FS_META_INVARIANTS") == "1"
+	s.wb.mode = DurabilityFlush
 	switch {
 	case strings.HasPrefix(dsn, "sqlite://"):
 		file := strings.TrimPrefix(dsn, "sqlite://")
@@ -248,6 +252,8 @@ func (s *sqlStore) addColumns(ctx context.Context, x execer) error {
 }
 
 func (s *sqlStore) Close() error {
+	// What was answered from memory is written before the lead goes.
+	s.barrier(context.Background()) //nolint:errcheck // a failed write is what a crash would lose
 	s.lead.release()
 	s.leadTerm.Store(0)
 	return s.db.Close()
@@ -532,6 +538,9 @@ func (s *sqlStore) fileBy(ctx context.Context, x execer, col string, v any) (Fil
 }
 
 func (s *sqlStore) File(ctx context.Context, p string) (File, error) {
+	if err := s.barrier(ctx); err != nil { // writebehind.go: a size a commit grew
+		return File{}, err
+	}
 	f, err := s.fileBy(ctx, s.db, "path", p)
 	if errors.Is(err, errs.ErrNotFound) {
 		if dir, _ := s.IsDir(ctx, p); dir {
@@ -582,7 +591,7 @@ func (s *sqlStore) List(ctx context.Context, dir string) ([]Entry, error) {
 }
 
 func (s *sqlStore) RemoveFile(ctx context.Context, p string) error {
-	return s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.tx(ctx, func(tx *sql.Tx) error {
 		if err := s.lockSessions(ctx, tx); err != nil {
 			return err
 		}
@@ -598,6 +607,10 @@ func (s *sqlStore) RemoveFile(ctx context.Context, p string) error {
 		}
 		return s.removeFileTx(ctx, tx, p)
 	})
+	if err == nil {
+		s.forgetFiles(func(f *cachedFile) bool { return f.file.Path == p })
+	}
+	return err
 }
 
 // removeFileTx deletes file p and records a tombstone for every replica of
@@ -701,6 +714,9 @@ func (s *sqlStore) Commit(ctx context.Context, fileID int64, size int64, lengths
 		_, err = tx.ExecContext(ctx, s.q(`UPDATE files SET size = ?, sealed = ?, mtime = ? WHERE id = ?`), f.Size, sealed, now.UnixNano(), fileID)
 		return wrapDB(err)
 	})
+	if err == nil && seal { // a sealed file takes no commit answered from memory
+		s.forgetFiles(func(c *cachedFile) bool { return c.file.ID == fileID })
+	}
 	return f, err
 }
 
@@ -775,6 +791,9 @@ func (s *sqlStore) chunksWhere(ctx context.Context, where string, arg any) ([]Pl
 }
 
 func (s *sqlStore) Chunks(ctx context.Context, fileID int64) ([]Chunk, error) {
+	if err := s.barrier(ctx); err != nil { // writebehind.go: lengths a commit grew
+		return nil, err
+	}
 	ps, err := s.chunksWhere(ctx, `c.file_id = ?`, fileID)
 	out := make([]Chunk, len(ps))
 	for i, p := range ps {
@@ -788,7 +807,7 @@ func (s *sqlStore) ChunksOn(ctx context.Context, serverID string) ([]Placed, err
 }
 
 func (s *sqlStore) ReplaceReplica(ctx context.Context, chunkID uint64, old, new string) error {
-	return s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.tx(ctx, func(tx *sql.Tx) error {
 		r, err := tx.ExecContext(ctx, s.q(`UPDATE replicas SET server_id = ? WHERE chunk_id = ? AND server_id = ?`), new, chunkID, old)
 		if err != nil {
 			return wrapDB(err)
@@ -805,6 +824,17 @@ func (s *sqlStore) ReplaceReplica(ctx context.Context, chunkID uint64, old, new 
 		_, err = tx.ExecContext(ctx, s.q(`DELETE FROM tombstones WHERE chunk_id = ? AND server_id = ?`), chunkID, new)
 		return wrapDB(err)
 	})
+	if err == nil { // plans answered from memory name the new replica
+		s.forgetFiles(func(f *cachedFile) bool {
+			for _, c := range f.chunks {
+				if c.ID == chunkID {
+					return true
+				}
+			}
+			return false
+		})
+	}
+	return err
 }
 
 // Orphans records a tombstone for every chunk in held that serverID does

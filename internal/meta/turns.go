@@ -67,7 +67,7 @@ func (s *sqlStore) allocFreshTx(ctx context.Context, tx *sql.Tx, place PlaceFunc
 
 // chunksTx is file fileID's chunks with indexes first..last, in index order,
 // read inside tx.
-func (s *sqlStore) chunksTx(ctx context.Context, tx *sql.Tx, fileID, first, last int64) ([]Chunk, error) {
+func (s *sqlStore) chunksTx(ctx context.Context, tx execer, fileID, first, last int64) ([]Chunk, error) {
 	rows, err := tx.QueryContext(ctx, s.q(`SELECT c.id, c.idx, c.length, r.server_id FROM chunks c JOIN replicas r ON r.chunk_id = c.id
 		WHERE c.file_id = ? AND c.idx >= ? AND c.idx <= ? ORDER BY c.idx, r.pos`), fileID, first, last)
 	if err != nil {

@@ -21,6 +21,7 @@ package node
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -98,6 +99,9 @@ type Master struct {
 	UnsealedTTL                        time.Duration // 0: the master's default (24h); negative: never
 	SessionQuota                       int64         // bytes of session files (0: no limit)
 	NoPlanWarm                         bool          // master.Config.NoPlanWarm
+	// SessionDurability: when the leader answers session plans and
+	// commits, meta.DurabilityFlush (""), DurabilityWindow or DurabilitySync.
+	SessionDurability string
 
 	MaxConns       int      // 0: master.DefaultMaxConns
 	MaxConnsPerIP  int      // before authenticating (0: master.DefaultMaxConnsPerIP; negative: no bound)
@@ -116,6 +120,12 @@ func NewMaster(ctx context.Context, n Master) (*master.Master, meta.Store, error
 	ms, err := meta.Open(ctx, n.Meta)
 	if err != nil {
 		return nil, nil, err
+	}
+	if d, ok := ms.(meta.DurabilitySetter); ok && n.SessionDurability != "" {
+		if err := d.SetSessionDurability(n.SessionDurability); err != nil {
+			ms.Close()
+			return nil, nil, fmt.Errorf("--session-durability: %w", err)
+		}
 	}
 	cfg := master.Config{Listen: n.Listen, Meta: ms, Cluster: n.Cluster, Token: n.Token,
 		DownAfter: n.DownAfter, RepairAfter: n.RepairAfter, LeadWarmup: n.LeadWarmup, UnsealedTTL: n.UnsealedTTL, SessionQuota: n.SessionQuota,

@@ -1,0 +1,762 @@
+package meta
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gd2fs/gd2fs/errs"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+)
+
+// Write-behind of the session table (docs/kv-cache.md, "What a turn
+// costs"). The leading store answers the plans and commits of a chat turn
+// from the session table in its memory (cache.go) and writes what they
+// changed to SQL afterwards: each such operation appends its statements to
+// a log, in the order the operations happened, and the runner of group
+// transactions (groupcommit.go) writes the whole log in its next
+// transaction. A flush is thus always a prefix of the leader's history —
+// a consistent cut of sessions, ranges, reservations and plans together —
+// and it checks the lead term in its transaction like every batch does.
+//
+// Only an operation whose whole input is in memory and that succeeds is
+// answered this way (the fast path): a plan of a session held in memory
+// whose current file this leader created, whose fresh range falls in
+// chunks already allocated, that evicts nothing and finds no plan to
+// expire; a commit of an outstanding plan whose files are in memory.
+// Everything else (a new session, a new file, a new chunk, an eviction,
+// an expiry, forks, deletions, errors) runs as before, in the group
+// transaction, after the log is written in that same transaction, so it
+// reads SQL equal to memory. Files and chunks are therefore never created
+// in memory: a chunk a plan names is in SQL before anyone can write it.
+//
+// Durability (SetSessionDurability):
+//
+//   - flush (the default): an operation is answered after the transaction
+//     holding its statements committed. Nothing acknowledged is lost by a
+//     crash or a failover, as before; the gain is that a flush carries
+//     every operation that arrived while the previous one ran, with no
+//     per-operation savepoint or read.
+//   - window: an operation is answered at once and the log is written as
+//     soon as the previous flush ends. A crash loses what was answered
+//     since the last flush committed (the window: about one flush): those
+//     sessions read shorter, their plans are gone.
+//   - sync: no write-behind; every operation runs in the group
+//     transaction (the path before write-behind).
+//
+// What keeps lost operations harmless (window mode, or a flush that
+// fails):
+//
+//   - A lost reservation could be handed out again by a leader that never
+//     knew of it, while the lost plan's writer still writes there. So a
+//     leader appends only to session files created under its own lead term
+//     (kv_files.lead_term): after a failover or restart every session's
+//     next plan starts a new file. A leader that loses part of its log
+//     (a flush failed, or another writer changed sessions) takes a new
+//     term itself before it answers from memory again.
+//   - Plan ids are taken from a block persisted ahead (next_id advanced by
+//     idBlock in a transaction that commits before any id of it is
+//     used), so an id answered and then lost is never given again.
+//   - Reads that must see every answered change (Session, Sessions, File,
+//     Chunks, OutstandingPlan) wait for the log in window mode (barrier).
+
+// Session durability modes (SetSessionDurability).
+const (
+	DurabilityFlush  = "flush"
+	DurabilityWindow = "window"
+	DurabilitySync   = "sync"
+)
+
+// DurabilitySetter is implemented by stores that can answer session
+// operations before they are written to SQL.
+type DurabilitySetter interface {
+	// SetSessionDurability chooses flush, window or sync; call it before
+	// the store is used.
+	SetSessionDurability(mode string) error
+}
+
+// idBlock is how many plan ids a leader takes from next_id at once.
+const idBlock = 1024
+
+// windowOps bounds what window mode answers ahead of SQL: an operation
+// that finds this many waiting in the log waits for their flush, as in
+// flush mode. So a crash loses at most about twice this many operations
+// however slow the database is, and the log cannot outgrow memory.
+const windowOps = 256
+
+// flushHook, when set (tests), runs in each flush transaction before the
+// log is written; an error fails the flush as a database error would.
+var flushHook atomic.Pointer[func() error]
+
+// errDiscarded fails a log that was not written: its operations, if still
+// waiting (flush mode), run again on the slow path.
+var errDiscarded = errs.New(errs.ErrUnavailable, "session changes were not written (the lead changed, or the metadata database failed): retry")
+
+type writeBehind struct {
+	mode string
+	// fast counts operations answered from memory; flushes the
+	// transactions that wrote a log, flushed the operations they carried.
+	// flushNanos sums the flushes' durations.
+	fast, flushes, flushed, flushNanos atomic.Int64
+	// mu guards the session cache against operations answered from
+	// memory, and the log. The group runner holds it while it runs
+	// operations in SQL, so they and the fast path see one history.
+	mu     sync.Mutex
+	log    *wlog
+	kicked bool // window: a flush is queued
+	// bump: a log was lost; take a new lead term before memory is used.
+	bump bool
+}
+
+// wlog is the statements of operations answered from memory, in order.
+type wlog struct {
+	stmts []stmt
+	ops   int
+	done  chan struct{}
+	err   error
+}
+
+type stmt struct {
+	q    string
+	args []any
+}
+
+func newLog() *wlog { return &wlog{done: make(chan struct{})} }
+
+func (l *wlog) add(s *sqlStore, q string, args ...any) {
+	l.stmts = append(l.stmts, stmt{s.q(q), args})
+}
+
+// cachedFile is a file a session range or reservation names, as far as
+// the fast path needs it: chunks only ever get longer or appear (a client
+// may write and Sync), so memory may hold less than SQL, never more; a
+// repair that moves a replica, a seal or a removal drops the entry.
+type cachedFile struct {
+	file     File
+	chunks   map[int64]Chunk
+	owner    string // session that reserves in it (kv_files), "" if none
+	reserved int64
+	term     int64 // lead term it was created under (kv_files.lead_term)
+}
+
+func (s *sqlStore) SetSessionDurability(mode string) error {
+	switch mode {
+	case DurabilityFlush, DurabilityWindow, DurabilitySync:
+		s.wb.mode = mode
+		return nil
+	}
+	return errs.New(errs.ErrBadRequest, "session durability %q: flush (answer after the write to SQL, the default), window (answer at once, a crash loses about one flush) or sync (no write-behind)", mode)
+}
+
+// WriteBehindStats says how many session operations were answered from
+// memory, and how many flushes wrote how many of them.
+type WriteBehindStats struct {
+	Fast, Flushes, Flushed int64
+	FlushTime              time.Duration // of all flushes together
+}
+
+// WriteBehindStatser is implemented by stores with write-behind.
+type WriteBehindStatser interface{ WriteBehindStats() WriteBehindStats }
+
+func (s *sqlStore) WriteBehindStats() WriteBehindStats {
+	return WriteBehindStats{Fast: s.wb.fast.Load(), Flushes: s.wb.flushes.Load(), Flushed: s.wb.flushed.Load(), FlushTime: time.Duration(s.wb.flushNanos.Load())}
+}
+
+// fastReady says whether memory may answer now (wb.mu held).
+func (s *sqlStore) fastReady() bool {
+	c := &s.cache
+	return s.wb.mode != DurabilitySync && c.on && c.sessions != nil && c.plansLoaded && !s.wb.bump &&
+		c.term == s.leadTerm.Load() && c.term > 0
+}
+
+// answered ends a fast operation that appended to log lg (wb.mu held; it
+// is released): window mode queues a flush and answers at once; flush
+// mode waits for the transaction that writes lg. ok false: the log was
+// not written and the operation must run again on the slow path.
+func (s *sqlStore) answered(lg *wlog) (ok bool, err error) {
+	wb := &s.wb
+	if wb.mode == DurabilityWindow && lg.ops <= windowOps {
+		if !wb.kicked {
+			wb.kicked = true
+			go s.groupTx(context.Background(), nil) //nolint:errcheck // its log's waiters see the outcome
+		}
+		wb.mu.Unlock()
+		return true, nil
+	}
+	wb.mu.Unlock()
+	s.groupTx(context.Background(), nil) //nolint:errcheck // lg.err says
+	<-lg.done
+	if lg.err == errDiscarded {
+		return false, nil
+	}
+	return true, lg.err
+}
+
+// takeLog hands the runner the log to write and starts a new one (wb.mu held).
+func (s *sqlStore) takeLog() *wlog {
+	wb := &s.wb
+	lg := wb.log
+	if lg == nil {
+		lg = newLog()
+	}
+	wb.log = newLog()
+	wb.kicked = false
+	return lg
+}
+
+// discard fails the current log (built on memory being dropped) and makes
+// the store take a new term before memory answers again (wb.mu held).
+func (s *sqlStore) discard() {
+	wb := &s.wb
+	if wb.log != nil && wb.log.ops > 0 {
+		wb.log.err = errDiscarded
+		close(wb.log.done)
+		wb.log = newLog()
+		wb.bump = true
+	}
+}
+
+// writeLog writes lg's statements in tx. On PostgreSQL (conn is tx's
+// connection) they go as one pipelined batch: a statement at a time, a
+// flush cost a round trip to the server per statement.
+func (s *sqlStore) writeLog(ctx context.Context, conn *sql.Conn, tx *sql.Tx, lg *wlog) error {
+	if conn == nil || len(lg.stmts) < 2 {
+		for _, st := range lg.stmts {
+			if _, err := tx.ExecContext(ctx, st.q, st.args...); err != nil {
+				return wrapDB(err)
+			}
+		}
+		return nil
+	}
+	return wrapDB(conn.Raw(func(dc any) error {
+		c, ok := dc.(*stdlib.Conn)
+		if !ok {
+			return fmt.Errorf("PostgreSQL connection of type %T", dc)
+		}
+		b := &pgx.Batch{}
+		for _, st := range lg.stmts {
+			b.Queue(st.q, st.args...)
+		}
+		return c.Conn().SendBatch(ctx, b).Close()
+	}))
+}
+
+// barrier waits, in window mode, until everything answered so far is in SQL.
+func (s *sqlStore) barrier(ctx context.Context) error {
+	if s.wb.mode != DurabilityWindow {
+		return nil
+	}
+	s.wb.mu.Lock()
+	lg := s.wb.log
+	empty := lg == nil || lg.ops == 0 && len(lg.stmts) == 0
+	s.wb.mu.Unlock()
+	if empty {
+		return nil
+	}
+	if err := s.groupTx(ctx, nil); err != nil {
+		return err
+	}
+	<-lg.done
+	return nil
+}
+
+// forgetFiles drops files from memory after a write that is not a session
+// operation changed them (a moved replica, a seal, a removal).
+func (s *sqlStore) forgetFiles(match func(f *cachedFile) bool) {
+	s.wb.mu.Lock()
+	defer s.wb.mu.Unlock()
+	for p, f := range s.cache.files {
+		if match(f) {
+			delete(s.cache.files, p)
+		}
+	}
+}
+
+// planFast answers a plan from memory when it can; ok false sends it to
+// the slow path. Nothing changes before every check passed.
+func (s *sqlStore) planFast(in PlanInput) (Plan, bool, error) {
+	wb := &s.wb
+	wb.mu.Lock()
+	if !s.fastReady() {
+		wb.mu.Unlock()
+		return Plan{}, false, nil
+	}
+	p, ok := s.planMem(in)
+	if !ok {
+		wb.mu.Unlock()
+		return Plan{}, false, nil
+	}
+	lg := wb.log
+	wb.fast.Add(1)
+	ok, err := s.answered(lg)
+	return p, ok, err
+}
+
+// planMem is PlanSession's transaction in memory (wb.mu held).
+func (s *sqlStore) planMem(in PlanInput) (Plan, bool) {
+	c := &s.cache
+	var p Plan
+	now := in.Now.UnixNano()
+	if len(c.plans) > 0 && c.oldest < in.Now.Add(-in.PlanTTL).UnixNano() {
+		return p, false // some plan expires: the slow path does it
+	}
+	if in.RequestID != "" {
+		if id, ok := c.byRequest[in.Session+"\x00"+in.RequestID]; ok {
+			if json.Unmarshal([]byte(c.plans[id].answer), &p) != nil {
+				return Plan{}, false
+			}
+			p.Repeat = true
+			return p, true
+		}
+	}
+	l, ok := c.layouts[in.Model]
+	if !ok {
+		return p, false
+	}
+	pr, checked, err := promptOf(in, l)
+	if err != nil {
+		return p, false
+	}
+	e, ok := c.sessions[in.Session]
+	if !ok || e.row.model != in.Model {
+		return p, false
+	}
+	sess, ranges := e.row, e.ranges
+	n := in.PromptTokens
+	end := n + in.DecodeTokens
+	pt := int64(l.PageTokens)
+	valid := n
+	if checked {
+		valid = verified(pt, sess.hashes, sess.hashed, pr)
+	}
+	p.Verified = valid
+	if in.Aligned {
+		p.Stored, p.Cached = storedAligned(l, ranges, n, valid)
+		end = (end + pt - 1) / pt * pt
+	} else {
+		p.Stored, p.Cached = storedFor(l, ranges, valid)
+	}
+	if in.Reachable != nil {
+		for i, r := range p.Stored {
+			down, ok := c.unreachable(in.Reachable, r)
+			if !ok {
+				return p, false
+			}
+			if down {
+				p.Shortened, p.ShortenedTokens = "server_down", p.Cached-r.TokenStart
+				p.Stored, p.Cached = p.Stored[:i], r.TokenStart
+				break
+			}
+		}
+	}
+	for _, r := range p.Stored {
+		p.Load += r.KVLength
+	}
+	p.Prefill = n - p.Cached
+	p.Decode = in.DecodeTokens
+	fr := Range{TokenStart: p.Cached}
+	var split int64
+	var f *cachedFile
+	if fresh := end - p.Cached; fresh > 0 {
+		if checked {
+			split = freshSplit(pt, p.Cached, end, n, in.Aligned)
+		}
+		fr.TokenLength = fresh
+		for _, part := range splitFresh(l, fr, split) {
+			fr.KVLength += part.KVLength
+		}
+		if sess.fileSeq == 0 || in.NewFile {
+			return p, false
+		}
+		fr.Path = sessionFile(in.Dir, in.Session, sess.fileSeq)
+		// Only a file this leader created: an earlier leader may have
+		// handed out bytes past what SQL says it reserved.
+		if f = c.files[fr.Path]; f == nil || f.owner != in.Session || f.term != c.term {
+			return p, false
+		}
+		if in.Reachable != nil && f.reserved > 0 {
+			if down, ok := c.unreachable(in.Reachable, Range{Path: fr.Path, KVStart: f.reserved - 1, KVLength: 1}); !ok || down {
+				return p, false
+			}
+		}
+		fr.KVStart = f.reserved
+		p.Fresh = splitFresh(l, fr, split)
+		if in.Place != nil {
+			cs, ok := f.under(fr.KVStart, fr.KVLength)
+			if !ok {
+				return p, false // a chunk to allocate: in SQL, by the slow path
+			}
+			p.FreshFile, p.FreshChunks = f.file, cs
+		}
+	}
+	if in.Quota > 0 && (!c.totalKnown || c.total+fr.KVLength > in.Quota) {
+		return p, false // an eviction: the slow path picks the victims
+	}
+	if c.ids.next >= c.ids.end {
+		return p, false
+	}
+	// Every check passed: from here on nothing fails.
+	p.ID = c.ids.next
+	c.ids.next++
+	hashFrom, planned, hashes := p.Cached/pt, int64(-1), ""
+	if checked {
+		planned, hashes = n, encodeHashes(pr.hashes[hashFrom:])
+	}
+	answer := ""
+	if in.RequestID != "" {
+		a, err := json.Marshal(p)
+		if err != nil {
+			c.ids.next--
+			return Plan{}, false
+		}
+		answer = string(a)
+	}
+	lg := s.wb.log
+	ne := *e
+	ne.lastUsed = now
+	if f != nil {
+		f.reserved += fr.KVLength
+		ne.bytes += fr.KVLength
+		c.total += fr.KVLength
+		lg.add(s, `UPDATE kv_files SET reserved = ? WHERE path = ?`, f.reserved, fr.Path)
+	}
+	lg.add(s, `INSERT INTO kv_plans (id, session_id, token_start, token_length, path, kv_start, kv_length, base_tokens, base_version, created,
+			hash_from, hashes, planned_tokens, split_at, request_id, answer) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, p.ID, in.Session, fr.TokenStart, fr.TokenLength, fr.Path, fr.KVStart, fr.KVLength,
+		sess.tokens, sess.version, now, hashFrom, hashes, planned, split, in.RequestID, answer)
+	lg.add(s, `UPDATE kv_sessions SET last_used = ? WHERE id = ?`, now, in.Session)
+	lg.ops++
+	c.addPlan(p.ID, &cachedPlan{session: in.Session, fr: fr, base: sess.version, hashFrom: hashFrom, hashes: hashes, planned: planned,
+		split: split, requestID: in.RequestID, answer: answer, created: now})
+	c.sessions[in.Session] = &ne
+	return p, true
+}
+
+// unreachable is unreachableTx from memory; ok false when a file or a
+// chunk under r is not in memory.
+func (c *sessionCache) unreachable(reachable func(string) bool, r Range) (down, ok bool) {
+	f := c.files[r.Path]
+	if f == nil {
+		return false, false
+	}
+	if f.file.ChunkSize <= 0 || r.KVLength <= 0 {
+		return false, true
+	}
+	cs, ok := f.under(r.KVStart, r.KVLength)
+	if !ok {
+		return false, false
+	}
+	for _, ch := range cs {
+		if !slices.ContainsFunc(ch.Replicas, reachable) {
+			return true, true
+		}
+	}
+	return false, true
+}
+
+// under is f's chunks holding bytes [start, start+n), in index order;
+// ok false if one of them is not in memory.
+func (f *cachedFile) under(start, n int64) ([]Chunk, bool) {
+	cs := f.file.ChunkSize
+	if cs <= 0 || n <= 0 {
+		return nil, false
+	}
+	first, last := start/cs, (start+n-1)/cs
+	out := make([]Chunk, 0, last-first+1)
+	for idx := first; idx <= last; idx++ {
+		ch, ok := f.chunks[idx]
+		if !ok {
+			return nil, false
+		}
+		out = append(out, ch)
+	}
+	return out, true
+}
+
+// commitFast answers a commit from memory when it can; ok false sends it
+// to the slow path.
+func (s *sqlStore) commitFast(in CommitInput) (Session, bool, error) {
+	wb := &s.wb
+	wb.mu.Lock()
+	if !s.fastReady() {
+		wb.mu.Unlock()
+		return Session{}, false, nil
+	}
+	out, ok, err := s.commitMem(in)
+	if !ok || err != nil {
+		wb.mu.Unlock()
+		return Session{}, ok, err
+	}
+	wb.fast.Add(1)
+	ok, err = s.answered(wb.log)
+	return out, ok, err
+}
+
+// commitMem is CommitSession's transaction in memory (wb.mu held).
+func (s *sqlStore) commitMem(in CommitInput) (Session, bool, error) {
+	c := &s.cache
+	id, planID := in.Session, in.PlanID
+	e, ok := c.sessions[id]
+	if !ok || planID == 0 {
+		return Session{}, false, nil
+	}
+	cp, ok := c.plans[planID]
+	if !ok {
+		if e.lastPlan == planID { // a repeat of this very commit
+			return e.session(id), true, nil
+		}
+		return Session{}, false, nil
+	}
+	if cp.session != id || e.row.version != cp.base {
+		return Session{}, false, nil
+	}
+	l, ok := c.layouts[e.row.model]
+	if !ok {
+		return Session{}, false, nil
+	}
+	fresh := in.Saved
+	if !in.Partial {
+		fresh = nil
+		if cp.fr.TokenLength > 0 {
+			fresh = splitFresh(l, cp.fr, cp.split)
+		}
+	} else if checkSaved(l, cp.fr, cp.split, fresh) != nil {
+		return Session{}, false, nil
+	}
+	for _, r := range fresh {
+		f := c.files[r.Path]
+		if f == nil {
+			return Session{}, false, nil
+		}
+		end := r.KVStart + r.KVLength
+		if in.Written {
+			if f.file.Sealed || r.KVLength < 1 {
+				return Session{}, false, nil
+			}
+			if _, ok := f.under(r.KVStart, r.KVLength); !ok {
+				return Session{}, false, nil
+			}
+		} else if f.file.Size < end {
+			return Session{}, false, nil // perhaps a Sync memory did not see
+		}
+	}
+	hs, err := decodeHashes(cp.hashes)
+	if err != nil {
+		return Session{}, false, nil
+	}
+	pc := planContent{from: cp.hashFrom, planned: cp.planned, hashes: hs}
+	ch, err := computeCommit(l, e, cp.fr.TokenStart, fresh, pc)
+	if err != nil {
+		return Session{}, false, nil
+	}
+	if in.Held != nil && len(fresh) > 0 {
+		if err := in.Held(l, fresh); err != nil {
+			return Session{}, true, fmt.Errorf("commit of plan %d: %w", planID, err)
+		}
+	}
+	// Every check passed: from here on nothing fails.
+	lg := s.wb.log
+	exec := func(q string, args ...any) error { lg.add(s, q, args...); return nil }
+	if in.Written {
+		for _, r := range fresh {
+			s.writtenMem(lg, c.files[r.Path], r, in.Now.UnixNano())
+		}
+	}
+	next, _ := s.replaceRanges(exec, id, e, planID, cp.fr.TokenStart, ch, in.Now) // exec never fails
+	lg.add(s, `DELETE FROM kv_plans WHERE id = ?`, planID)
+	lg.ops++
+	c.removePlan(planID)
+	c.sessions[id] = next
+	return next.session(id), true, nil
+}
+
+// writtenMem is recordWrittenTx in memory: chunk lengths and the file's
+// size only grow, so the statements hold whatever a client's Sync did.
+func (s *sqlStore) writtenMem(lg *wlog, f *cachedFile, r Range, nowNano int64) {
+	cs := f.file.ChunkSize
+	end := r.KVStart + r.KVLength
+	for idx := r.KVStart / cs; idx <= (end-1)/cs; idx++ {
+		l := min(end-idx*cs, cs)
+		if ch := f.chunks[idx]; ch.Length < l {
+			ch.Length = l
+			f.chunks[idx] = ch
+			lg.add(s, `UPDATE chunks SET length = ? WHERE file_id = ? AND idx = ? AND length < ?`, l, f.file.ID, idx, l)
+		}
+	}
+	if end > f.file.Size {
+		f.file.Size, f.file.Modified = end, time.Unix(0, nowNano).UTC()
+		lg.add(s, `UPDATE files SET size = ?, mtime = ? WHERE id = ? AND size < ?`, end, nowNano, f.file.ID, end)
+	}
+}
+
+// session is the entry as Session answers it.
+func (e *cachedSession) session(id string) Session {
+	return Session{ID: id, Model: e.row.model, Tokens: e.row.tokens, Bytes: e.bytes, LastUsed: time.Unix(0, e.lastUsed).UTC(),
+		Created: time.Unix(0, e.created).UTC(), Ranges: slices.Clone(e.ranges), HashedTokens: e.row.hashed}
+}
+
+// loadFile reads path's file, chunks and reservation; nil when no such file.
+func (s *sqlStore) loadFile(ctx context.Context, x execer, path string) (*cachedFile, error) {
+	f, err := s.fileBy(ctx, x, "path", path)
+	if errors.Is(err, errs.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	cf := &cachedFile{file: f, chunks: map[int64]Chunk{}}
+	cs, err := s.chunksTx(ctx, x, f.ID, 0, math.MaxInt64)
+	if err != nil {
+		return nil, err
+	}
+	for _, ch := range cs {
+		cf.chunks[ch.Index] = ch
+	}
+	var owner string
+	var reserved, term int64
+	err = x.QueryRowContext(ctx, s.q(`SELECT session_id, reserved, lead_term FROM kv_files WHERE path = ?`), path).Scan(&owner, &reserved, &term)
+	if err == nil {
+		cf.owner, cf.reserved, cf.term = owner, reserved, term
+	} else if !errors.Is(err, sql.ErrNoRows) {
+		return nil, wrapDB(err)
+	}
+	return cf, nil
+}
+
+// cacheFiles loads paths into memory after a slow operation (cache on):
+// the fast path then finds them. A path already in memory is loaded again
+// only when reload (the operation may have changed it).
+func (s *sqlStore) cacheFiles(ctx context.Context, tx execer, reload bool, paths ...string) error {
+	c := &s.cache
+	if !c.on || s.wb.mode == DurabilitySync {
+		return nil
+	}
+	for _, p := range paths {
+		if p == "" {
+			continue
+		}
+		if _, ok := c.files[p]; ok && !reload {
+			continue
+		}
+		f, err := s.loadFile(ctx, tx, p)
+		if err != nil {
+			return err
+		}
+		c.journal.files = append(c.journal.files, p)
+		if f == nil {
+			delete(c.files, p)
+			continue
+		}
+		c.files[p] = f
+	}
+	return nil
+}
+
+// afterSlowPlan brings memory up to what a plan run in SQL did: the
+// session's entry, its files, the reserved total and a block of plan ids.
+func (s *sqlStore) afterSlowPlan(ctx context.Context, tx execer, in PlanInput, p Plan, fresh string) error {
+	c := &s.cache
+	if !c.on || p.Repeat {
+		return nil
+	}
+	e, ok, err := s.loadSession(ctx, tx, in.Session)
+	if err != nil {
+		return err
+	}
+	if ok {
+		c.putSession(in.Session, e)
+	}
+	if s.wb.mode == DurabilitySync {
+		return nil
+	}
+	paths := []string{}
+	for _, r := range p.Stored {
+		paths = append(paths, r.Path)
+	}
+	if err := s.cacheFiles(ctx, tx, false, paths...); err != nil {
+		return err
+	}
+	if err := s.cacheFiles(ctx, tx, true, fresh); err != nil {
+		return err
+	}
+	if err := tx.QueryRowContext(ctx, `SELECT COALESCE(SUM(reserved), 0) FROM kv_files`).Scan(&c.total); err != nil {
+		return wrapDB(err)
+	}
+	c.totalKnown = true
+	if c.ids.next >= c.ids.end {
+		end, err := s.counter(ctx, tx, "next_id", idBlock)
+		if err != nil {
+			return err
+		}
+		c.journal.ids = true
+		c.ids.next, c.ids.end = end-idBlock+1, end+1
+	}
+	return nil
+}
+
+// afterSlowCommit brings memory up to what a commit run in SQL did.
+func (s *sqlStore) afterSlowCommit(ctx context.Context, tx execer, id string, fresh []Range) error {
+	c := &s.cache
+	if !c.on {
+		return nil
+	}
+	e, ok, err := s.loadSession(ctx, tx, id)
+	if err != nil {
+		return err
+	}
+	if ok {
+		c.putSession(id, e)
+	}
+	if s.wb.mode == DurabilitySync {
+		return nil
+	}
+	for _, r := range fresh {
+		if err := s.cacheFiles(ctx, tx, true, r.Path); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkFiles compares the files in memory with SQL (GD2FS_META_INVARIANTS=1):
+// memory may hold fewer chunks, shorter ones and a smaller size (a client's
+// Sync), never more, and exactly the reservation.
+func (s *sqlStore) checkFiles(ctx context.Context) error {
+	for p, f := range s.cache.files {
+		got, err := s.loadFile(ctx, s.db, p)
+		if err != nil {
+			return err
+		}
+		if got == nil {
+			return errs.New(errs.ErrInternal, "session cache holds file %s, which SQL does not", p)
+		}
+		if got.file.ID != f.file.ID || got.file.ChunkSize != f.file.ChunkSize || got.owner != f.owner || got.reserved != f.reserved ||
+			got.term != f.term || got.file.Size < f.file.Size || got.file.Sealed != f.file.Sealed {
+			return errs.New(errs.ErrInternal, "session cache differs from SQL for file %s:\ncache %+v owner %q reserved %d term %d\nsql   %+v owner %q reserved %d term %d",
+				p, f.file, f.owner, f.reserved, f.term, got.file, got.owner, got.reserved, got.term)
+		}
+		for idx, ch := range f.chunks {
+			g, ok := got.chunks[idx]
+			if !ok || g.ID != ch.ID || g.Length < ch.Length {
+				return errs.New(errs.ErrInternal, "session cache holds chunk %d of %s as %+v, SQL as %+v", idx, p, ch, g)
+			}
+		}
+	}
+	if c := &s.cache; c.totalKnown {
+		var total int64
+		if err := s.db.QueryRowContext(ctx, `SELECT COALESCE(SUM(reserved), 0) FROM kv_files`).Scan(&total); err != nil {
+			return wrapDB(err)
+		}
+		if total != c.total {
+			return errs.New(errs.ErrInternal, "session cache counts %d bytes reserved, SQL %d", c.total, total)
+		}
+	}
+	return nil
+}
