@@ -427,6 +427,9 @@ func (s *sqlStore) planMem(in PlanInput) (Plan, bool) {
 		ne.bytes += fr.KVLength
 		c.total += fr.KVLength
 		lg.add(s, `UPDATE kv_files SET reserved = ? WHERE path = ?`, f.reserved, fr.Path)
+		// The quota's total is a counter kept with every reservation
+		// (reserveTx), not a sum over every session file.
+		lg.add(s, `UPDATE counters SET v = v + ? WHERE k = 'kv_reserved'`, fr.KVLength)
 	}
 	lg.add(s, `INSERT INTO kv_plans (id, session_id, token_start, token_length, path, kv_start, kv_length, base_tokens, base_version, created,
 			hash_from, hashes, planned_tokens, split_at, request_id, answer) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, p.ID, in.Session, fr.TokenStart, fr.TokenLength, fr.Path, fr.KVStart, fr.KVLength,
@@ -686,7 +689,7 @@ func (s *sqlStore) afterSlowPlan(ctx context.Context, tx execer, in PlanInput, p
 	if err := s.cacheFiles(ctx, tx, true, fresh); err != nil {
 		return err
 	}
-	if err := tx.QueryRowContext(ctx, `SELECT COALESCE(SUM(reserved), 0) FROM kv_files`).Scan(&c.total); err != nil {
+	if err := tx.QueryRowContext(ctx, quotaTotalQuery).Scan(&c.total); err != nil {
 		return wrapDB(err)
 	}
 	c.totalKnown = true
