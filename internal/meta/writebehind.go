@@ -66,7 +66,12 @@ import (
 //     idBlock in a transaction that commits before any id of it is
 //     used), so an id answered and then lost is never given again.
 //   - Reads that must see every answered change (Session, Sessions, File,
-//     Chunks, OutstandingPlan) wait for the log in window mode (barrier).
+//     Chunks, OutstandingPlan) wait for the log in window mode (barrier):
+//     the current one, or the one being written (pending).
+//   - A repeat (a plan's request id, a commit's last_plan) found in memory
+//     adds nothing to the log: it waits on the newest log with operations,
+//     where its original is or before which it was written, and runs
+//     again in SQL if that log is lost.
 
 // Session durability modes (SetSessionDurability).
 const (
