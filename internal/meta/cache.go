@@ -131,14 +131,17 @@ func (s *sqlStore) beginBatch(ctx context.Context, tx *sql.Tx, term, gen int64) 
 	}
 	if c.on && s.wb.bump {
 		// Bytes answered from memory and lost may be written yet: no file
-		// reserved in under the old term is appended to again.
+		// reserved in under the old term is appended to again. The batch's
+		// operations use the new term; the store takes it (and memory may
+		// answer again) only once the batch commits (runBatch): a batch
+		// that fails leaves SQL at the old term, and a store ahead of SQL
+		// would share its next term with the next leader.
 		if err := tx.QueryRowContext(ctx, `UPDATE counters SET v = v + 1 WHERE k = 'lead_term' RETURNING v`).Scan(&term); err != nil {
 			return wrapDB(err)
 		}
 		c.reset()
 		c.term = term
-		s.leadTerm.Store(term)
-		s.wb.bump = false
+		s.wb.newTerm = term
 	}
 	c.journal = journal{}
 	return nil

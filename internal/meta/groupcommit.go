@@ -112,31 +112,54 @@ func (s *sqlStore) runBatch(ops []*groupOp) (err error) {
 	ctx := context.Background()
 	began := time.Now()
 	wb := &s.wb
-	var lg *wlog
-	held := false
-	defer func() {
-		if err != nil {
-			// Whatever did not commit leaves nothing in memory, and what
-			// was answered from memory on top of it is lost too.
-			if !held {
-				wb.mu.Lock()
-				held = true
+	slow := false
+	for _, op := range ops {
+		slow = slow || op.fn != nil
+	}
+	if !slow {
+		// Only waiters, and nothing to write (an earlier batch wrote their
+		// log): no empty transaction is run; an empty log is written as it
+		// stands.
+		wb.mu.Lock()
+		if lg := wb.log; lg == nil || len(lg.stmts) == 0 {
+			if lg != nil {
+				close(lg.done)
 			}
+			wb.log, wb.kicked = newLog(), false
+			wb.mu.Unlock()
+			return nil
+		}
+		wb.mu.Unlock()
+	}
+	var lg *wlog
+	held, committed := false, false
+	defer func() {
+		if !held {
+			wb.mu.Lock()
+		}
+		if err != nil {
+			// Memory is dropped: what did not commit leaves nothing there,
+			// and what was answered from memory on top of it is lost too.
+			// (After COMMIT only a failed check in tests gets here.)
 			s.cache.reset()
 			s.discard()
-			if lg != nil && lg.ops > 0 {
+			if lg != nil && lg.ops > 0 && !committed {
 				wb.bump = true
 			}
+			wb.newTerm = 0
 		}
-		if held {
-			wb.mu.Unlock()
-		}
+		wb.inflight = nil
 		if lg != nil {
-			if err != nil {
+			if err != nil && !committed {
 				lg.err = errDiscarded
+			} else if err != nil {
+				// Written: its operations must not run again (a plan twice),
+				// they answer the failed check.
+				lg.err = err
 			}
 			close(lg.done)
 		}
+		wb.mu.Unlock()
 	}()
 	// On PostgreSQL the transaction runs on a connection of its own, so
 	// the log can go to the server as one pipelined batch (writeLog).
@@ -170,13 +193,9 @@ func (s *sqlStore) runBatch(ops []*groupOp) (err error) {
 		return err
 	}
 	lg = s.takeLog()
-	slow := false
-	for _, op := range ops {
-		slow = slow || op.fn != nil
-	}
-	if !slow && !s.checks {
+	if !slow && wb.newTerm == 0 {
 		// Only the log: operations answered from memory go on meanwhile
-		// (into the next log).
+		// (into the next log), in tests too.
 		wb.mu.Unlock()
 		held = false
 	}
@@ -226,6 +245,13 @@ func (s *sqlStore) runBatch(ops []*groupOp) (err error) {
 	if err := tx.Commit(); err != nil {
 		return wrapDB(err)
 	}
+	committed = true
+	if wb.newTerm != 0 { // wb.mu held: a batch that takes a term keeps it
+		// The term taken in beginBatch is ours only now that it committed.
+		s.leadTerm.Store(wb.newTerm)
+		wb.newTerm = 0
+		wb.bump = false
+	}
 	if lg.ops > 0 {
 		wb.flushes.Add(1)
 		wb.flushed.Add(int64(lg.ops))
@@ -234,6 +260,15 @@ func (s *sqlStore) runBatch(ops []*groupOp) (err error) {
 	if s.checks && (ran > 0 || len(lg.stmts) > 0) {
 		if err := s.checkInvariants(ctx); err != nil {
 			return err
+		}
+		if !held {
+			wb.mu.Lock()
+			held = true
+			if len(wb.log.stmts) > 0 {
+				// Answered from memory during the flush: memory is ahead
+				// of SQL, and a later flush compares them.
+				return nil
+			}
 		}
 		return s.checkCache(ctx)
 	}

@@ -66,7 +66,12 @@ import (
 //     idBlock in a transaction that commits before any id of it is
 //     used), so an id answered and then lost is never given again.
 //   - Reads that must see every answered change (Session, Sessions, File,
-//     Chunks, OutstandingPlan) wait for the log in window mode (barrier).
+//     Chunks, OutstandingPlan) wait for the log in window mode (barrier):
+//     the current one, or the one being written (pending).
+//   - A repeat (a plan's request id, a commit's last_plan) found in memory
+//     adds nothing to the log: it waits on the newest log with operations,
+//     where its original is or before which it was written, and runs
+//     again in SQL if that log is lost.
 
 // Session durability modes (SetSessionDurability).
 const (
@@ -96,6 +101,10 @@ const windowOps = 256
 // log is written; an error fails the flush as a database error would.
 var flushHook atomic.Pointer[func() error]
 
+// waitHook, when set (tests), runs when an operation answered from memory,
+// or a read behind the barrier, is about to wait for a log to be written.
+var waitHook atomic.Pointer[func()]
+
 // errDiscarded fails a log that was not written: its operations, if still
 // waiting (flush mode), run again on the slow path.
 var errDiscarded = errs.New(errs.ErrUnavailable, "session changes were not written (the lead changed, or the metadata database failed): retry")
@@ -109,11 +118,17 @@ type writeBehind struct {
 	// mu guards the session cache against operations answered from
 	// memory, and the log. The group runner holds it while it runs
 	// operations in SQL, so they and the fast path see one history.
-	mu     sync.Mutex
-	log    *wlog
-	kicked bool // window: a flush is queued
+	mu  sync.Mutex
+	log *wlog
+	// inflight is the log the runner is writing (taken from log), until
+	// its transaction ends; the fast path may run meanwhile.
+	inflight *wlog
+	kicked   bool // window: a flush is queued
 	// bump: a log was lost; take a new lead term before memory is used.
-	bump bool
+	// newTerm: the term the running batch took for it, stored in
+	// leadTerm once that batch commits.
+	bump    bool
+	newTerm int64
 }
 
 // wlog is the statements of operations answered from memory, in order.
@@ -177,14 +192,36 @@ func (s *sqlStore) fastReady() bool {
 		c.term == s.leadTerm.Load() && c.term > 0
 }
 
-// answered ends a fast operation that appended to log lg (wb.mu held; it
-// is released): window mode queues a flush and answers at once; flush
-// mode waits for the transaction that writes lg. ok false: the log was
-// not written and the operation must run again on the slow path.
+// pending is the newest log holding operations answered from memory that
+// may not be in SQL yet: the current log, else the one being written, else
+// nil (wb.mu held). Logs are written in order and a failed one fails every
+// later one that holds operations (discard), so once pending is written,
+// everything answered before is.
+func (s *sqlStore) pending() *wlog {
+	wb := &s.wb
+	if wb.log != nil && wb.log.ops > 0 {
+		return wb.log
+	}
+	if wb.inflight != nil && wb.inflight.ops > 0 {
+		return wb.inflight
+	}
+	return nil
+}
+
+// answered ends a fast operation whose answer rests on log lg (wb.mu
+// held; it is released): window mode queues a flush and answers at once;
+// flush mode waits for the transaction that writes lg. ok false: the log
+// was not written and the operation must run again on the slow path. lg
+// nil: nothing answered is unwritten.
 func (s *sqlStore) answered(lg *wlog) (ok bool, err error) {
 	wb := &s.wb
+	if lg == nil {
+		wb.mu.Unlock()
+		return true, nil
+	}
+	current := lg == wb.log
 	if wb.mode == DurabilityWindow && lg.ops <= windowOps {
-		if !wb.kicked {
+		if current && !wb.kicked {
 			wb.kicked = true
 			go s.groupTx(context.Background(), nil) //nolint:errcheck // its log's waiters see the outcome
 		}
@@ -192,7 +229,12 @@ func (s *sqlStore) answered(lg *wlog) (ok bool, err error) {
 		return true, nil
 	}
 	wb.mu.Unlock()
-	s.groupTx(context.Background(), nil) //nolint:errcheck // lg.err says
+	if h := waitHook.Load(); h != nil {
+		(*h)()
+	}
+	if current { // else the runner is writing it
+		s.groupTx(context.Background(), nil) //nolint:errcheck // lg.err says
+	}
 	<-lg.done
 	if lg.err == errDiscarded {
 		return false, nil
@@ -209,6 +251,7 @@ func (s *sqlStore) takeLog() *wlog {
 	}
 	wb.log = newLog()
 	wb.kicked = false
+	wb.inflight = lg
 	return lg
 }
 
@@ -220,6 +263,7 @@ func (s *sqlStore) discard() {
 		wb.log.err = errDiscarded
 		close(wb.log.done)
 		wb.log = newLog()
+		wb.kicked = false
 		wb.bump = true
 	}
 }
@@ -249,20 +293,28 @@ func (s *sqlStore) writeLog(ctx context.Context, conn *sql.Conn, tx *sql.Tx, lg 
 	}))
 }
 
-// barrier waits, in window mode, until everything answered so far is in SQL.
+// barrier waits, in window mode, until everything answered so far is in
+// SQL (or lost with a failed flush). That is the newest log with
+// operations: the current one, or, when it is empty, the one the runner is
+// writing while the fast path goes on.
 func (s *sqlStore) barrier(ctx context.Context) error {
 	if s.wb.mode != DurabilityWindow {
 		return nil
 	}
 	s.wb.mu.Lock()
-	lg := s.wb.log
-	empty := lg == nil || lg.ops == 0 && len(lg.stmts) == 0
+	lg := s.pending()
+	current := lg != nil && lg == s.wb.log
 	s.wb.mu.Unlock()
-	if empty {
+	if lg == nil {
 		return nil
 	}
-	if err := s.groupTx(ctx, nil); err != nil {
-		return err
+	if h := waitHook.Load(); h != nil {
+		(*h)()
+	}
+	if current { // else the runner is writing it
+		if err := s.groupTx(ctx, nil); err != nil {
+			return err
+		}
 	}
 	<-lg.done
 	return nil
@@ -295,6 +347,12 @@ func (s *sqlStore) planFast(in PlanInput) (Plan, bool, error) {
 		return Plan{}, false, nil
 	}
 	lg := wb.log
+	if p.Repeat {
+		// The original may wait in an earlier log (the one in flight):
+		// the repeat is answered once that is written, and runs again in
+		// SQL if it is lost.
+		lg = s.pending()
+	}
 	wb.fast.Add(1)
 	ok, err := s.answered(lg)
 	return p, ok, err
@@ -492,13 +550,20 @@ func (s *sqlStore) commitFast(in CommitInput) (Session, bool, error) {
 		wb.mu.Unlock()
 		return Session{}, false, nil
 	}
+	ops := wb.log.ops
 	out, ok, err := s.commitMem(in)
 	if !ok || err != nil {
 		wb.mu.Unlock()
 		return Session{}, ok, err
 	}
+	lg := wb.log
+	if lg.ops == ops {
+		// A repeat: the commit it repeats may wait in an earlier log (the
+		// one in flight), and is lost if that one is.
+		lg = s.pending()
+	}
 	wb.fast.Add(1)
-	ok, err = s.answered(wb.log)
+	ok, err = s.answered(lg)
 	return out, ok, err
 }
 

@@ -1,0 +1,304 @@
+package meta
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gd2fs/gd2fs/errs"
+)
+
+// Write-behind when a flush is lost or late, while the fast path goes on:
+// found by an independent review of the write-behind (issue 20). A flush
+// that only writes the log runs beside answers from memory, with the
+// invariant checks on too (runBatch compares memory with SQL only when no
+// answer came meanwhile).
+
+// blockingFailHook makes the next flush block until release is closed, then
+// fail; entered is closed when it blocks. Later flushes pass.
+func blockingFailHook(t *testing.T) (entered, release chan struct{}) {
+	entered, release = make(chan struct{}), make(chan struct{})
+	first := true
+	h := func() error {
+		if !first {
+			return nil
+		}
+		first = false
+		close(entered)
+		<-release
+		return errs.New(errs.ErrUnavailable, "flush refused by the test")
+	}
+	flushHook.Store(&h)
+	t.Cleanup(func() { flushHook.Store(nil) })
+	return entered, release
+}
+
+// onWait returns a channel closed when an operation answered from memory,
+// or a read behind the barrier, first waits for a log.
+func onWait(t *testing.T) <-chan struct{} {
+	waiting := make(chan struct{})
+	var once sync.Once
+	h := func() { once.Do(func() { close(waiting) }) }
+	waitHook.Store(&h)
+	t.Cleanup(func() { waitHook.Store(nil) })
+	return waiting
+}
+
+// TestRepeatCommitOnLostFlush (flush mode): a commit answered from
+// memory waits for flush L1; its client gives up and repeats it. The
+// repeat is recognised in memory (last_plan). It must wait for L1, not for
+// the current log L2 (empty): L1 fails, and a repeat answered by L2's
+// empty flush would acknowledge a commit that is not in SQL, while the
+// original, its caller gone, never runs again.
+func TestRepeatCommitOnLostFlush(t *testing.T) {
+	for name, open := range engines(t) {
+		t.Run(name, func(t *testing.T) {
+			s := inMode(open, DurabilityFlush)(t).(*sqlStore)
+			ctx := context.Background()
+			if err := s.PutLayout(ctx, wbLayout); err != nil {
+				t.Fatal(err)
+			}
+			ids := seqIDs(1, 20)
+			wbTurn(t, s, "x", ids, true)
+			wbTurn(t, s, "x", ids[:16], true)
+			p := wbTurn(t, s, "x", ids, false) // outstanding plan, in SQL
+			before, err := s.Session(ctx, "x")
+			if err != nil {
+				t.Fatal(err)
+			}
+			entered, release := blockingFailHook(t)
+			ctxA, cancelA := context.WithCancel(ctx)
+			doneA := make(chan error, 1)
+			go func() {
+				_, err := s.CommitSession(ctxA, CommitInput{Session: "x", PlanID: p.ID, Written: true, Now: time.Now()})
+				doneA <- err
+			}()
+			<-entered
+			cancelA() // the client of A gives up (and repeats)
+			waiting := onWait(t)
+			doneB := make(chan struct{})
+			var got Session
+			var errB error
+			go func() {
+				got, errB = s.CommitSession(ctx, CommitInput{Session: "x", PlanID: p.ID, Written: true, Now: time.Now()})
+				close(doneB)
+			}()
+			<-waiting // B was answered from memory and waits for a flush
+			close(release)
+			<-doneB
+			errA := <-doneA
+			stored, err := s.Session(ctx, "x")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("before %d tokens; A: %v; repeat B: %d tokens, %v; SQL now %d tokens", before.Tokens, errA, got.Tokens, errB, stored.Tokens)
+			if errB != nil {
+				t.Fatalf("the repeat fails (it should run again in SQL): %v", errB)
+			}
+			if got.Tokens != stored.Tokens || stored.Tokens != before.Tokens+4 {
+				t.Fatalf("flush mode acknowledged the repeat commit (session of %d tokens) but SQL holds %d: an acknowledged commit lost", got.Tokens, stored.Tokens)
+			}
+		})
+	}
+}
+
+// TestRepeatPlanOnLostFlush (flush mode): the same with a plan's request
+// id: the repeat must not be answered with the stored answer of a plan
+// whose flush failed (that plan is not in SQL).
+func TestRepeatPlanOnLostFlush(t *testing.T) {
+	for name, open := range engines(t) {
+		t.Run(name, func(t *testing.T) {
+			s := inMode(open, DurabilityFlush)(t).(*sqlStore)
+			ctx := context.Background()
+			if err := s.PutLayout(ctx, wbLayout); err != nil {
+				t.Fatal(err)
+			}
+			ids := seqIDs(1, 20)
+			wbTurn(t, s, "x", ids, true)
+			wbTurn(t, s, "x", ids[:16], true)
+			in := PlanInput{Session: "x", Model: "m", TokenIDs: ids, DecodeTokens: 4, Dir: "/kv-sessions", Pool: "perf",
+				ChunkSize: 1 << 20, PlanTTL: time.Hour, Now: time.Now(), Place: wbPlace, Quota: 1 << 30, RequestID: "r1"}
+			entered, release := blockingFailHook(t)
+			ctxA, cancelA := context.WithCancel(ctx)
+			doneA := make(chan error, 1)
+			go func() {
+				_, err := s.PlanSession(ctxA, in)
+				doneA <- err
+			}()
+			<-entered
+			cancelA()
+			waiting := onWait(t)
+			doneB := make(chan struct{})
+			var got Plan
+			var errB error
+			go func() {
+				got, errB = s.PlanSession(ctx, in)
+				close(doneB)
+			}()
+			<-waiting
+			close(release)
+			<-doneB
+			errA := <-doneA
+			t.Logf("A: %v; repeat B: plan %d repeat=%v %v", errA, got.ID, got.Repeat, errB)
+			if errB != nil {
+				t.Fatalf("the repeat fails (it should run again in SQL): %v", errB)
+			}
+			if _, err := s.OutstandingPlan(ctx, "x", got.ID); err != nil {
+				t.Fatalf("flush mode answered plan %d (a repeat of request r1) but it is not in SQL: %v", got.ID, err)
+			}
+			if _, err := s.CommitSession(ctx, CommitInput{Session: "x", PlanID: got.ID, Written: true, Now: time.Now()}); err != nil {
+				t.Fatalf("commit of the answered plan %d fails: %v", got.ID, err)
+			}
+		})
+	}
+}
+
+// TestFailedBumpKeepsTerm (PostgreSQL): a leader whose flush failed takes
+// a new term in its next batch (beginBatch). If that batch fails too,
+// SQL's lead_term rolls back, and the store must keep its old term: one
+// ahead of SQL, memory would be off for the rest of its lead, and the next
+// leader would take the very term this store believes it holds, so a store
+// that lost its lock unnoticed would work from memory as a leader of the
+// new leader's term and the two would reserve the same bytes of one file.
+func TestFailedBumpKeepsTerm(t *testing.T) {
+	ctx := context.Background()
+	dsn := PostgresDSNForTest(t)
+	open := func() *sqlStore {
+		s, err := Open(ctx, dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s.(*sqlStore)
+	}
+	a := open()
+	leading(t, a)
+	if err := a.PutLayout(ctx, wbLayout); err != nil {
+		t.Fatal(err)
+	}
+	ids := seqIDs(1, 20)
+	wbTurn(t, a, "x", ids, true)
+	wbTurn(t, a, "x", ids[:16], true)
+	counter := func(k string) int64 {
+		var v int64
+		if err := a.db.QueryRowContext(ctx, `SELECT v FROM counters WHERE k = $1`, k).Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	// COMMIT fails in any transaction that changed lead_term.
+	for _, q := range []string{
+		`CREATE FUNCTION bump_fail() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'commit refused by the test'; END $$`,
+		`CREATE CONSTRAINT TRIGGER bump_fail AFTER UPDATE ON counters DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.k = 'lead_term') EXECUTE FUNCTION bump_fail()`,
+	} {
+		if _, err := a.db.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fails := 1
+	fail := func() error {
+		if fails > 0 {
+			fails--
+			return errs.New(errs.ErrUnavailable, "flush refused by the test")
+		}
+		return nil
+	}
+	flushHook.Store(&fail)
+	t.Cleanup(func() { flushHook.Store(nil) })
+	// Flush mode: the plan's flush fails (bump), it runs again in SQL in a
+	// batch that takes a new term and fails to commit.
+	_, err := a.PlanSession(ctx, PlanInput{Session: "x", Model: "m", TokenIDs: ids, DecodeTokens: 4, Dir: "/kv-sessions", Pool: "perf",
+		ChunkSize: 1 << 20, PlanTTL: time.Hour, Now: time.Now(), Place: wbPlace, Quota: 1 << 30})
+	if !errors.Is(err, errs.ErrUnavailable) {
+		t.Fatalf("plan over two failed transactions: %v, want the failed COMMIT's error", err)
+	}
+	if _, err := a.db.ExecContext(ctx, `DROP TRIGGER bump_fail ON counters`); err != nil {
+		t.Fatal(err)
+	}
+	flushHook.Store(nil)
+	if a.leadTerm.Load() != counter("lead_term") {
+		t.Fatalf("a's lead term %d, SQL's %d after a failed batch", a.leadTerm.Load(), counter("lead_term"))
+	}
+	before := a.WriteBehindStats().Fast
+	for range 3 {
+		wbTurn(t, a, "x", ids, true)
+	}
+	if a.leadTerm.Load() != counter("lead_term") {
+		t.Fatalf("a's lead term %d, SQL's %d", a.leadTerm.Load(), counter("lead_term"))
+	}
+	if a.WriteBehindStats().Fast == before {
+		t.Fatal("write-behind is off after a failed batch (no operation answered from memory in 3 turns)")
+	}
+
+	// a loses its lock unnoticed (as in TestCacheStaleLeader); b leads.
+	a.lead.release()
+	b := open()
+	leading(t, b)
+	t.Logf("b leads under term %d; a still believes it leads under %d", b.leadTerm.Load(), a.leadTerm.Load())
+	more := append(slices.Clone(ids), seqIDs(300, 8)...)
+	a.checks, b.checks = false, false // no invariant check after a's flush (it would catch b's stale memory and fail the flush)
+	wbTurn(t, b, "x", more, true)
+	wbTurn(t, b, "x", more, true)
+	pa := wbTurn(t, a, "x", more, false)
+	pb := wbTurn(t, b, "x", more, false)
+	t.Logf("SQL term %d gen %d; a planned %+v, b planned %+v", counter("lead_term"), counter("sessions_gen"), pa.Fresh, pb.Fresh)
+	if overlaps(pa, pb) {
+		t.Fatalf("the stale store and the leader reserved the same bytes: %+v and %+v", pa.Fresh, pb.Fresh)
+	}
+}
+
+// TestBarrierWaitsForFlushInFlight (window mode, PostgreSQL): while the
+// runner writes the log it took, the current log is empty; a read right
+// after an answer must still wait for that flush, or it reads SQL without
+// the answer (the plan just answered is not outstanding). On SQLite the
+// read waits for the flush's connection (there is one) and cannot show it.
+func TestBarrierWaitsForFlushInFlight(t *testing.T) {
+	s := inMode(engines(t)["postgres"], DurabilityWindow)(t).(*sqlStore)
+	ctx := context.Background()
+	if err := s.PutLayout(ctx, wbLayout); err != nil {
+		t.Fatal(err)
+	}
+	ids := seqIDs(1, 20)
+	wbTurn(t, s, "x", ids, true)
+	wbTurn(t, s, "x", ids[:16], true)
+	if _, err := s.Session(ctx, "x"); err != nil { // everything before is written
+		t.Fatal(err)
+	}
+	entered, release := make(chan struct{}), make(chan struct{})
+	first := true
+	h := func() error {
+		if first {
+			first = false
+			close(entered)
+			<-release
+		}
+		return nil // the flush succeeds, late
+	}
+	flushHook.Store(&h)
+	t.Cleanup(func() { flushHook.Store(nil) })
+	before := s.WriteBehindStats().Fast
+	p := wbTurn(t, s, "x", ids, false)
+	if s.WriteBehindStats().Fast != before+1 {
+		t.Fatal("the plan was not answered from memory")
+	}
+	<-entered
+	waiting := onWait(t)
+	read := make(chan error, 1)
+	go func() {
+		_, err := s.OutstandingPlan(ctx, "x", p.ID)
+		read <- err
+	}()
+	select {
+	case <-waiting: // the read waits for the flush: let it end
+		close(release)
+		if err := <-read; err != nil {
+			t.Fatalf("plan %d is not outstanding after its flush: %v", p.ID, err)
+		}
+	case err := <-read:
+		close(release)
+		t.Fatalf("window mode: plan %d was answered, and a read during its flush did not wait for it (%v)", p.ID, err)
+	}
+}
