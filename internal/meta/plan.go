@@ -170,3 +170,28 @@ func checkRanges(l Layout, ranges []Range) error {
 	}
 	return nil
 }
+
+// planStored sets p's Verified, Stored and Cached for a plan of in on a
+// session that holds ranges, vouched for by hashes (of its first hashed
+// tokens), and returns where the plan's tokens end (rounded up to whole
+// pages when aligned). The plan made in SQL and the one answered from the
+// leader's memory (writebehind.go) both decide their stored part here.
+func planStored(p *Plan, l Layout, in PlanInput, hashes []BlockHash, hashed int64, ranges []Range, pr prompt, checked bool) (end int64) {
+	n := in.PromptTokens
+	end = n + in.DecodeTokens
+	pt := int64(l.PageTokens)
+	// valid: the tokens whose stored KV may be used, those the session's
+	// hashes vouch for (all, on counts alone).
+	valid := n
+	if checked {
+		valid = verified(pt, hashes, hashed, pr)
+	}
+	p.Verified = valid
+	if in.Aligned {
+		p.Stored, p.Cached = storedAligned(l, ranges, n, valid)
+		end = (end + pt - 1) / pt * pt
+	} else {
+		p.Stored, p.Cached = storedFor(l, ranges, valid)
+	}
+	return end
+}

@@ -459,22 +459,8 @@ func (s *sqlStore) PlanSession(ctx context.Context, in PlanInput) (Plan, error) 
 			s.cache.putSession(in.Session, e)
 		}
 		sess, ranges := e.row, e.ranges
-		n := in.PromptTokens
-		end := n + in.DecodeTokens
-		pt := int64(l.PageTokens)
-		// valid: the tokens whose stored KV may be used, those the
-		// session's hashes vouch for (all, on counts alone).
-		valid := n
-		if checked {
-			valid = verified(pt, sess.hashes, sess.hashed, pr)
-		}
-		p.Verified = valid
-		if in.Aligned {
-			p.Stored, p.Cached = storedAligned(l, ranges, n, valid)
-			end = (end + pt - 1) / pt * pt
-		} else {
-			p.Stored, p.Cached = storedFor(l, ranges, valid)
-		}
+		n, pt := in.PromptTokens, int64(l.PageTokens)
+		end := planStored(&p, l, in, sess.hashes, sess.hashed, ranges, pr, checked)
 		if in.Reachable != nil {
 			for i, r := range p.Stored {
 				down, err := s.unreachableTx(ctx, tx, in.Reachable, r)

@@ -388,20 +388,8 @@ func (s *sqlStore) planMem(in PlanInput) (Plan, bool) {
 		return p, false
 	}
 	sess, ranges := e.row, e.ranges
-	n := in.PromptTokens
-	end := n + in.DecodeTokens
-	pt := int64(l.PageTokens)
-	valid := n
-	if checked {
-		valid = verified(pt, sess.hashes, sess.hashed, pr)
-	}
-	p.Verified = valid
-	if in.Aligned {
-		p.Stored, p.Cached = storedAligned(l, ranges, n, valid)
-		end = (end + pt - 1) / pt * pt
-	} else {
-		p.Stored, p.Cached = storedFor(l, ranges, valid)
-	}
+	n, pt := in.PromptTokens, int64(l.PageTokens)
+	end := planStored(&p, l, in, sess.hashes, sess.hashed, ranges, pr, checked)
 	if in.Reachable != nil {
 		for i, r := range p.Stored {
 			down, ok := c.unreachable(in.Reachable, r)
