@@ -195,3 +195,30 @@ func planStored(p *Plan, l Layout, in PlanInput, hashes []BlockHash, hashed int6
 	}
 	return end
 }
+
+// planReachable cuts p's stored part before its first range that down
+// says is on no reachable server (the engine would fail to load it).
+func planReachable(p *Plan, down func(Range) (bool, error)) error {
+	for i, r := range p.Stored {
+		d, err := down(r)
+		if err != nil {
+			return err
+		}
+		if d {
+			p.Shortened, p.ShortenedTokens = "server_down", p.Cached-r.TokenStart
+			p.Stored, p.Cached = p.Stored[:i], r.TokenStart
+			return nil
+		}
+	}
+	return nil
+}
+
+// planCounts sets p's bytes to load and tokens to prefill and decode
+// from its stored part.
+func planCounts(p *Plan, in PlanInput) {
+	for _, r := range p.Stored {
+		p.Load += r.KVLength
+	}
+	p.Prefill = in.PromptTokens - p.Cached
+	p.Decode = in.DecodeTokens
+}

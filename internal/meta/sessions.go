@@ -462,23 +462,11 @@ func (s *sqlStore) PlanSession(ctx context.Context, in PlanInput) (Plan, error) 
 		n, pt := in.PromptTokens, int64(l.PageTokens)
 		end := planStored(&p, l, in, sess.hashes, sess.hashed, ranges, pr, checked)
 		if in.Reachable != nil {
-			for i, r := range p.Stored {
-				down, err := s.unreachableTx(ctx, tx, in.Reachable, r)
-				if err != nil {
-					return err
-				}
-				if down {
-					p.Shortened, p.ShortenedTokens = "server_down", p.Cached-r.TokenStart
-					p.Stored, p.Cached = p.Stored[:i], r.TokenStart
-					break
-				}
+			if err := planReachable(&p, func(r Range) (bool, error) { return s.unreachableTx(ctx, tx, in.Reachable, r) }); err != nil {
+				return err
 			}
 		}
-		for _, r := range p.Stored {
-			p.Load += r.KVLength
-		}
-		p.Prefill = n - p.Cached
-		p.Decode = in.DecodeTokens
+		planCounts(&p, in)
 		// The plan row remembers where its commit cuts the session (the
 		// cached tokens) and the fresh range, if any.
 		fr := Range{TokenStart: p.Cached}

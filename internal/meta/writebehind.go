@@ -391,23 +391,17 @@ func (s *sqlStore) planMem(in PlanInput) (Plan, bool) {
 	n, pt := in.PromptTokens, int64(l.PageTokens)
 	end := planStored(&p, l, in, sess.hashes, sess.hashed, ranges, pr, checked)
 	if in.Reachable != nil {
-		for i, r := range p.Stored {
+		known := true
+		planReachable(&p, func(r Range) (bool, error) {
 			down, ok := c.unreachable(in.Reachable, r)
-			if !ok {
-				return p, false
-			}
-			if down {
-				p.Shortened, p.ShortenedTokens = "server_down", p.Cached-r.TokenStart
-				p.Stored, p.Cached = p.Stored[:i], r.TokenStart
-				break
-			}
+			known = known && ok
+			return down, nil
+		})
+		if !known {
+			return p, false
 		}
 	}
-	for _, r := range p.Stored {
-		p.Load += r.KVLength
-	}
-	p.Prefill = n - p.Cached
-	p.Decode = in.DecodeTokens
+	planCounts(&p, in)
 	fr := Range{TokenStart: p.Cached}
 	var split int64
 	var f *cachedFile
