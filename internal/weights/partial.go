@@ -18,7 +18,7 @@ import (
 )
 
 // A warmup downloads each blob into blobs/.partial-<key>, where key names
-// the gd2fs file (path, size, modification time, recorded identity), and
+// the gd2fs file (its id, path, size, modification time, recorded identity), and
 // keeps beside it a small progress record, blobs/.partial-<key>.json: how
 // many bytes of the partial file are known good, and the sha256 state after
 // them. The record is written (atomically, by rename) only after those bytes
@@ -37,6 +37,7 @@ const (
 )
 
 type partialRecord struct {
+	ID   int64  `json:"id"` // the gd2fs file's id: never another file's, even at the same path
 	Path string `json:"path"`
 	Size int64  `json:"size"`
 	Done int64  `json:"done"`
@@ -55,10 +56,13 @@ type partial struct {
 	published bool
 }
 
-// partialKey names the download of one version of a gd2fs file.
+// partialKey names the download of one version of a gd2fs file. The file's
+// id is in it: a file removed and written again at the same path, with the
+// same size and within the clock's resolution, is another file, and
+// resuming its download from the first one's bytes would publish a mix.
 func partialKey(fi client.FileInfo) string {
 	h := sha256.New()
-	fmt.Fprintf(h, "%s\x00%d\x00%s\x00%s\x00%s\x00%s", fi.Path, fi.Size, fi.Modified.UTC().Format(time.RFC3339Nano),
+	fmt.Fprintf(h, "%d\x00%s\x00%d\x00%s\x00%s\x00%s\x00%s", fi.ID, fi.Path, fi.Size, fi.Modified.UTC().Format(time.RFC3339Nano),
 		fi.Attrs["sha256"], fi.Attrs["source"], fi.Attrs["etag"])
 	return hex.EncodeToString(h.Sum(nil))[:32]
 }
@@ -109,7 +113,7 @@ func (p *partial) readRecord() (partialRecord, bool) {
 		return r, false
 	}
 	st, err := p.f.Stat()
-	ok := err == nil && r.Path == p.info.Path && r.Size == p.info.Size && r.Done >= 0 && r.Done <= r.Size && r.Done <= st.Size()
+	ok := err == nil && r.ID == p.info.ID && r.Path == p.info.Path && r.Size == p.info.Size && r.Done >= 0 && r.Done <= r.Size && r.Done <= st.Size()
 	return r, ok
 }
 
@@ -146,7 +150,7 @@ func (p *partial) checkpoint() error {
 	if err := p.f.Sync(); err != nil {
 		return err
 	}
-	b, _ := json.Marshal(partialRecord{Path: p.info.Path, Size: p.info.Size, Done: p.done, Hash: state})
+	b, _ := json.Marshal(partialRecord{ID: p.info.ID, Path: p.info.Path, Size: p.info.Size, Done: p.done, Hash: state})
 	if err := atomicWrite(p.rec, b); err != nil {
 		return err
 	}

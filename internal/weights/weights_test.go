@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/gd2fs/gd2fs/client"
 	"github.com/gd2fs/gd2fs/errs"
@@ -419,5 +420,38 @@ func TestWarmupAfterServerLoss(t *testing.T) {
 	}
 	if rs := cl.ReadStats(); rs.Refills == 0 || e.s3.BytesSent() != lost {
 		t.Fatalf("refills %d, S3 sent %d bytes, want the %d bytes %s held, once", rs.Refills, e.s3.BytesSent(), lost, victim)
+	}
+}
+
+// TestPartialOfAnotherFileNotResumed: a file removed and written again at
+// the same path, with the same size and modification time (a clock's
+// resolution, a copy that keeps times), is another file: its download must
+// not resume from the bytes of the first one's partial download.
+func TestPartialOfAnotherFileNotResumed(t *testing.T) {
+	blobs := t.TempDir()
+	first := client.FileInfo{ID: 7, Path: "/models/org/m/model.safetensors", Size: 4 << 20, Modified: time.Unix(1700000000, 0)}
+	p, err := openPartial(blobs, first)
+	if err != nil || !p.shared {
+		t.Fatalf("open: %+v %v", p, err)
+	}
+	if _, err := p.Write(bytes.Repeat([]byte("A"), 1<<20)); err != nil {
+		t.Fatal(err)
+	}
+	p.close() // kept, with its record, for the next warmup of the same file
+	again, err := openPartial(blobs, first)
+	if err != nil || again.done != 1<<20 {
+		t.Fatalf("the same file must resume its partial download: done %d, %v", again.done, err)
+	}
+	again.close()
+
+	second := first
+	second.ID = 8
+	q, err := openPartial(blobs, second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.close()
+	if q.done != 0 {
+		t.Fatalf("a new file at the same path resumed %d bytes of the old file's download", q.done)
 	}
 }
