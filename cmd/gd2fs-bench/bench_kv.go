@@ -33,12 +33,18 @@ func (t gdTarget) Get(ctx context.Context, k string, dst []byte) (int, error) {
 }
 func (t gdTarget) MGet(ctx context.Context, keys []string, dsts [][]byte) error {
 	ns, err := t.kv.BatchGetInto(ctx, keys, dsts)
-	for _, n := range ns {
+	if err != nil {
+		return err
+	}
+	for i, n := range ns {
 		if n < 0 {
-			return errors.New("gd2fs: miss in batch")
+			// A batch counts an owner it could not reach as a miss (the
+			// engine recomputes); say which key, and ask it alone for why.
+			_, gerr := t.kv.GetInto(ctx, keys[i], dsts[i])
+			return fmt.Errorf("gd2fs: %s missed in a batch of %d (asked alone: %v)", keys[i], len(keys), gerr)
 		}
 	}
-	return err
+	return nil
 }
 func (t gdTarget) Clear(ctx context.Context) error {
 	_, err := t.kv.DeleteByPrefix(ctx, t.prefix)
