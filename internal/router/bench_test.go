@@ -24,7 +24,7 @@ import (
 //	go test -run '^$' -bench RouterLatency -benchtime 2000x ./internal/router
 func BenchmarkRouterLatency(b *testing.B) {
 	p := startRouter(b, cluster.Config{MemBytes: 64 << 20, DiskBytes: 1 << 30},
-		client.Layout{Model: "m", Layers: 2, KVHeads: 2, HeadDim: 4, DType: "fp16", PageTokens: 16, Order: "kv_first"}, &engine{t: &testing.T{}, noSave: true},
+		client.Layout{Model: "m", Layers: 2, KVHeads: 2, HeadDim: 4, DType: "fp16", PageTokens: 16, Order: "kv_first"}, &engine{noSave: true},
 		func(cl *client.Client) Config { return Config{Planner: cl.Sessions(), SharedSessions: true} })
 	up, front := p.up, p.front
 	prompt := strings.TrimSpace(strings.Repeat("w ", 40))

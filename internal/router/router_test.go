@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/gd2fs/gd2fs/client"
 	"github.com/gd2fs/gd2fs/internal/cluster"
@@ -35,6 +36,19 @@ type engine struct {
 	pad    string // added to every answer (a long answer)
 	// countOnly: /tokenize answers the count without the ids.
 	countOnly bool
+	// timeSaves: say in an X-Engine-Save header how long saving took, and
+	// keep the times in saves (a benchmark takes the engine's own work off
+	// the router's latency).
+	timeSaves bool
+	saves     []time.Duration
+}
+
+// fail reports err to the test (when there is one) and answers 500.
+func (e *engine) fail(w http.ResponseWriter, err error) {
+	if e.t != nil {
+		e.t.Error(err)
+	}
+	http.Error(w, err.Error(), http.StatusInternalServerError)
 }
 
 // wordIDs is the stand-in's tokenizer: one token per word, its id a hash
@@ -69,6 +83,7 @@ func (e *engine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		answer["pad"] = e.pad
 	}
 	if ktp, ok := doc["kv_transfer_params"].(map[string]any); ok {
+		start := time.Now()
 		kp := ktp["kvcache_params"].(map[string]any)
 		var saved []client.KVRange
 		for _, f := range kp["fresh_kvcache"].([]any) {
@@ -84,7 +99,7 @@ func (e *engine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			seg.KVLength = int64(seg.TokenLength) * e.l.TokenBytes()
 			u, err := client.ParseURI(seg.KVURI)
 			if err != nil {
-				e.t.Error(err)
+				e.fail(w, err)
 				return
 			}
 			f, err := e.cl.Open(r.Context(), u.Path)
@@ -95,7 +110,7 @@ func (e *engine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				err = f.Sync(r.Context())
 			}
 			if err != nil {
-				e.t.Error(err)
+				e.fail(w, err)
 				return
 			}
 			saved = append(saved, seg)
@@ -104,6 +119,13 @@ func (e *engine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			saved = []client.KVRange{}
 		}
 		answer["kv_transfer_params"] = map[string]any{"kvcache_params": map[string]any{"id": kp["id"], "fresh_kvcache": saved}}
+		if e.timeSaves {
+			d := time.Since(start)
+			w.Header().Set("X-Engine-Save", d.String())
+			e.mu.Lock()
+			e.saves = append(e.saves, d)
+			e.mu.Unlock()
+		}
 	}
 	if doc["stream"] == true {
 		w.Header().Set("Content-Type", "text/event-stream")
@@ -147,6 +169,12 @@ func startRouter(tb testing.TB, cc cluster.Config, l client.Layout, e *engine, c
 	tb.Cleanup(func() { c.Close() })
 	cl := c.Client()
 	tb.Cleanup(func() { cl.Close() })
+	return startRouterOn(tb, cl, l, e, cfg)
+}
+
+// startRouterOn is startRouter on the cluster cl is a client of.
+func startRouterOn(tb testing.TB, cl *client.Client, l client.Layout, e *engine, cfg func(cl *client.Client) Config) parts {
+	tb.Helper()
 	if err := cl.Sessions().SetLayout(context.Background(), l); err != nil {
 		tb.Fatal(err)
 	}
