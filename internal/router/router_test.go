@@ -41,6 +41,12 @@ type engine struct {
 	// the router's latency).
 	timeSaves bool
 	saves     []time.Duration
+	// hook, when set, runs first for every request; conns holds the
+	// remote address of every connection a request came on, lastBody the
+	// last request body as it came.
+	hook     func(r *http.Request)
+	conns    map[string]bool
+	lastBody []byte
 }
 
 // fail reports err to the test (when there is one) and answers 500.
@@ -64,10 +70,23 @@ func wordIDs(prompt string) []uint32 {
 }
 
 func (e *engine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if e.hook != nil {
+		e.hook(r)
+	}
+	raw, err := io.ReadAll(r.Body)
+	if err != nil {
+		e.fail(w, err)
+		return
+	}
 	var doc map[string]any
-	json.NewDecoder(r.Body).Decode(&doc)
+	json.Unmarshal(raw, &doc)
 	e.mu.Lock()
 	e.seen = append(e.seen, doc)
+	if e.conns == nil {
+		e.conns = map[string]bool{}
+	}
+	e.conns[r.RemoteAddr] = true
+	e.lastBody = raw
 	e.mu.Unlock()
 	prompt, _ := doc["prompt"].(string)
 	if r.URL.Path == "/tokenize" {
@@ -146,6 +165,7 @@ func (e *engine) last() map[string]any {
 // parts is a cluster, the stand-in engine serving as the upstream and a
 // router in front of it, as startRouter made them.
 type parts struct {
+	r     *Router
 	cl    *client.Client
 	up    *httptest.Server // the engine
 	u     *url.URL         // up's URL, the router's Upstream
@@ -187,9 +207,13 @@ func startRouterOn(tb testing.TB, cl *client.Client, l client.Layout, e *engine,
 	}
 	conf := cfg(cl)
 	conf.Upstream, conf.Model = u, l.Model
-	front := httptest.NewServer(New(conf))
-	tb.Cleanup(front.Close)
-	return parts{cl: cl, up: up, u: u, front: front}
+	r := New(conf)
+	front := httptest.NewServer(r)
+	tb.Cleanup(func() {
+		front.Close()
+		r.Wait()
+	})
+	return parts{r: r, cl: cl, up: up, u: u, front: front}
 }
 
 // failing is a store that is down.
@@ -243,6 +267,7 @@ func TestRouter(t *testing.T) {
 	if len(st) != 1 || st[0].(map[string]any)["token_length"].(float64) != 8 {
 		t.Fatalf("turn 2 stored %v", st)
 	}
+	p.r.Wait() // the commit runs after the answer
 	s, err := cl.Sessions().Get(ctx, "chat-1")
 	if err != nil || s.Tokens != 12 || s.HashedTokens != 12 { // the streamed turn saved 3 blocks
 		t.Fatalf("after the streamed turn: %+v %v", s, err)
