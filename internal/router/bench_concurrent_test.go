@@ -2,6 +2,7 @@ package router
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
@@ -26,6 +27,7 @@ import (
 var (
 	benchDurability = flag.String("durability", "flush", "BenchmarkRouterConcurrentChats: the master's --session-durability (flush, window or sync)")
 	benchGD2FS      = flag.String("gd2fs", "", "BenchmarkRouterConcurrentChats: a gd2fs binary; the master and servers then run as `gd2fs up`, a process of their own (default: in the benchmark's process)")
+	benchCompute    = flag.Duration("engine-time", 0, "BenchmarkRouterConcurrentChats: how long the stand-in engine takes per completion (0: it answers at once, and 64 chats run as fast as the CPU allows)")
 	benchWarmTurns  = flag.Int("warm-turns", 4, "BenchmarkRouterConcurrentChats: turns each chat makes before the measured ones")
 )
 
@@ -52,13 +54,16 @@ var (
 func BenchmarkRouterConcurrentChats(b *testing.B) {
 	const chats = 64
 	l := client.Layout{Model: "m", Layers: 2, KVHeads: 2, HeadDim: 4, DType: "fp16", PageTokens: 16, Order: "kv_first"}
-	e := &engine{timeSaves: true}
+	e := &engine{timeSaves: true, compute: *benchCompute}
 	cfg := func(cl *client.Client) Config { return Config{Planner: cl.Sessions(), SharedSessions: true} }
 	var p parts
 	where := "in process"
+	masterPID := 0
 	if *benchGD2FS != "" {
 		where = "gd2fs up, its own process"
-		p = startRouterOn(b, startUp(b, *benchGD2FS, *benchDurability), l, e, cfg)
+		var cl *client.Client
+		cl, masterPID = startUp(b, *benchGD2FS, *benchDurability)
+		p = startRouterOn(b, cl, l, e, cfg)
 	} else {
 		p = startRouter(b, cluster.Config{MemBytes: 64 << 20, DiskBytes: 1 << 30, SessionDurability: *benchDurability}, l, e, cfg)
 	}
@@ -143,9 +148,11 @@ func BenchmarkRouterConcurrentChats(b *testing.B) {
 	e.mu.Lock()
 	e.saves = nil
 	e.mu.Unlock()
+	cpu0, mcpu0 := cpuSeconds(b, 0), cpuSeconds(b, masterPID)
 	b.ResetTimer()
 	run(*benchWarmTurns, *benchWarmTurns+b.N, true)
 	b.StopTimer()
+	cpu, mcpu := cpuSeconds(b, 0)-cpu0, cpuSeconds(b, masterPID)-mcpu0
 	after := routerCounters(b, p.front.URL)
 	q := func(d []time.Duration, p float64) time.Duration {
 		slices.Sort(d)
@@ -157,13 +164,29 @@ func BenchmarkRouterConcurrentChats(b *testing.B) {
 	saves := e.saves
 	e.mu.Unlock()
 	diff := func(k string) float64 { return after[k] - before[k] }
-	b.Logf("%d chats, %d warm-up + %d measured turns each, durability %s, master %s", chats, *benchWarmTurns, b.N, *benchDurability, where)
+	b.Logf("%d chats, %d warm-up + %d measured turns each, engine time %v, durability %s, master %s", chats, *benchWarmTurns, b.N, *benchCompute, *benchDurability, where)
 	b.Logf("engine alone p50 %v p99 %v; through the router (less the engine's save) p50 %v p99 %v; router adds p50 %v p99 %v",
 		dp50, dp99, rp50, rp99, rp50-dp50, rp99-dp99)
 	b.Logf("the engine's save (not counted) p50 %v p99 %v; measured turns: %.0f plans, %.0f misses, %.0f commits, %.0f commit failures, %.0f%% of prompt tokens cached",
 		q(saves, 0.5), q(saves, 0.99), diff("gd2fs_router_plans_total"), diff("gd2fs_router_store_misses_total"),
 		diff("gd2fs_router_commits_total"), diff("gd2fs_router_commit_failures_total"),
 		100*diff("gd2fs_router_cached_tokens_total")/(diff("gd2fs_router_cached_tokens_total")+diff("gd2fs_router_prefill_tokens_total")))
+	mean := func(h string) time.Duration {
+		if n := diff(h + "_count"); n > 0 {
+			return time.Duration(diff(h+"_sum") / n * 1e9)
+		}
+		return 0
+	}
+	if _, ok := after["gd2fs_router_tokenize_seconds_count"]; ok {
+		b.Logf("means through the router: waiting for the previous turn's commit %v, /tokenize %v, /tokenize and the master's plan %v",
+			mean("gd2fs_router_commit_wait_seconds"), mean("gd2fs_router_tokenize_seconds"), mean("gd2fs_router_plan_seconds"))
+	}
+	turns := float64(chats * b.N)
+	if masterPID != 0 {
+		b.Logf("CPU per turn (a direct and a routed request): the benchmark's process (chats, engine, router) %.2f ms, gd2fs up (master, servers) %.2f ms", 1e3*cpu/turns, 1e3*mcpu/turns)
+	} else {
+		b.Logf("CPU per turn (a direct and a routed request): the benchmark's process (chats, engine, router, master, servers) %.2f ms", 1e3*cpu/turns)
+	}
 	if diff("gd2fs_router_store_misses_total") != 0 || diff("gd2fs_router_commit_failures_total") != 0 {
 		b.Errorf("the store missed plans or refused commits: the figures are not of the cached path")
 	}
@@ -198,10 +221,36 @@ func routerCounters(tb testing.TB, base string) map[string]float64 {
 	return out
 }
 
+// cpuSeconds is the user and system CPU time process pid has used (0: this
+// process), from /proc.
+func cpuSeconds(tb testing.TB, pid int) float64 {
+	tb.Helper()
+	name := "/proc/self/stat"
+	if pid != 0 {
+		name = "/proc/" + strconv.Itoa(pid) + "/stat"
+	}
+	b, err := os.ReadFile(name)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	// Fields after the command's closing parenthesis: utime and stime are
+	// the 12th and 13th, in clock ticks (100 a second on Linux).
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 13 {
+		tb.Fatalf("%s: %q", name, b)
+	}
+	u, err1 := strconv.ParseFloat(f[11], 64)
+	s, err2 := strconv.ParseFloat(f[12], 64)
+	if err1 != nil || err2 != nil {
+		tb.Fatalf("%s: %q", name, b)
+	}
+	return (u + s) / 100
+}
+
 // startUp runs `bin up` (a master on SQLite and 3 servers, one process, as
 // a user runs it) with the given session durability and returns a client of
-// it once its servers are up. The process ends with tb.
-func startUp(tb testing.TB, bin, durability string) *client.Client {
+// it, and the process id, once its servers are up. The process ends with tb.
+func startUp(tb testing.TB, bin, durability string) (*client.Client, int) {
 	tb.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -239,7 +288,7 @@ func startUp(tb testing.TB, bin, durability string) *client.Client {
 			}
 		}
 		if n == 3 {
-			return cl
+			return cl, cmd.Process.Pid
 		}
 		select {
 		case <-ctx.Done():

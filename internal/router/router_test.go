@@ -44,6 +44,10 @@ type engine struct {
 	// hook, when set, runs first for every request; conns holds the
 	// remote address of every connection a request came on, lastBody the
 	// last request body as it came.
+	// compute is how long a completion takes (what a GPU's prefill and
+	// decode would), direct or through the router: a benchmark's chats
+	// then arrive at an engine's pace, not as fast as the CPU turns them.
+	compute  time.Duration
 	hook     func(r *http.Request)
 	conns    map[string]bool
 	lastBody []byte
@@ -96,6 +100,9 @@ func (e *engine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		json.NewEncoder(w).Encode(answer)
 		return
+	}
+	if e.compute > 0 {
+		time.Sleep(e.compute) // the work a real engine does, not a wait for an event
 	}
 	answer := map[string]any{"choices": []any{map[string]any{"text": "ok"}}}
 	if e.pad != "" {
