@@ -232,3 +232,26 @@ func FuzzWithMember(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseIDs: parseIDs reads what json.Unmarshal into []uint32 reads, the
+// same ids, and refuses whatever it refuses (it also refuses a null id,
+// which json would read as 0).
+func FuzzParseIDs(f *testing.F) {
+	for _, s := range []string{`[]`, `null`, `[1,2,3]`, ` [ 0 , 4294967295 ] `, `[4294967296]`, `[-1]`, `[1.5]`, `[1e3]`, `[null]`, `["1"]`, `{"a":1}`, `[1,]`, `[01]`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if !json.Valid(b) {
+			return // parseIDs is given a JSON value
+		}
+		got, err := parseIDs(b)
+		var want []uint32
+		jerr := json.Unmarshal(b, &want)
+		if err == nil && (jerr != nil || fmt.Sprint(got) != fmt.Sprint(want)) {
+			t.Fatalf("%q: parseIDs %v, json %v (%v)", b, got, want, jerr)
+		}
+		if jerr != nil && err == nil {
+			t.Fatalf("%q: json refuses it (%v), parseIDs does not", b, jerr)
+		}
+	})
+}

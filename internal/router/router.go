@@ -342,8 +342,8 @@ func (r *Router) tokenize(ctx context.Context, path string, doc map[string]json.
 		return nil, 0, fmt.Errorf("tokenize: engine answered %s", resp.Status)
 	}
 	var out struct {
-		Count  *int64   `json:"count"`
-		Tokens []uint32 `json:"tokens"`
+		Count  *int64          `json:"count"`
+		Tokens json.RawMessage `json:"tokens"`
 	}
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<20)).Decode(&out); err != nil || out.Count == nil || *out.Count < 1 {
 		return nil, 0, fmt.Errorf("tokenize: no token count in the engine's answer (%v)", err)
@@ -351,11 +351,71 @@ func (r *Router) tokenize(ctx context.Context, path string, doc map[string]json.
 	if r.cfg.UnsafeCountOnly {
 		return nil, *out.Count, nil
 	}
-	if int64(len(out.Tokens)) != *out.Count {
-		return nil, 0, fmt.Errorf("tokenize: the engine's answer has %d token ids for a count of %d; the plan needs the ids to check the stored KV's content (or run the router with --unsafe-count-only)",
-			len(out.Tokens), *out.Count)
+	ids, err := parseIDs(out.Tokens)
+	if err != nil {
+		return nil, 0, fmt.Errorf("tokenize: the engine's token ids: %w", err)
 	}
-	return out.Tokens, *out.Count, nil
+	if int64(len(ids)) != *out.Count {
+		return nil, 0, fmt.Errorf("tokenize: the engine's answer has %d token ids for a count of %d; the plan needs the ids to check the stored KV's content (or run the router with --unsafe-count-only)",
+			len(ids), *out.Count)
+	}
+	return ids, *out.Count, nil
+}
+
+// parseIDs reads a JSON array of token ids (or null, or nothing), as
+// json.Unmarshal into []uint32 would, without its reflection on every
+// element: a prompt's ids are thousands of numbers on every request's path.
+// b is a JSON value (the answer's parse checked it).
+func parseIDs(b []byte) ([]uint32, error) {
+	b = bytes.TrimSpace(b)
+	if len(b) == 0 || string(b) == "null" {
+		return nil, nil
+	}
+	if b[0] != '[' {
+		return nil, fmt.Errorf("not an array")
+	}
+	ids := make([]uint32, 0, len(b)/4)
+	i := 1
+	skip := func() {
+		for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+			i++
+		}
+	}
+	skip()
+	if i < len(b) && b[i] == ']' {
+		return ids, nil
+	}
+	for {
+		skip()
+		start := i
+		var v uint64
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			v = v*10 + uint64(b[i]-'0')
+			if v > 1<<32-1 {
+				return nil, fmt.Errorf("a token id past 2^32-1 at byte %d", start)
+			}
+			i++
+		}
+		if i == start || (b[start] == '0' && i-start > 1) {
+			return nil, fmt.Errorf("a token id that is not an unsigned integer at byte %d", start)
+		}
+		ids = append(ids, uint32(v))
+		skip()
+		if i >= len(b) {
+			return nil, fmt.Errorf("unterminated array")
+		}
+		switch b[i] {
+		case ',':
+			i++
+		case ']':
+			if i+1 != len(b) {
+				return nil, fmt.Errorf("bytes after the array")
+			}
+			return ids, nil
+		default:
+			return nil, fmt.Errorf("a token id that is not an unsigned integer at byte %d", start)
+		}
+	}
 }
 
 // forwardAndCommit proxies the request, copying the answer to the client as
