@@ -128,16 +128,30 @@ func New(cfg Config) (*Client, error) {
 	if tr == nil {
 		tr = NewTCPTransport(TCPOptions{Token: cfg.Token, Name: "client", Streams: cfg.Streams, LocalAddrs: cfg.LocalAddrs, TLS: cfg.TLS})
 	}
-	hc := &http.Client{Timeout: 30 * time.Second}
-	if cfg.TLS != nil {
-		hc.Transport = &http.Transport{TLSClientConfig: cfg.TLS, Proxy: http.ProxyFromEnvironment}
-	}
+	hc := &http.Client{Timeout: 30 * time.Second, Transport: masterTransport(cfg.TLS)}
 	return &Client{cfg: cfg, tr: tr, api: &api.Client{Base: cfg.Master, Token: cfg.Token, HTTP: hc, RetryFor: cfg.MasterRetry}}, nil
+}
+
+// masterIdleConns is how many idle connections to each master a client
+// keeps. net/http's default is 2 a host: a client with more calls in flight
+// (a router planning 64 chats at once) dialed a new connection for most of
+// them and closed it after, a TCP handshake on every plan's path.
+const masterIdleConns = 256
+
+// masterTransport is the client's HTTP transport to the masters (HTTP/1.1,
+// as before: no HTTP/2 over TLS).
+func masterTransport(tlsConf *tls.Config) *http.Transport {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = tlsConf
+	tr.ForceAttemptHTTP2 = false
+	tr.MaxIdleConns, tr.MaxIdleConnsPerHost = masterIdleConns, masterIdleConns
+	return tr
 }
 
 // Close releases connections.
 func (c *Client) Close() error {
 	c.tr.Close()
+	c.api.HTTP.CloseIdleConnections()
 	return nil
 }
 

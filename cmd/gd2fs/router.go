@@ -96,7 +96,9 @@ trust each other). Prometheus metrics at /metrics (gd2fs_router_*).`,
 				Keys: keys, TenantHeader: tenantHeader, KeyTenants: keyTenants, SharedSessions: shared, UnsafeCountOnly: unsafeCount})
 			srv := &http.Server{Handler: r, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
 			fmt.Fprintf(os.Stderr, "gd2fs router on http://%s -> %s (model %s, store %s)\n", ln.Addr(), up, model, g.master)
+			stopped := make(chan struct{})
 			go func() {
+				defer close(stopped)
 				<-ctx.Done()
 				sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 				defer cancel()
@@ -105,6 +107,10 @@ trust each other). Prometheus metrics at /metrics (gd2fs_router_*).`,
 			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 				return err
 			}
+			// Serve returns as Shutdown begins; the answers in flight end
+			// first, then the commits that run after them.
+			<-stopped
+			r.Wait()
 			return nil
 		},
 	}

@@ -1,13 +1,22 @@
 package router
 
 import (
+	"bufio"
+	"bytes"
+	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"os"
+	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -15,25 +24,60 @@ import (
 	"github.com/gd2fs/gd2fs/internal/cluster"
 )
 
-// BenchmarkRouterConcurrentChats is issue 20 item 4: 64 chats at once,
-// each sending its turns through the router (tokenize, plan, forward,
-// commit) and, interleaved, the same request to the stand-in engine
-// directly, so both see the same load; it reports what the router adds at
-// p50 and p99. The engine answers at once and saves nothing, so the added
-// latency is the router's and the master's own cost. Run:
+var (
+	benchDurability = flag.String("durability", "flush", "BenchmarkRouterConcurrentChats: the master's --session-durability (flush, window or sync)")
+	benchGD2FS      = flag.String("gd2fs", "", "BenchmarkRouterConcurrentChats: a gd2fs binary; the master and servers then run as `gd2fs up`, a process of their own (default: in the benchmark's process)")
+	benchCompute    = flag.Duration("engine-time", 0, "BenchmarkRouterConcurrentChats: how long the stand-in engine takes per completion (0: it answers at once, and 64 chats run as fast as the CPU allows)")
+	benchWarmTurns  = flag.Int("warm-turns", 4, "BenchmarkRouterConcurrentChats: turns each chat makes before the measured ones")
+)
+
+// BenchmarkRouterConcurrentChats is issue 20 item 4: 64 chats at once, each
+// a long chat (-warm-turns turns not measured, then b.N measured turns). A
+// turn sends the chat's whole prompt (a system prompt and every earlier
+// turn, growing) to the stand-in engine directly and then the same prompt
+// through the router with the chat's session, so both see the same load.
+// Through the router the engine saves the fresh blocks of the prompt (real
+// writes to the servers, so every plan after the first has a stored part
+// whose content is checked), and it says in a header how long saving took;
+// that time is the engine's, so it is taken off the routed request's
+// latency. What is left above the direct request is the router's cost:
+// the engine's /tokenize, the master's plan, the JSON, the extra hop, and a
+// wait for the previous turn's commit when it is still running. Run:
 //
 //	go test -run '^$' -bench RouterConcurrentChats -benchtime 20x ./internal/router
+//	go test -run '^$' -bench RouterConcurrentChats -benchtime 20x ./internal/router -durability window
+//	go build -o /tmp/gd2fs ./cmd/gd2fs &&
+//	  go test -run '^$' -bench RouterConcurrentChats -benchtime 20x ./internal/router -gd2fs /tmp/gd2fs
 //
-// (b.N turns per chat.)
+// The router, the engine and the chats run in the benchmark's process, and
+// the master and servers too unless -gd2fs is given.
 func BenchmarkRouterConcurrentChats(b *testing.B) {
 	const chats = 64
-	p := startRouter(b, cluster.Config{MemBytes: 64 << 20, DiskBytes: 1 << 30},
-		client.Layout{Model: "m", Layers: 2, KVHeads: 2, HeadDim: 4, DType: "fp16", PageTokens: 16, Order: "kv_first"}, &engine{t: &testing.T{}, noSave: true},
-		func(cl *client.Client) Config { return Config{Planner: cl.Sessions(), SharedSessions: true} })
-	up, front := p.up, p.front
+	l := client.Layout{Model: "m", Layers: 2, KVHeads: 2, HeadDim: 4, DType: "fp16", PageTokens: 16, Order: "kv_first"}
+	e := &engine{timeSaves: true, compute: *benchCompute}
+	cfg := func(cl *client.Client) Config { return Config{Planner: cl.Sessions(), SharedSessions: true} }
+	var p parts
+	where := "in process"
+	masterPID := 0
+	if *benchGD2FS != "" {
+		where = "gd2fs up, its own process"
+		var cl *client.Client
+		cl, masterPID = startUp(b, *benchGD2FS, *benchDurability)
+		p = startRouterOn(b, cl, l, e, cfg)
+	} else {
+		p = startRouter(b, cluster.Config{MemBytes: 64 << 20, DiskBytes: 1 << 30, SessionDurability: *benchDurability}, l, e, cfg)
+	}
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2 * chats}}
+	// A chat's prompt at turn t: a shared system prompt of 200 words, then
+	// 60 words a turn, so every turn adds about 4 blocks to the session.
+	words := make([]string, 200+60*(*benchWarmTurns+b.N+1))
+	for i := range words {
+		words[i] = "w" + strconv.Itoa(i%997)
+	}
+	// send posts one turn and returns its latency less the engine's time
+	// saving KV (zero for a direct request).
 	send := func(base, session string, turn int) (time.Duration, error) {
-		prompt := strings.TrimSpace(strings.Repeat("w ", 40+8*turn)) // each turn a longer prompt
+		prompt := strings.Join(words[:200+60*turn], " ")
 		body, _ := json.Marshal(map[string]any{"model": "m", "prompt": prompt, "max_tokens": 4})
 		req, _ := http.NewRequest("POST", base+"/v1/completions", strings.NewReader(string(body)))
 		if session != "" {
@@ -44,53 +88,212 @@ func BenchmarkRouterConcurrentChats(b *testing.B) {
 		if err != nil {
 			return 0, err
 		}
-		io.Copy(io.Discard, resp.Body)
+		_, err = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
+		d := time.Since(t0)
+		if err != nil {
+			return 0, err
+		}
 		if resp.StatusCode != 200 {
 			return 0, fmt.Errorf("%s: %s", base, resp.Status)
 		}
-		return time.Since(t0), nil
+		if s := resp.Header.Get("X-Engine-Save"); s != "" {
+			save, err := time.ParseDuration(s)
+			if err != nil {
+				return 0, err
+			}
+			d -= save
+		}
+		return d, nil
 	}
 	var mu sync.Mutex
 	var direct, routed []time.Duration
 	errc := make(chan error, chats)
-	var wg sync.WaitGroup
+	run := func(from, to int, keep bool) {
+		var wg sync.WaitGroup
+		for w := 0; w < chats; w++ {
+			wg.Add(1)
+			go func(w int) {
+				defer wg.Done()
+				var d, r []time.Duration
+				for i := from; i < to; i++ {
+					x, err := send(p.up.URL, "", i)
+					if err != nil {
+						errc <- err
+						return
+					}
+					y, err := send(p.front.URL, fmt.Sprintf("chat-%d", w), i)
+					if err != nil {
+						errc <- err
+						return
+					}
+					d, r = append(d, x), append(r, y)
+				}
+				if keep {
+					mu.Lock()
+					direct, routed = append(direct, d...), append(routed, r...)
+					mu.Unlock()
+				}
+			}(w)
+		}
+		wg.Wait()
+		select {
+		case err := <-errc:
+			b.Fatal(err)
+		default:
+		}
+	}
+	run(0, *benchWarmTurns, false)
+	before := routerCounters(b, p.front.URL)
+	e.mu.Lock()
+	e.saves = nil
+	e.mu.Unlock()
+	cpu0, mcpu0 := cpuSeconds(b, 0), cpuSeconds(b, masterPID)
 	b.ResetTimer()
-	for w := 0; w < chats; w++ {
-		wg.Add(1)
-		go func(w int) {
-			defer wg.Done()
-			var d, r []time.Duration
-			for i := 0; i < b.N; i++ {
-				x, err := send(up.URL, "", i)
-				if err != nil {
-					errc <- err
-					return
-				}
-				y, err := send(front.URL, fmt.Sprintf("chat-%d", w), i)
-				if err != nil {
-					errc <- err
-					return
-				}
-				d, r = append(d, x), append(r, y)
-			}
-			mu.Lock()
-			direct, routed = append(direct, d...), append(routed, r...)
-			mu.Unlock()
-		}(w)
-	}
-	wg.Wait()
+	run(*benchWarmTurns, *benchWarmTurns+b.N, true)
 	b.StopTimer()
-	select {
-	case err := <-errc:
-		b.Fatal(err)
-	default:
-	}
+	cpu, mcpu := cpuSeconds(b, 0)-cpu0, cpuSeconds(b, masterPID)-mcpu0
+	after := routerCounters(b, p.front.URL)
 	q := func(d []time.Duration, p float64) time.Duration {
 		slices.Sort(d)
 		return d[int(p*float64(len(d)-1))]
 	}
 	dp50, dp99 := q(direct, 0.5), q(direct, 0.99)
-	b.Logf("%d chats, %d turns each: engine direct p50 %v p99 %v; through the router with a session p50 %v p99 %v (adds p50 %v, p99 %v)",
-		chats, b.N, dp50, dp99, q(routed, 0.5), q(routed, 0.99), q(routed, 0.5)-dp50, q(routed, 0.99)-dp99)
+	rp50, rp99 := q(routed, 0.5), q(routed, 0.99)
+	e.mu.Lock()
+	saves := e.saves
+	e.mu.Unlock()
+	diff := func(k string) float64 { return after[k] - before[k] }
+	b.Logf("%d chats, %d warm-up + %d measured turns each, engine time %v, durability %s, master %s", chats, *benchWarmTurns, b.N, *benchCompute, *benchDurability, where)
+	b.Logf("engine alone p50 %v p99 %v; through the router (less the engine's save) p50 %v p99 %v; router adds p50 %v p99 %v",
+		dp50, dp99, rp50, rp99, rp50-dp50, rp99-dp99)
+	b.Logf("the engine's save (not counted) p50 %v p99 %v; measured turns: %.0f plans, %.0f misses, %.0f commits, %.0f commit failures, %.0f%% of prompt tokens cached",
+		q(saves, 0.5), q(saves, 0.99), diff("gd2fs_router_plans_total"), diff("gd2fs_router_store_misses_total"),
+		diff("gd2fs_router_commits_total"), diff("gd2fs_router_commit_failures_total"),
+		100*diff("gd2fs_router_cached_tokens_total")/(diff("gd2fs_router_cached_tokens_total")+diff("gd2fs_router_prefill_tokens_total")))
+	mean := func(h string) time.Duration {
+		if n := diff(h + "_count"); n > 0 {
+			return time.Duration(diff(h+"_sum") / n * 1e9)
+		}
+		return 0
+	}
+	if _, ok := after["gd2fs_router_tokenize_seconds_count"]; ok {
+		b.Logf("means through the router: waiting for the previous turn's commit %v, /tokenize %v, /tokenize and the master's plan %v",
+			mean("gd2fs_router_commit_wait_seconds"), mean("gd2fs_router_tokenize_seconds"), mean("gd2fs_router_plan_seconds"))
+	}
+	turns := float64(chats * b.N)
+	if masterPID != 0 {
+		b.Logf("CPU per turn (a direct and a routed request): the benchmark's process (chats, engine, router) %.2f ms, gd2fs up (master, servers) %.2f ms", 1e3*cpu/turns, 1e3*mcpu/turns)
+	} else {
+		b.Logf("CPU per turn (a direct and a routed request): the benchmark's process (chats, engine, router, master, servers) %.2f ms", 1e3*cpu/turns)
+	}
+	if diff("gd2fs_router_store_misses_total") != 0 || diff("gd2fs_router_commit_failures_total") != 0 {
+		b.Errorf("the store missed plans or refused commits: the figures are not of the cached path")
+	}
+	b.ReportMetric(float64(rp50-dp50)/1e6, "added-p50-ms")
+	b.ReportMetric(float64(rp99-dp99)/1e6, "added-p99-ms")
+}
+
+// routerCounters reads the router's counters (untyped lines of /metrics).
+func routerCounters(tb testing.TB, base string) map[string]float64 {
+	tb.Helper()
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		name, v, ok := strings.Cut(sc.Text(), " ")
+		if !ok || strings.HasPrefix(name, "#") || strings.Contains(name, "{") {
+			continue
+		}
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			tb.Fatalf("metrics line %q: %v", sc.Text(), err)
+		}
+		out[name] = f
+	}
+	if err := sc.Err(); err != nil {
+		tb.Fatal(err)
+	}
+	return out
+}
+
+// cpuSeconds is the user and system CPU time process pid has used (0: this
+// process), from /proc.
+func cpuSeconds(tb testing.TB, pid int) float64 {
+	tb.Helper()
+	name := "/proc/self/stat"
+	if pid != 0 {
+		name = "/proc/" + strconv.Itoa(pid) + "/stat"
+	}
+	b, err := os.ReadFile(name)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	// Fields after the command's closing parenthesis: utime and stime are
+	// the 12th and 13th, in clock ticks (100 a second on Linux).
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 13 {
+		tb.Fatalf("%s: %q", name, b)
+	}
+	u, err1 := strconv.ParseFloat(f[11], 64)
+	s, err2 := strconv.ParseFloat(f[12], 64)
+	if err1 != nil || err2 != nil {
+		tb.Fatalf("%s: %q", name, b)
+	}
+	return (u + s) / 100
+}
+
+// startUp runs `bin up` (a master on SQLite and 3 servers, one process, as
+// a user runs it) with the given session durability and returns a client of
+// it, and the process id, once its servers are up. The process ends with tb.
+func startUp(tb testing.TB, bin, durability string) (*client.Client, int) {
+	tb.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	cmd := exec.Command(bin, "up", "--dir", tb.TempDir(), "--listen", addr, "--port", "0", "--resp-port", "0",
+		"--servers", "3", "--mem", "64MiB", "--session-durability", durability)
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // an interrupted run leaves nothing behind
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		cmd.Process.Signal(os.Interrupt)
+		cmd.Wait()
+	})
+	cl, err := client.New(client.Config{Master: "http://" + addr})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { cl.Close() })
+	// Set-up, not a measurement: poll until the three servers are up.
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		st, err := cl.Status(ctx)
+		n := 0
+		for _, s := range st.Servers {
+			if err == nil && s.State == "up" {
+				n++
+			}
+		}
+		if n == 3 {
+			return cl, cmd.Process.Pid
+		}
+		select {
+		case <-ctx.Done():
+			tb.Fatalf("gd2fs up at %s: 3 servers not up within 60 s (%v)", addr, err)
+		case <-tick.C:
+		}
+	}
 }

@@ -21,10 +21,10 @@ import (
 // saves nothing, so the figures are the router's and the store's own cost
 // (the master runs in the benchmark's process). Run:
 //
-//	go test -run '^$' -bench RouterLatency -benchtime 2000x ./internal/router
+//	go test -run '^$' -bench 'RouterLatency$' -benchtime 2000x ./internal/router [-durability window]
 func BenchmarkRouterLatency(b *testing.B) {
-	p := startRouter(b, cluster.Config{MemBytes: 64 << 20, DiskBytes: 1 << 30},
-		client.Layout{Model: "m", Layers: 2, KVHeads: 2, HeadDim: 4, DType: "fp16", PageTokens: 16, Order: "kv_first"}, &engine{t: &testing.T{}, noSave: true},
+	p := startRouter(b, cluster.Config{MemBytes: 64 << 20, DiskBytes: 1 << 30, SessionDurability: *benchDurability},
+		client.Layout{Model: "m", Layers: 2, KVHeads: 2, HeadDim: 4, DType: "fp16", PageTokens: 16, Order: "kv_first"}, &engine{noSave: true},
 		func(cl *client.Client) Config { return Config{Planner: cl.Sessions(), SharedSessions: true} })
 	up, front := p.up, p.front
 	prompt := strings.TrimSpace(strings.Repeat("w ", 40))

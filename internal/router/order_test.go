@@ -82,6 +82,7 @@ func TestNextTurnWaitsForCommit(t *testing.T) {
 	}
 	// Wait for the last commit, then check the order.
 	front.Close()
+	p.r.Wait()
 	store.mu.Lock()
 	got := strings.Join(store.events, ",")
 	store.mu.Unlock()

@@ -23,6 +23,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gd2fs/gd2fs/client"
@@ -89,14 +90,23 @@ type Router struct {
 	hc    *http.Client
 	reg   *prometheus.Registry
 	order turnOrder
-	m     struct {
-		requests, shortened              *prometheus.CounterVec
-		plans, misses, commits, failures prometheus.Counter
-		cachedTokens, prefillTokens      prometheus.Counter
-		untenanted, unparsed             prometheus.Counter
-		planSeconds                      prometheus.Histogram
+	// commits are the commits running after their answers (Wait).
+	commits sync.WaitGroup
+	m       struct {
+		requests, shortened                       *prometheus.CounterVec
+		plans, misses, commits, failures          prometheus.Counter
+		cachedTokens, prefillTokens               prometheus.Counter
+		untenanted, unparsed                      prometheus.Counter
+		planSeconds, tokenizeSeconds, waitSeconds prometheus.Histogram
 	}
 }
+
+// engineIdleConns is how many idle connections to the engine the router
+// keeps (net/http's default is 2 a host): with more requests in flight than
+// that, every request beyond it would dial a new connection and close it
+// after, a TCP handshake on the request's path and a socket in TIME_WAIT.
+// Idle ones still close after the transport's IdleConnTimeout (90 s).
+const engineIdleConns = 1024
 
 // New returns a router.
 func New(cfg Config) *Router {
@@ -121,7 +131,10 @@ func New(cfg Config) *Router {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	r := &Router{cfg: cfg, proxy: httputil.NewSingleHostReverseProxy(cfg.Upstream), hc: &http.Client{}, reg: prometheus.NewRegistry()}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConns, tr.MaxIdleConnsPerHost = engineIdleConns, engineIdleConns
+	r := &Router{cfg: cfg, proxy: httputil.NewSingleHostReverseProxy(cfg.Upstream), hc: &http.Client{Transport: tr}, reg: prometheus.NewRegistry()}
+	r.proxy.Transport = tr
 	r.proxy.FlushInterval = -1 // stream server-sent events as they come
 	c := func(name, help string) prometheus.Counter {
 		return prometheus.NewCounter(prometheus.CounterOpts{Name: "gd2fs_router_" + name, Help: help})
@@ -140,7 +153,12 @@ func New(cfg Config) *Router {
 	r.m.unparsed = c("answers_unparsed_total", "Answers longer than --max-answer passed on without looking for what the engine saved.")
 	r.m.planSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "gd2fs_router_plan_seconds",
 		Help: "Time to count tokens and plan.", Buckets: prometheus.ExponentialBuckets(100e-6, 2, 14)})
-	r.reg.MustRegister(r.m.requests, r.m.shortened, r.m.plans, r.m.misses, r.m.commits, r.m.failures, r.m.cachedTokens, r.m.prefillTokens, r.m.planSeconds, r.m.untenanted, r.m.unparsed)
+	r.m.tokenizeSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "gd2fs_router_tokenize_seconds",
+		Help: "Time of the engine's /tokenize, part of gd2fs_router_plan_seconds.", Buckets: prometheus.ExponentialBuckets(100e-6, 2, 14)})
+	r.m.waitSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "gd2fs_router_commit_wait_seconds",
+		Help: "Time a request with a session waited for its session's previous turn to commit (0 for most).", Buckets: prometheus.ExponentialBuckets(100e-6, 2, 14)})
+	r.reg.MustRegister(r.m.requests, r.m.shortened, r.m.plans, r.m.misses, r.m.commits, r.m.failures, r.m.cachedTokens, r.m.prefillTokens, r.m.planSeconds,
+		r.m.tokenizeSeconds, r.m.waitSeconds, r.m.untenanted, r.m.unparsed)
 	return r
 }
 
@@ -191,16 +209,41 @@ func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 	r.m.requests.WithLabelValues("yes").Inc()
 	// The previous turn of this session may still be committing.
+	start := time.Now()
 	r.order.wait(req.Context(), session, r.cfg.Timeout)
+	r.m.waitSeconds.Observe(time.Since(start).Seconds())
 	plan, ok := r.plan(req.Context(), req.URL.Path, session, doc)
 	if ok {
-		params, _ := json.Marshal(map[string]any{"kvcache_params": plan.KVCacheParams})
-		doc["kv_transfer_params"] = params
-		if b, err := json.Marshal(doc); err == nil {
-			body = b
+		params, err := json.Marshal(map[string]any{"kvcache_params": plan.KVCacheParams})
+		if err == nil {
+			body = withMember(body, "kv_transfer_params", params)
 		}
+		ok = err == nil
 	}
 	r.forwardAndCommit(w, req, body, session, plan, ok)
+}
+
+// Wait returns when the commits still running after their answers are
+// done (each within the store timeout). Call it after the HTTP server's
+// Shutdown has returned, so that no request starts another.
+func (r *Router) Wait() { r.commits.Wait() }
+
+// withMember returns the JSON object body with the member key: value added
+// last. body is an object without key (stripTransferParams parsed it and
+// removed every spelling of kv_transfer_params), so the client's bytes go on
+// as they came instead of being decoded and encoded again.
+func withMember(body []byte, key string, value []byte) []byte {
+	end := bytes.LastIndexByte(body, '}')
+	head := bytes.TrimRight(body[:end], " \t\r\n")
+	out := make([]byte, 0, len(head)+len(key)+len(value)+8)
+	out = append(out, head...)
+	if head[len(head)-1] != '{' {
+		out = append(out, ',')
+	}
+	out = strconv.AppendQuote(out, key)
+	out = append(out, ':')
+	out = append(out, value...)
+	return append(out, '}')
 }
 
 // forward sends body on as the request's body, unchanged otherwise.
@@ -218,6 +261,7 @@ func (r *Router) plan(ctx context.Context, path, session string, doc map[string]
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
 	defer cancel()
 	ids, n, err := r.tokenize(ctx, path, doc)
+	r.m.tokenizeSeconds.Observe(time.Since(start).Seconds())
 	var p client.EnginePlan
 	if err == nil {
 		decode := r.cfg.DecodeTokens
@@ -258,24 +302,25 @@ func (r *Router) tokenize(ctx context.Context, path string, doc map[string]json.
 	if err := tokenizable(doc); err != nil {
 		return nil, 0, err
 	}
-	q := map[string]json.RawMessage{}
 	// Every field of vLLM's TokenizeChatRequest that shapes the prompt: the
 	// ids must be those of the prompt the engine runs, or the plan's content
 	// check compares the wrong thing (a chat whose tools change would be
-	// served KV computed with the old ones).
+	// served KV computed with the old ones). The values are the request's
+	// own bytes (each a JSON value the request's parse checked), not
+	// encoded again.
+	b := []byte("{}")
 	for _, k := range []string{"model", "messages", "prompt", "add_generation_prompt", "chat_template", "add_special_tokens",
 		"tools", "chat_template_kwargs", "continue_final_message", "mm_processor_kwargs", "media_io_kwargs"} {
 		if v, ok := doc[k]; ok {
-			q[k] = v
+			b = withMember(b, k, v)
 		}
 	}
 	if path == "/v1/chat/completions" {
 		var cont bool
-		if _, ok := q["add_generation_prompt"]; !ok && (json.Unmarshal(q["continue_final_message"], &cont) != nil || !cont) {
-			q["add_generation_prompt"] = json.RawMessage("true")
+		if _, ok := doc["add_generation_prompt"]; !ok && (json.Unmarshal(doc["continue_final_message"], &cont) != nil || !cont) {
+			b = withMember(b, "add_generation_prompt", []byte("true"))
 		}
 	}
-	b, _ := json.Marshal(q)
 	u := *r.cfg.Upstream
 	u.Path = strings.TrimSuffix(u.Path, "/") + "/tokenize"
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), bytes.NewReader(b))
@@ -287,13 +332,18 @@ func (r *Router) tokenize(ctx context.Context, path string, doc map[string]json.
 	if err != nil {
 		return nil, 0, fmt.Errorf("tokenize: %w", err)
 	}
-	defer resp.Body.Close()
+	defer func() {
+		// Read to its end, so the connection goes back to the pool: a
+		// body closed before its end closes the connection.
+		io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+		resp.Body.Close()
+	}()
 	if resp.StatusCode != http.StatusOK {
 		return nil, 0, fmt.Errorf("tokenize: engine answered %s", resp.Status)
 	}
 	var out struct {
-		Count  *int64   `json:"count"`
-		Tokens []uint32 `json:"tokens"`
+		Count  *int64          `json:"count"`
+		Tokens json.RawMessage `json:"tokens"`
 	}
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<20)).Decode(&out); err != nil || out.Count == nil || *out.Count < 1 {
 		return nil, 0, fmt.Errorf("tokenize: no token count in the engine's answer (%v)", err)
@@ -301,11 +351,71 @@ func (r *Router) tokenize(ctx context.Context, path string, doc map[string]json.
 	if r.cfg.UnsafeCountOnly {
 		return nil, *out.Count, nil
 	}
-	if int64(len(out.Tokens)) != *out.Count {
-		return nil, 0, fmt.Errorf("tokenize: the engine's answer has %d token ids for a count of %d; the plan needs the ids to check the stored KV's content (or run the router with --unsafe-count-only)",
-			len(out.Tokens), *out.Count)
+	ids, err := parseIDs(out.Tokens)
+	if err != nil {
+		return nil, 0, fmt.Errorf("tokenize: the engine's token ids: %w", err)
 	}
-	return out.Tokens, *out.Count, nil
+	if int64(len(ids)) != *out.Count {
+		return nil, 0, fmt.Errorf("tokenize: the engine's answer has %d token ids for a count of %d; the plan needs the ids to check the stored KV's content (or run the router with --unsafe-count-only)",
+			len(ids), *out.Count)
+	}
+	return ids, *out.Count, nil
+}
+
+// parseIDs reads a JSON array of token ids (or null, or nothing), as
+// json.Unmarshal into []uint32 would, without its reflection on every
+// element: a prompt's ids are thousands of numbers on every request's path.
+// b is a JSON value (the answer's parse checked it).
+func parseIDs(b []byte) ([]uint32, error) {
+	b = bytes.TrimSpace(b)
+	if len(b) == 0 || string(b) == "null" {
+		return nil, nil
+	}
+	if b[0] != '[' {
+		return nil, fmt.Errorf("not an array")
+	}
+	ids := make([]uint32, 0, len(b)/4)
+	i := 1
+	skip := func() {
+		for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+			i++
+		}
+	}
+	skip()
+	if i < len(b) && b[i] == ']' {
+		return ids, nil
+	}
+	for {
+		skip()
+		start := i
+		var v uint64
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			v = v*10 + uint64(b[i]-'0')
+			if v > 1<<32-1 {
+				return nil, fmt.Errorf("a token id past 2^32-1 at byte %d", start)
+			}
+			i++
+		}
+		if i == start || (b[start] == '0' && i-start > 1) {
+			return nil, fmt.Errorf("a token id that is not an unsigned integer at byte %d", start)
+		}
+		ids = append(ids, uint32(v))
+		skip()
+		if i >= len(b) {
+			return nil, fmt.Errorf("unterminated array")
+		}
+		switch b[i] {
+		case ',':
+			i++
+		case ']':
+			if i+1 != len(b) {
+				return nil, fmt.Errorf("bytes after the array")
+			}
+			return ids, nil
+		default:
+			return nil, fmt.Errorf("a token id that is not an unsigned integer at byte %d", start)
+		}
+	}
 }
 
 // forwardAndCommit proxies the request, copying the answer to the client as
@@ -389,10 +499,23 @@ func (r *Router) forwardAndCommit(w http.ResponseWriter, req *http.Request, body
 			fl.Flush()
 		}
 	}
-	if resp.StatusCode != http.StatusOK {
+	if resp.StatusCode != http.StatusOK || saved == nil {
 		return // the plan expires; the session is unchanged
 	}
-	r.commit(session, plan, saved)
+	// The client has the whole answer. The commit runs apart from this
+	// handler, so that the connection takes its next request at once: the
+	// server reads a connection's next request only when the handler has
+	// returned, so a commit here would delay whatever request the client
+	// sends next on it (any session's). The hold keeps this session's
+	// next turn behind the commit.
+	done := release
+	release = func() {}
+	r.commits.Add(1)
+	go func() {
+		defer r.commits.Done()
+		defer done()
+		r.commit(session, plan, saved)
+	}()
 }
 
 type savedParams struct {
@@ -448,12 +571,8 @@ func copyEvents(w http.ResponseWriter, body io.Reader, onSaved func()) *savedPar
 	}
 }
 
-// commit records what the engine saved; an engine that reports nothing
-// (an older one, or one that ignored the params) commits nothing.
+// commit records what the engine saved.
 func (r *Router) commit(session string, plan client.EnginePlan, saved *savedParams) {
-	if saved == nil {
-		return
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.Timeout)
 	defer cancel()
 	// Counted when done, so commits + failures is the commits finished.

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/gd2fs/gd2fs/client"
 	"github.com/gd2fs/gd2fs/internal/cluster"
@@ -35,6 +36,29 @@ type engine struct {
 	pad    string // added to every answer (a long answer)
 	// countOnly: /tokenize answers the count without the ids.
 	countOnly bool
+	// timeSaves: say in an X-Engine-Save header how long saving took, and
+	// keep the times in saves (a benchmark takes the engine's own work off
+	// the router's latency).
+	timeSaves bool
+	saves     []time.Duration
+	// hook, when set, runs first for every request; conns holds the
+	// remote address of every connection a request came on, lastBody the
+	// last request body as it came.
+	// compute is how long a completion takes (what a GPU's prefill and
+	// decode would), direct or through the router: a benchmark's chats
+	// then arrive at an engine's pace, not as fast as the CPU turns them.
+	compute  time.Duration
+	hook     func(r *http.Request)
+	conns    map[string]bool
+	lastBody []byte
+}
+
+// fail reports err to the test (when there is one) and answers 500.
+func (e *engine) fail(w http.ResponseWriter, err error) {
+	if e.t != nil {
+		e.t.Error(err)
+	}
+	http.Error(w, err.Error(), http.StatusInternalServerError)
 }
 
 // wordIDs is the stand-in's tokenizer: one token per word, its id a hash
@@ -50,10 +74,23 @@ func wordIDs(prompt string) []uint32 {
 }
 
 func (e *engine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if e.hook != nil {
+		e.hook(r)
+	}
+	raw, err := io.ReadAll(r.Body)
+	if err != nil {
+		e.fail(w, err)
+		return
+	}
 	var doc map[string]any
-	json.NewDecoder(r.Body).Decode(&doc)
+	json.Unmarshal(raw, &doc)
 	e.mu.Lock()
 	e.seen = append(e.seen, doc)
+	if e.conns == nil {
+		e.conns = map[string]bool{}
+	}
+	e.conns[r.RemoteAddr] = true
+	e.lastBody = raw
 	e.mu.Unlock()
 	prompt, _ := doc["prompt"].(string)
 	if r.URL.Path == "/tokenize" {
@@ -64,11 +101,15 @@ func (e *engine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		json.NewEncoder(w).Encode(answer)
 		return
 	}
+	if e.compute > 0 {
+		time.Sleep(e.compute) // the work a real engine does, not a wait for an event
+	}
 	answer := map[string]any{"choices": []any{map[string]any{"text": "ok"}}}
 	if e.pad != "" {
 		answer["pad"] = e.pad
 	}
 	if ktp, ok := doc["kv_transfer_params"].(map[string]any); ok {
+		start := time.Now()
 		kp := ktp["kvcache_params"].(map[string]any)
 		var saved []client.KVRange
 		for _, f := range kp["fresh_kvcache"].([]any) {
@@ -84,7 +125,7 @@ func (e *engine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			seg.KVLength = int64(seg.TokenLength) * e.l.TokenBytes()
 			u, err := client.ParseURI(seg.KVURI)
 			if err != nil {
-				e.t.Error(err)
+				e.fail(w, err)
 				return
 			}
 			f, err := e.cl.Open(r.Context(), u.Path)
@@ -95,7 +136,7 @@ func (e *engine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				err = f.Sync(r.Context())
 			}
 			if err != nil {
-				e.t.Error(err)
+				e.fail(w, err)
 				return
 			}
 			saved = append(saved, seg)
@@ -104,6 +145,13 @@ func (e *engine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			saved = []client.KVRange{}
 		}
 		answer["kv_transfer_params"] = map[string]any{"kvcache_params": map[string]any{"id": kp["id"], "fresh_kvcache": saved}}
+		if e.timeSaves {
+			d := time.Since(start)
+			w.Header().Set("X-Engine-Save", d.String())
+			e.mu.Lock()
+			e.saves = append(e.saves, d)
+			e.mu.Unlock()
+		}
 	}
 	if doc["stream"] == true {
 		w.Header().Set("Content-Type", "text/event-stream")
@@ -124,6 +172,7 @@ func (e *engine) last() map[string]any {
 // parts is a cluster, the stand-in engine serving as the upstream and a
 // router in front of it, as startRouter made them.
 type parts struct {
+	r     *Router
 	cl    *client.Client
 	up    *httptest.Server // the engine
 	u     *url.URL         // up's URL, the router's Upstream
@@ -147,6 +196,12 @@ func startRouter(tb testing.TB, cc cluster.Config, l client.Layout, e *engine, c
 	tb.Cleanup(func() { c.Close() })
 	cl := c.Client()
 	tb.Cleanup(func() { cl.Close() })
+	return startRouterOn(tb, cl, l, e, cfg)
+}
+
+// startRouterOn is startRouter on the cluster cl is a client of.
+func startRouterOn(tb testing.TB, cl *client.Client, l client.Layout, e *engine, cfg func(cl *client.Client) Config) parts {
+	tb.Helper()
 	if err := cl.Sessions().SetLayout(context.Background(), l); err != nil {
 		tb.Fatal(err)
 	}
@@ -159,9 +214,13 @@ func startRouter(tb testing.TB, cc cluster.Config, l client.Layout, e *engine, c
 	}
 	conf := cfg(cl)
 	conf.Upstream, conf.Model = u, l.Model
-	front := httptest.NewServer(New(conf))
-	tb.Cleanup(front.Close)
-	return parts{cl: cl, up: up, u: u, front: front}
+	r := New(conf)
+	front := httptest.NewServer(r)
+	tb.Cleanup(func() {
+		front.Close()
+		r.Wait()
+	})
+	return parts{r: r, cl: cl, up: up, u: u, front: front}
 }
 
 // failing is a store that is down.
@@ -215,6 +274,7 @@ func TestRouter(t *testing.T) {
 	if len(st) != 1 || st[0].(map[string]any)["token_length"].(float64) != 8 {
 		t.Fatalf("turn 2 stored %v", st)
 	}
+	p.r.Wait() // the commit runs after the answer
 	s, err := cl.Sessions().Get(ctx, "chat-1")
 	if err != nil || s.Tokens != 12 || s.HashedTokens != 12 { // the streamed turn saved 3 blocks
 		t.Fatalf("after the streamed turn: %+v %v", s, err)
