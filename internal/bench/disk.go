@@ -30,17 +30,41 @@ func DiskWrite(dir string, writers int, per, syncEvery int64) (bytesPerSec float
 	}
 	defer os.RemoveAll(sub)
 	if fio, lerr := exec.LookPath("fio"); lerr == nil {
-		v, err := runFio(fio, sub, writers, per, bs, syncEvery)
+		v, err := runFio(fio, sub, writers, per, bs, syncEvery, false)
 		return v, "fio", err
 	}
 	v, err := goDiskWrite(sub, writers, per, bs, syncEvery)
 	return v, "Go writer (fio not installed)", err
 }
 
-func runFio(fio, dir string, writers int, per, bs, syncEvery int64) (float64, error) {
+// DiskWriteDirect is DiskWrite past the page cache (fio --direct=1, no
+// sync): the limit of writes that go to the disk tier with O_DIRECT, as
+// the servers' zero-copy writes do. ok is false without fio.
+func DiskWriteDirect(dir string, writers int, per int64) (bytesPerSec float64, ok bool, err error) {
+	fio, lerr := exec.LookPath("fio")
+	if lerr != nil {
+		return 0, false, nil
+	}
+	if writers <= 0 || per <= 0 {
+		return 0, false, fmt.Errorf("bench: disk reference of %d writers x %d bytes", writers, per)
+	}
+	sub, err := os.MkdirTemp(dir, "diskref-")
+	if err != nil {
+		return 0, false, err
+	}
+	defer os.RemoveAll(sub)
+	const bs = 4 << 20
+	v, err := runFio(fio, sub, writers, (per+bs-1)/bs*bs, bs, 0, true)
+	return v, err == nil, err
+}
+
+func runFio(fio, dir string, writers int, per, bs, syncEvery int64, direct bool) (float64, error) {
 	args := []string{"--name=ref", "--directory=" + dir, "--rw=write", "--ioengine=psync",
 		"--bs=" + strconv.FormatInt(bs, 10), "--size=" + strconv.FormatInt(per, 10),
 		"--numjobs=" + strconv.Itoa(writers), "--group_reporting", "--output-format=json"}
+	if direct {
+		args = append(args, "--direct=1")
+	}
 	if syncEvery > 0 {
 		args = append(args, "--fdatasync="+strconv.FormatInt(max(1, syncEvery/bs), 10), "--end_fsync=1")
 	}
