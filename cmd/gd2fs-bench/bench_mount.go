@@ -477,13 +477,20 @@ func (e *benchEnv) hot(ctx context.Context, rounds, mmapRounds int) (err error) 
 				return err
 			}
 		}
-		dm, err := fioRead(p, true)
-		if err != nil {
-			return err
-		}
-		dl, err := fioRead(blob, true)
-		if err != nil {
-			return err
+		var dm, dl float64
+		for i, side := range []string{p, blob} {
+			if r%2 == 1 { // alternate these too
+				side = []string{blob, p}[i]
+			}
+			bw, err := fioRead(side, true)
+			if err != nil {
+				return err
+			}
+			if side == p {
+				dm = bw
+			} else {
+				dl = bw
+			}
 		}
 		mountDirect, localDirect = append(mountDirect, dm), append(localDirect, dl)
 		fmt.Printf("  round %d: buffered: the mount %6.0f, the local copy %6.0f and again %6.0f MiB/s (%.2fx; A/A %.2fx); O_DIRECT: the mount %6.0f, the local copy %6.0f MiB/s (%.2fx)\n",
