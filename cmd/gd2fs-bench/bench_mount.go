@@ -46,11 +46,12 @@ on a busy machine the ratio within one run is what counts, not the MiB/s. The ho
 fio command (1 MiB buffered reads) run on the file through the mount and on its local copy in
 the cache: the same bytes on the same disk, page cache dropped before each, fio's fadvise hint
 off (on a passthrough file it would reach the FUSE file, not the local file the kernel reads).
-It runs --hot-rounds times, in the order mount, local copy, local copy again (then reversed):
-the two local reads are an A/A control (on a VM that hands freed memory back to its host, a
-read into a dropped page cache runs at 0.4 or 4 GB/s by chance); the best of the rounds and
-the same reads with O_DIRECT (no page cache) are printed beside the medians, with how many
-opens the kernel served by passthrough and how many reads the mount process served.
+It runs --hot-rounds times, the pair's order swapped each round, with the local copy read
+twice more as an A/A control (on a VM that hands freed memory back to its host, a read into
+a dropped page cache runs at 0.4 or 4 GB/s by chance); the best of the rounds, and the same
+pairs from the page cache and with O_DIRECT (no page cache), are printed beside the medians,
+with how many opens the kernel served by passthrough and how many reads the mount process
+served.
 A SIGINT, SIGTERM or SIGHUP unmounts what the bench mounted before it exits.`,
 		Example: `  gd2fs-bench mount                 # a 1 GiB file
   gd2fs-bench mount --size 256MiB --readers 8
@@ -421,15 +422,15 @@ func (e *benchEnv) torch() error {
 // where the kernel has it) and its local copy with one fio command each,
 // alternating; then random 4 KiB reads through mmap of both.
 //
-// On this VM the page cache dropped before each read makes single reads
-// swing 0.2-4x (the same local file read twice in a row: 692 to 4197
-// MiB/s): freed guest memory is handed back to the host (free page
-// reporting), and a read whose page cache lands in such memory runs at
-// the speed of its first touch. So each round reads in the order mount,
-// local, local again in odd rounds and the reverse in even ones; the two
-// local reads are an A/A control, whose ratio shows what identical reads
-// give; and the same fio command with O_DIRECT (no page cache on either
-// side) shows passthrough against the disk alone.
+// On this VM a read into a dropped page cache runs at about 0.4 or 4 GB/s
+// by chance (the same local file read twice in a row: 692 and 4197
+// MiB/s), and by its position in the sequence: freed guest memory is
+// handed back to the host (free page reporting), and a read whose page
+// cache lands in such memory runs at the speed of the host's first touch.
+// So each pair of reads swaps its order every round, the local copy is
+// read twice more as an A/A control (what identical reads give), and the
+// same pairs run from the page cache (the CPU path alone) and with
+// O_DIRECT (the disk alone, no page cache on either side).
 func (e *benchEnv) hot(ctx context.Context, rounds, mmapRounds int) (err error) {
 	cache := &weights.Cache{Dir: filepath.Join(e.dir, "cache")}
 	m, mc, stop, err := e.mount("hot", cache)
@@ -455,54 +456,61 @@ func (e *benchEnv) hot(ctx context.Context, rounds, mmapRounds int) (err error) 
 		fmt.Println("  fio not found: install it (apt-get install -y fio) for this part")
 		return nil
 	}
-	var mountBW, localBW, againBW, mountDirect, localDirect []float64
+	var mountBW, localBW, aaFirst, aaSecond, mountDirect, localDirect, mountCached, localCached []float64
 	servers, st0 := mc.ReadStats().FromServers, m.Stats()
-	read := func(file string, to *[]float64) error {
-		dropCaches()
-		bw, err := fioRead(file, false)
-		*to = append(*to, bw)
-		return err
-	}
-	for r := 0; r < rounds; r++ {
-		order := []func() error{
-			func() error { return read(p, &mountBW) },
-			func() error { return read(blob, &localBW) },
-			func() error { return read(blob, &againBW) },
+	// pair reads a and b with fio, a first in even rounds and b first in
+	// odd ones: the position of a read after a drop matters on this VM.
+	pair := func(r int, a, b string, how fioMode) (x, y float64, err error) {
+		read := func(f string, bw *float64) {
+			if err != nil {
+				return
+			}
+			if how == fioDropped {
+				dropCaches()
+			}
+			*bw, err = fioRead(f, how)
 		}
 		if r%2 == 1 {
-			slices.Reverse(order)
+			read(b, &y)
+			read(a, &x)
+		} else {
+			read(a, &x)
+			read(b, &y)
 		}
-		for _, f := range order {
-			if err := f(); err != nil {
-				return err
-			}
+		return x, y, err
+	}
+	for r := 0; r < rounds; r++ {
+		bm, bl, err := pair(r, p, blob, fioDropped)
+		if err != nil {
+			return err
 		}
-		var dm, dl float64
-		for i, side := range []string{p, blob} {
-			if r%2 == 1 { // alternate these too
-				side = []string{blob, p}[i]
-			}
-			bw, err := fioRead(side, true)
-			if err != nil {
-				return err
-			}
-			if side == p {
-				dm = bw
-			} else {
-				dl = bw
-			}
+		a1, a2, err := pair(0, blob, blob, fioDropped) // A/A: the same read twice
+		if err != nil {
+			return err
 		}
+		cm, cl, err := pair(r, p, blob, fioCached) // the blob's pages are cached now
+		if err != nil {
+			return err
+		}
+		dm, dl, err := pair(r, p, blob, fioDirect)
+		if err != nil {
+			return err
+		}
+		mountBW, localBW, aaFirst, aaSecond = append(mountBW, bm), append(localBW, bl), append(aaFirst, a1), append(aaSecond, a2)
+		mountCached, localCached = append(mountCached, cm), append(localCached, cl)
 		mountDirect, localDirect = append(mountDirect, dm), append(localDirect, dl)
-		fmt.Printf("  round %d: buffered: the mount %6.0f, the local copy %6.0f and again %6.0f MiB/s (%.2fx; A/A %.2fx); O_DIRECT: the mount %6.0f, the local copy %6.0f MiB/s (%.2fx)\n",
-			r+1, mountBW[r]/(1<<20), localBW[r]/(1<<20), againBW[r]/(1<<20), mountBW[r]/localBW[r], againBW[r]/localBW[r], dm/(1<<20), dl/(1<<20), dm/dl)
+		fmt.Printf("  round %d: page cache dropped: the mount %5.0f, the local copy %5.0f MiB/s (%.2fx), A/A %5.0f then %5.0f (%.2fx); cached: %5.0f, %5.0f (%.2fx); O_DIRECT: %5.0f, %5.0f (%.2fx)\n",
+			r+1, bm/(1<<20), bl/(1<<20), bm/bl, a1/(1<<20), a2/(1<<20), a2/a1, cm/(1<<20), cl/(1<<20), cm/cl, dm/(1<<20), dl/(1<<20), dm/dl)
 	}
 	st := m.Stats()
-	ml, ll, al := median(mountBW), median(localBW), median(againBW)
-	fmt.Printf("  medians, buffered: through the mount %6.0f MiB/s, the local copy %6.0f MiB/s: %.2fx (target >= 0.95x); the local copy again %.2fx (A/A: the method's own noise)\n",
-		ml/(1<<20), ll/(1<<20), ml/ll, al/ll)
-	fmt.Printf("  best of %d rounds, buffered: through the mount %6.0f MiB/s, the local copy %6.0f MiB/s: %.2fx (a read slowed by the VM is never faster)\n",
+	ml, ll := median(mountBW), median(localBW)
+	fmt.Printf("  medians, page cache dropped: through the mount %6.0f MiB/s, the local copy %6.0f MiB/s: %.2fx (target >= 0.95x); A/A (the same local read twice): %.2fx, the method's own noise\n",
+		ml/(1<<20), ll/(1<<20), ml/ll, median(aaSecond)/median(aaFirst))
+	fmt.Printf("  best of %d rounds, page cache dropped: through the mount %6.0f MiB/s, the local copy %6.0f MiB/s: %.2fx (a read slowed by the VM is never faster)\n",
 		rounds, slices.Max(mountBW)/(1<<20), slices.Max(localBW)/(1<<20), slices.Max(mountBW)/slices.Max(localBW))
-	fmt.Printf("  medians, O_DIRECT: through the mount %6.0f MiB/s, the local copy %6.0f MiB/s: %.2fx\n",
+	fmt.Printf("  medians, from the page cache: through the mount %6.0f MiB/s, the local copy %6.0f MiB/s: %.2fx (the CPU path alone)\n",
+		median(mountCached)/(1<<20), median(localCached)/(1<<20), median(mountCached)/median(localCached))
+	fmt.Printf("  medians, O_DIRECT: through the mount %6.0f MiB/s, the local copy %6.0f MiB/s: %.2fx (the disk alone)\n",
 		median(mountDirect)/(1<<20), median(localDirect)/(1<<20), median(mountDirect)/median(localDirect))
 	fmt.Printf("  opens of the file: %d passthrough, %d plain (%d of a hot file kept plain beside plain handles); %d reads served by the mount process (0: the kernel read the local copy itself); %d bytes from servers\n",
 		st.PassthroughOpens-st0.PassthroughOpens, st.PlainOpens-st0.PlainOpens, st.PassthroughRefused-st0.PassthroughRefused, st.Reads-st0.Reads, mc.ReadStats().FromServers-servers)
@@ -549,14 +557,25 @@ func (e *benchEnv) waitCached(ctx context.Context, cache *weights.Cache) (string
 	}
 }
 
-// fioRead reads file p once with fio (1 MiB sequential reads, buffered or
-// O_DIRECT, the file left as it is); bytes per second. fio's fadvise hint
-// is off: on a passthrough file it reaches the FUSE file, not the backing
-// file the kernel reads, so it would double the read-ahead of the local
-// copy only.
-func fioRead(p string, direct bool) (float64, error) {
+// fioMode is how fioRead reads.
+type fioMode int
+
+const (
+	fioDropped fioMode = iota // buffered; the caller dropped the page cache
+	fioCached                 // buffered, from the page cache as it is
+	fioDirect                 // O_DIRECT: no page cache
+)
+
+// fioRead reads file p once with fio (1 MiB sequential reads, the file
+// left as it is); bytes per second. fio's fadvise hint is off: on a
+// passthrough file it reaches the FUSE file, not the backing file the
+// kernel reads, so it would double the read-ahead of the local copy only.
+func fioRead(p string, how fioMode) (float64, error) {
 	args := []string{"--name=seq", "--filename=" + p, "--readonly", "--rw=read", "--bs=1M", "--ioengine=psync", "--fadvise_hint=0", "--output-format=json"}
-	if direct {
+	switch how {
+	case fioCached:
+		args = append(args, "--invalidate=0")
+	case fioDirect:
 		args = append(args, "--direct=1")
 	}
 	out, err := exec.Command("fio", args...).Output()
