@@ -443,7 +443,7 @@ func (e *benchEnv) hot(ctx context.Context, rounds, mmapRounds int) (err error) 
 	if err := readFile(p); err != nil { // fills the cache
 		return err
 	}
-	blob, err := e.waitCached(ctx, cache)
+	blob, err := waitCached(ctx, func(ctx context.Context) (client.FileInfo, error) { return e.cl.Stat(ctx, benchRemote) }, cache)
 	if err != nil {
 		return err
 	}
@@ -538,12 +538,12 @@ func (e *benchEnv) hot(ctx context.Context, rounds, mmapRounds int) (err error) 
 
 // waitCached waits until the mount's fill has put the file in the cache
 // and returns the local copy. The file's sha256, which names the blob, is
-// recorded on the master by the fill after the copy: asked again each
-// time (stat once, before the fill recorded it, and it waited forever).
-func (e *benchEnv) waitCached(ctx context.Context, cache *weights.Cache) (string, error) {
+// recorded on the master by the fill after the copy: stat asks again each
+// time (asked once, before the fill recorded it, it waited forever).
+func waitCached(ctx context.Context, stat func(context.Context) (client.FileInfo, error), cache *weights.Cache) (string, error) {
 	deadline := time.Now().Add(5 * time.Minute)
 	for {
-		fi, err := e.cl.Stat(ctx, benchRemote)
+		fi, err := stat(ctx)
 		if err != nil {
 			return "", err
 		}
@@ -553,7 +553,11 @@ func (e *benchEnv) waitCached(ctx context.Context, cache *weights.Cache) (string
 		if time.Now().After(deadline) {
 			return "", fmt.Errorf("the hot cache did not fill in 5 minutes (%s)", cache.Dir)
 		}
-		time.Sleep(50 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
 }
 

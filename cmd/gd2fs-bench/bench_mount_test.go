@@ -2,6 +2,8 @@ package main
 
 import (
 	"bufio"
+	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -9,8 +11,13 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
+	"github.com/gd2fs/gd2fs/client"
+	"github.com/gd2fs/gd2fs/internal/cluster"
 	"github.com/gd2fs/gd2fs/internal/mount"
+	"github.com/gd2fs/gd2fs/internal/testutil"
+	"github.com/gd2fs/gd2fs/internal/weights"
 )
 
 // envRunMain makes the test binary run gd2fs-bench's main with its
@@ -82,5 +89,56 @@ func TestMountBenchSignal(t *testing.T) {
 				t.Fatalf("the bench's folder is still there after %v: %v %v", sig, ents, err)
 			}
 		})
+	}
+}
+
+// TestWaitCachedAsksAgain: the hot part of the bench stat'ed the file
+// once, right after reading it through the mount; when that came before
+// the fill recorded the file's sha256 (which names the blob), it waited
+// out its 10 minutes and timeout(1) killed it. The first stat here is
+// answered before the fill, as it was then.
+func TestWaitCachedAsksAgain(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := cluster.Start(ctx, cluster.Config{Dir: t.TempDir(), MemBytes: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cl := c.Client()
+	defer cl.Close()
+	data := testutil.RandomBytes(1<<20+5, 3)
+	f, err := cl.Create(ctx, benchRemote, client.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	cache := &weights.Cache{Dir: t.TempDir()}
+	stats := 0
+	stat := func(ctx context.Context) (client.FileInfo, error) {
+		fi, err := cl.Stat(ctx, benchRemote)
+		if stats++; stats == 1 && err == nil {
+			if fi.Attrs["sha256"] != "" {
+				t.Errorf("the file has a sha256 before any fill: the test shows nothing")
+			}
+			fill := cache.StartFill(ctx, cl, fi) // the mount's fill, finishing after the stat
+			<-fill.Done()
+			if _, ferr := fill.Result(); ferr != nil {
+				t.Errorf("fill: %v", ferr)
+			}
+		}
+		return fi, err
+	}
+	blob, err := waitCached(ctx, stat, cache)
+	if err != nil {
+		t.Fatalf("waitCached after %d stats: %v", stats, err)
+	}
+	if b, err := os.ReadFile(blob); err != nil || !bytes.Equal(b, data) {
+		t.Fatalf("the blob %s: %v", blob, err)
 	}
 }
