@@ -25,7 +25,7 @@ func newMount(g *globals) *cobra.Command {
 		Use:   "mount gd2fs://CLUSTER/DIR MOUNTPOINT",
 		Short: "Mount a gd2fs folder as a local file system (FUSE) that vLLM and PyTorch open and mmap",
 		Long: `Mount a gd2fs folder as a local file system (FUSE), in the foreground until it is
-unmounted (gd2fs umount MOUNTPOINT, or Ctrl-C / SIGTERM here).
+unmounted (gd2fs umount MOUNTPOINT, or Ctrl-C / SIGTERM / SIGHUP here).
 
 Sealed and linked files are read through the SDK in parallel pieces (linked files fill
 from S3 once per cluster, on the servers); the kernel keeps their pages across opens, so
@@ -40,7 +40,8 @@ which at start ("passthrough=on" or "passthrough=off" and why).
 
 Writes: create a new file, write it sequentially, close: close seals it (cp, torch.save,
 safetensors save_file). Overwriting a sealed file is EPERM, writing out of order
-EOPNOTSUPP, rename EXDEV (mv and shutil.move then copy); docs/mount.md has the table.
+EOPNOTSUPP; rename is one step on the cluster once a file is closed (EBUSY while it is
+being written); docs/mount.md has the table.
 A writer killed by a signal leaves its file unsealed with the bytes it wrote (remove it
 and write again). A file unlinked while processes here still read it is removed on the
 cluster at their last close.
@@ -99,8 +100,11 @@ connected" until 'gd2fs umount MOUNTPOINT' (or fusermount3 -u) clears it.`,
 				} else {
 					o.Log.Info("mounted", "source", args[0], "mountpoint", m.Dir(), "passthrough", "off", "why", why, "cache", cacheDir)
 				}
+				// SIGHUP too: a foreground daemon whose terminal closes
+				// would otherwise die with its mount left in the mount
+				// table ("Transport endpoint is not connected").
 				sig := make(chan os.Signal, 1)
-				signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+				signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 				defer signal.Stop(sig)
 				done := make(chan struct{})
 				go func() { m.Wait(); close(done) }()

@@ -80,6 +80,20 @@ func TestMountCLI(t *testing.T) {
 		t.Fatalf("the daemon after umount: %v\n%s", err, logb.String())
 	}
 
+	// SIGHUP (the daemon's terminal closed), like SIGTERM and SIGINT,
+	// unmounts before the daemon exits: it used to kill the daemon and
+	// leave the mount in the mount table.
+	d, logb = start()
+	if err := d.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Wait(); err != nil {
+		t.Fatalf("the daemon after SIGHUP: %v\n%s", err, logb.String())
+	}
+	if b, _ := os.ReadFile("/proc/mounts"); bytes.Contains(b, []byte(" "+mnt+" ")) {
+		t.Fatal("still mounted after the daemon's SIGHUP")
+	}
+
 	// --background returns once mounted, saying the daemon's pid.
 	out, err := run("mount", "--background", "--log-file", filepath.Join(dir, "bg.log"), "gd2fs://local/models", mnt)
 	if err != nil {

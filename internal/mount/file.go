@@ -142,13 +142,16 @@ func (n *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint3
 		}
 	}
 	h := &readHandle{n: n}
+	st := &n.m.stats
 	n.mu.Lock()
 	n.opens++
 	if n.pt > 0 { // go-fuse hands this open the inode's backing file too
 		h.pt = true
 		n.pt++
+		st.ptOpens.Add(1)
 	} else {
 		n.plain++
+		st.plainOpens.Add(1) // PassthroughFd may still turn it into a passthrough open
 	}
 	n.mu.Unlock()
 	var fl uint32
@@ -315,11 +318,15 @@ func (h *readHandle) PassthroughFd() (int, bool) {
 	}
 	if !h.pt {
 		if n.plain != 1 { // plain handles besides this one are open
+			n.m.stats.ptRefused.Add(1)
+			n.m.opts.Log.Debug("hot file opened on the plain path: plain handles of it are open (the kernel allows one I/O mode per inode)", "file", n.info.Path, "plain", n.plain-1)
 			return 0, false
 		}
 		n.plain--
 		n.pt++
 		h.pt = true
+		n.m.stats.plainOpens.Add(-1)
+		n.m.stats.ptOpens.Add(1)
 	}
 	return int(n.blob.Fd()), true
 }

@@ -74,9 +74,10 @@ type FS struct {
 	hide        sync.Mutex
 	hiddenPaths map[string]*fileNode // unlinked while open (file.go)
 	stats       struct {
-		reads, readBytes, largestRead atomic.Int64
-		blocks, droppedUnread, waited atomic.Int64
-		fetchErrors, reasked          atomic.Int64
+		reads, readBytes, largestRead  atomic.Int64
+		blocks, droppedUnread, waited  atomic.Int64
+		fetchErrors, reasked           atomic.Int64
+		ptOpens, plainOpens, ptRefused atomic.Int64
 	}
 }
 
@@ -94,13 +95,22 @@ type Stats struct {
 	// Reasked the bytes of blocks fetched again because the kernel asked
 	// again for pages it had been given (its page cache dropped them).
 	Blocks, DroppedUnread, Waited, FetchErrors, Reasked int64
+	// PassthroughOpens counts the opens for reading whose reads and mmap
+	// the kernel serves from the local copy itself (FUSE passthrough);
+	// PlainOpens the others (this process serves their reads: from the
+	// local copy, a cache fill or the servers). PassthroughRefused counts
+	// the opens of a file complete in the cache that stayed plain because
+	// plain handles of the inode were open (one I/O mode per inode).
+	// The three are final once open(2) has returned.
+	PassthroughOpens, PlainOpens, PassthroughRefused int64
 }
 
 // Stats returns the mount's counters.
 func (m *FS) Stats() Stats {
 	return Stats{Reads: m.stats.reads.Load(), ReadBytes: m.stats.readBytes.Load(), LargestRead: m.stats.largestRead.Load(),
 		Blocks: m.stats.blocks.Load(), DroppedUnread: m.stats.droppedUnread.Load(), Waited: m.stats.waited.Load(),
-		FetchErrors: m.stats.fetchErrors.Load(), Reasked: m.stats.reasked.Load()}
+		FetchErrors: m.stats.fetchErrors.Load(), Reasked: m.stats.reasked.Load(),
+		PassthroughOpens: m.stats.ptOpens.Load(), PlainOpens: m.stats.plainOpens.Load(), PassthroughRefused: m.stats.ptRefused.Load()}
 }
 
 // getBuf returns a block buffer of n bytes (n <= BlockSize), reused.

@@ -621,6 +621,10 @@ func TestHotCache(t *testing.T) {
 	if pts != 0 {
 		t.Fatalf("%d passthrough handles beside a plain one", pts)
 	}
+	if st := m.Stats(); st.PassthroughOpens != 0 || st.PlainOpens != 2 || (pt && st.PassthroughRefused != 1) {
+		t.Fatalf("opens counted: %d passthrough, %d plain, %d kept plain beside a plain handle; want 0, 2, 1 (passthrough %v)",
+			st.PassthroughOpens, st.PlainOpens, st.PassthroughRefused, pt)
+	}
 	second.Close()
 	cold.Close()
 	// The fill and the reads shared the bytes: at most one extra pass.
@@ -643,6 +647,12 @@ func TestHotCache(t *testing.T) {
 		}
 		unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
 		reads := m.stats.reads.Load()
+		// Every open of the hot file, the first after the fill too, is a
+		// passthrough open where the kernel has it (counted by the time
+		// open returns).
+		if st := m.Stats(); pt && (st.PassthroughOpens != int64(i+1) || st.PlainOpens != 2) {
+			t.Fatalf("hot open %d: %d passthrough opens, %d plain; want %d and 2", i+1, st.PassthroughOpens, st.PlainOpens, i+1)
+		}
 		got := make([]byte, len(want))
 		if _, err := f.ReadAt(got, 0); err != nil || !bytes.Equal(got, want) {
 			t.Fatalf("hot read: %v", err)
