@@ -691,7 +691,8 @@ func (s *sqlStore) commitMem(in CommitInput) (Session, bool, error) {
 		}
 	}
 	next, _ := s.replaceRanges(exec, id, e, planID, cp.fr.TokenStart, ch, in.Now) // exec never fails
-	drop(lg, lg.usedStmt, id) // replaceRanges set last_used too
+	// replaceRanges set last_used too: a plan's own update is useless.
+	drop(lg, lg.usedStmt, id)
 	if !drop(lg, lg.planStmt, planID) {
 		lg.add(s, `DELETE FROM kv_plans WHERE id = ?`, planID)
 	}

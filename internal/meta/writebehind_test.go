@@ -293,8 +293,10 @@ func TestLogDropsUselessStatements(t *testing.T) {
 				t.Fatal(err)
 			}
 			y = append(y[:16], seqIDs(2000, 12)...)
-			wbTurn(t, s, "y", y, true) // plan and commit both in the log that waits
-			wbTurn(t, s, "x", append(x, seqIDs(300, 8)...), false) // a second reservation in it
+			// y's plan and commit, and a second reservation of x, all in the
+			// log that waits.
+			wbTurn(t, s, "y", y, true)
+			wbTurn(t, s, "x", append(x, seqIDs(300, 8)...), false)
 			s.wb.mu.Lock()
 			var plans, used, counter []string
 			for _, st := range s.wb.log.live(s) {
