@@ -115,6 +115,9 @@ type writeBehind struct {
 	// transactions that wrote a log, flushed the operations they carried.
 	// flushNanos sums the flushes' durations.
 	fast, flushes, flushed, flushNanos atomic.Int64
+	// written counts the statements flushes wrote; dropped those a later
+	// statement of their log made useless (wlog).
+	written, dropped atomic.Int64
 	// mu guards the session cache against operations answered from
 	// memory, and the log. The group runner holds it while it runs
 	// operations in SQL, so they and the fast path see one history.
@@ -158,6 +161,11 @@ type wlog struct {
 	fileStmt map[string]int
 	usedStmt map[string]int
 	planStmt map[int64]int
+	// dead counts the statements dropped, reserves the reservations (each
+	// wrote its own counter update before); written and dropped: what
+	// writeLog wrote of it, and left out.
+	dead, reserves   int
+	written, dropped int
 }
 
 type stmt struct {
@@ -176,6 +184,7 @@ func drop[K comparable](l *wlog, m map[K]int, k K) bool {
 	i, ok := m[k]
 	if ok {
 		l.stmts[i] = stmt{}
+		l.dead++
 		delete(m, k)
 	}
 	return ok
@@ -196,6 +205,7 @@ func (l *wlog) reserve(s *sqlStore, path string, n, add int64) {
 	l.add(s, `UPDATE kv_files SET reserved = ? WHERE path = ?`, n, path)
 	keep(l, &l.fileStmt, path)
 	l.reserved += add
+	l.reserves++
 }
 
 // used sets session id's last_used alone (a plan).
@@ -248,13 +258,17 @@ func (s *sqlStore) SetSessionDurability(mode string) error {
 type WriteBehindStats struct {
 	Fast, Flushes, Flushed int64
 	FlushTime              time.Duration // of all flushes together
+	// Statements the flushes wrote, and statements they left out because
+	// a later one of the same log overwrote them (wlog).
+	Statements, Dropped int64
 }
 
 // WriteBehindStatser is implemented by stores with write-behind.
 type WriteBehindStatser interface{ WriteBehindStats() WriteBehindStats }
 
 func (s *sqlStore) WriteBehindStats() WriteBehindStats {
-	return WriteBehindStats{Fast: s.wb.fast.Load(), Flushes: s.wb.flushes.Load(), Flushed: s.wb.flushed.Load(), FlushTime: time.Duration(s.wb.flushNanos.Load())}
+	return WriteBehindStats{Fast: s.wb.fast.Load(), Flushes: s.wb.flushes.Load(), Flushed: s.wb.flushed.Load(), FlushTime: time.Duration(s.wb.flushNanos.Load()),
+		Statements: s.wb.written.Load(), Dropped: s.wb.dropped.Load()}
 }
 
 // fastReady says whether memory may answer now (wb.mu held).
@@ -345,6 +359,10 @@ func (s *sqlStore) discard() {
 // flush cost a round trip to the server per statement.
 func (s *sqlStore) writeLog(ctx context.Context, conn *sql.Conn, tx *sql.Tx, lg *wlog) error {
 	stmts := lg.live(s)
+	lg.written, lg.dropped = len(stmts), lg.dead
+	if lg.reserves > 1 {
+		lg.dropped += lg.reserves - 1 // a counter update a plan, before
+	}
 	if conn == nil || len(stmts) < 2 {
 		for _, st := range stmts {
 			if _, err := tx.ExecContext(ctx, st.q, st.args...); err != nil {
@@ -693,7 +711,9 @@ func (s *sqlStore) commitMem(in CommitInput) (Session, bool, error) {
 	next, _ := s.replaceRanges(exec, id, e, planID, cp.fr.TokenStart, ch, in.Now) // exec never fails
 	// replaceRanges set last_used too: a plan's own update is useless.
 	drop(lg, lg.usedStmt, id)
-	if !drop(lg, lg.planStmt, planID) {
+	if drop(lg, lg.planStmt, planID) {
+		lg.dead++ // nor the DELETE
+	} else {
 		lg.add(s, `DELETE FROM kv_plans WHERE id = ?`, planID)
 	}
 	lg.ops++
