@@ -117,7 +117,7 @@ func (m *Master) sessionOut(s meta.Session) api.Session {
 }
 
 func (m *Master) plan(r *http.Request) (any, error) {
-	var req api.PlanRequest
+	var req planWire // planjson.go
 	if err := readJSON(r, &req); err != nil {
 		return nil, err
 	}
@@ -125,17 +125,18 @@ func (m *Master) plan(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return m.planOne(r.Context(), r.PathValue("id"), rid, req)
+	return m.planOne(r.Context(), r.PathValue("id"), rid, req.request())
 }
 
 // planBatch answers POST /v1/sessions/plans: every plan of the batch made
 // as planOne makes it, all at once, so they share group transactions (one
 // SQL transaction for many plans); each answers its own error.
 func (m *Master) planBatch(r *http.Request) (any, error) {
-	var req api.PlanBatchRequest
-	if err := readJSON(r, &req); err != nil {
+	var wire planBatchWire // planjson.go
+	if err := readJSON(r, &wire); err != nil {
 		return nil, err
 	}
+	req := wire.request()
 	if n := len(req.Plans); n < 1 || n > api.MaxPlanBatch {
 		return nil, errs.New(errs.ErrBadRequest, "a plan batch of %d plans: send 1 to %d (split bigger batches)", n, api.MaxPlanBatch)
 	}

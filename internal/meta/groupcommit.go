@@ -256,6 +256,8 @@ func (s *sqlStore) runBatch(ops []*groupOp) (err error) {
 		wb.flushes.Add(1)
 		wb.flushed.Add(int64(lg.ops))
 		wb.flushNanos.Add(int64(time.Since(began)))
+		wb.written.Add(int64(lg.written))
+		wb.dropped.Add(int64(lg.dropped))
 	}
 	if s.checks && (ran > 0 || len(lg.stmts) > 0) {
 		if err := s.checkInvariants(ctx); err != nil {

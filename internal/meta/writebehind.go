@@ -115,6 +115,9 @@ type writeBehind struct {
 	// transactions that wrote a log, flushed the operations they carried.
 	// flushNanos sums the flushes' durations.
 	fast, flushes, flushed, flushNanos atomic.Int64
+	// written counts the statements flushes wrote; dropped those a later
+	// statement of their log made useless (wlog).
+	written, dropped atomic.Int64
 	// mu guards the session cache against operations answered from
 	// memory, and the log. The group runner holds it while it runs
 	// operations in SQL, so they and the fast path see one history.
@@ -132,15 +135,41 @@ type writeBehind struct {
 }
 
 // wlog is the statements of operations answered from memory, in order.
+//
+// A log is written in one transaction, so only its end state counts: a
+// statement that a later one of the same log makes useless is dropped
+// (its q set to "") instead of written, which saves the flush — the
+// leader's bottleneck — the statement and the pages it dirties. The
+// quota's counter gets one statement a log, not one a plan; a plan's
+// last_used update goes when its session's commit (or next plan) in the
+// same log sets last_used again; a plan row inserted and deleted by its
+// commit in the same log (window mode: a flush in progress lets both
+// queue) is neither; a file's reservation is set once, to its last value.
+// In flush mode an operation is answered only after its log is written,
+// so a plan and its commit never share a log: there only the counter
+// shrinks.
 type wlog struct {
 	stmts []stmt
 	ops   int
 	done  chan struct{}
 	err   error
+	// reserved is what the log's plans add to counters.kv_reserved.
+	reserved int64
+	// The statement (index in stmts) that a later one may make useless:
+	// the reservation set per file path, the last_used-only update per
+	// session, the plan row inserted per plan id.
+	fileStmt map[string]int
+	usedStmt map[string]int
+	planStmt map[int64]int
+	// dead counts the statements dropped, reserves the reservations (each
+	// wrote its own counter update before); written and dropped: what
+	// writeLog wrote of it, and left out.
+	dead, reserves   int
+	written, dropped int
 }
 
 type stmt struct {
-	q    string
+	q    string // "" when a later statement of the log made it useless
 	args []any
 }
 
@@ -148,6 +177,59 @@ func newLog() *wlog { return &wlog{done: make(chan struct{})} }
 
 func (l *wlog) add(s *sqlStore, q string, args ...any) {
 	l.stmts = append(l.stmts, stmt{s.q(q), args})
+}
+
+// drop unmakes the statement of key k in m, if this log holds one.
+func drop[K comparable](l *wlog, m map[K]int, k K) bool {
+	i, ok := m[k]
+	if ok {
+		l.stmts[i] = stmt{}
+		l.dead++
+		delete(m, k)
+	}
+	return ok
+}
+
+// keep notes the statement just added as key k's in *m.
+func keep[K comparable](l *wlog, m *map[K]int, k K) {
+	if *m == nil {
+		*m = map[K]int{}
+	}
+	(*m)[k] = len(l.stmts) - 1
+}
+
+// reserve sets file path's reservation to n, adding add to the quota's
+// counter.
+func (l *wlog) reserve(s *sqlStore, path string, n, add int64) {
+	drop(l, l.fileStmt, path)
+	l.add(s, `UPDATE kv_files SET reserved = ? WHERE path = ?`, n, path)
+	keep(l, &l.fileStmt, path)
+	l.reserved += add
+	l.reserves++
+}
+
+// used sets session id's last_used alone (a plan).
+func (l *wlog) used(s *sqlStore, id string, now int64) {
+	drop(l, l.usedStmt, id)
+	l.add(s, `UPDATE kv_sessions SET last_used = ? WHERE id = ?`, now, id)
+	keep(l, &l.usedStmt, id)
+}
+
+// live is what the log writes: its statements that are still needed, and
+// the quota counter's one update.
+func (l *wlog) live(s *sqlStore) []stmt {
+	out := make([]stmt, 0, len(l.stmts)+1)
+	for _, st := range l.stmts {
+		if st.q != "" {
+			out = append(out, st)
+		}
+	}
+	if l.reserved != 0 {
+		// The quota's total is a counter kept with every reservation
+		// (reserveTx), not a sum over every session file.
+		out = append(out, stmt{s.q(`UPDATE counters SET v = v + ? WHERE k = 'kv_reserved'`), []any{l.reserved}})
+	}
+	return out
 }
 
 // cachedFile is a file a session range or reservation names, as far as
@@ -176,13 +258,17 @@ func (s *sqlStore) SetSessionDurability(mode string) error {
 type WriteBehindStats struct {
 	Fast, Flushes, Flushed int64
 	FlushTime              time.Duration // of all flushes together
+	// Statements the flushes wrote, and statements they left out because
+	// a later one of the same log overwrote them (wlog).
+	Statements, Dropped int64
 }
 
 // WriteBehindStatser is implemented by stores with write-behind.
 type WriteBehindStatser interface{ WriteBehindStats() WriteBehindStats }
 
 func (s *sqlStore) WriteBehindStats() WriteBehindStats {
-	return WriteBehindStats{Fast: s.wb.fast.Load(), Flushes: s.wb.flushes.Load(), Flushed: s.wb.flushed.Load(), FlushTime: time.Duration(s.wb.flushNanos.Load())}
+	return WriteBehindStats{Fast: s.wb.fast.Load(), Flushes: s.wb.flushes.Load(), Flushed: s.wb.flushed.Load(), FlushTime: time.Duration(s.wb.flushNanos.Load()),
+		Statements: s.wb.written.Load(), Dropped: s.wb.dropped.Load()}
 }
 
 // fastReady says whether memory may answer now (wb.mu held).
@@ -272,8 +358,13 @@ func (s *sqlStore) discard() {
 // connection) they go as one pipelined batch: a statement at a time, a
 // flush cost a round trip to the server per statement.
 func (s *sqlStore) writeLog(ctx context.Context, conn *sql.Conn, tx *sql.Tx, lg *wlog) error {
-	if conn == nil || len(lg.stmts) < 2 {
-		for _, st := range lg.stmts {
+	stmts := lg.live(s)
+	lg.written, lg.dropped = len(stmts), lg.dead
+	if lg.reserves > 1 {
+		lg.dropped += lg.reserves - 1 // a counter update a plan, before
+	}
+	if conn == nil || len(stmts) < 2 {
+		for _, st := range stmts {
 			if _, err := tx.ExecContext(ctx, st.q, st.args...); err != nil {
 				return wrapDB(err)
 			}
@@ -286,7 +377,7 @@ func (s *sqlStore) writeLog(ctx context.Context, conn *sql.Conn, tx *sql.Tx, lg 
 			return fmt.Errorf("PostgreSQL connection of type %T", dc)
 		}
 		b := &pgx.Batch{}
-		for _, st := range lg.stmts {
+		for _, st := range stmts {
 			b.Queue(st.q, st.args...)
 		}
 		return c.Conn().SendBatch(ctx, b).Close()
@@ -466,15 +557,13 @@ func (s *sqlStore) planMem(in PlanInput) (Plan, bool) {
 		f.reserved += fr.KVLength
 		ne.bytes += fr.KVLength
 		c.total += fr.KVLength
-		lg.add(s, `UPDATE kv_files SET reserved = ? WHERE path = ?`, f.reserved, fr.Path)
-		// The quota's total is a counter kept with every reservation
-		// (reserveTx), not a sum over every session file.
-		lg.add(s, `UPDATE counters SET v = v + ? WHERE k = 'kv_reserved'`, fr.KVLength)
+		lg.reserve(s, fr.Path, f.reserved, fr.KVLength)
 	}
 	lg.add(s, `INSERT INTO kv_plans (id, session_id, token_start, token_length, path, kv_start, kv_length, base_tokens, base_version, created,
 			hash_from, hashes, planned_tokens, split_at, request_id, answer) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, p.ID, in.Session, fr.TokenStart, fr.TokenLength, fr.Path, fr.KVStart, fr.KVLength,
 		sess.tokens, sess.version, now, hashFrom, hashes, planned, split, in.RequestID, answer)
-	lg.add(s, `UPDATE kv_sessions SET last_used = ? WHERE id = ?`, now, in.Session)
+	keep(lg, &lg.planStmt, p.ID)
+	lg.used(s, in.Session, now)
 	lg.ops++
 	c.addPlan(p.ID, &cachedPlan{session: in.Session, fr: fr, base: sess.version, hashFrom: hashFrom, hashes: hashes, planned: planned,
 		split: split, requestID: in.RequestID, answer: answer, created: now})
@@ -620,7 +709,13 @@ func (s *sqlStore) commitMem(in CommitInput) (Session, bool, error) {
 		}
 	}
 	next, _ := s.replaceRanges(exec, id, e, planID, cp.fr.TokenStart, ch, in.Now) // exec never fails
-	lg.add(s, `DELETE FROM kv_plans WHERE id = ?`, planID)
+	// replaceRanges set last_used too: a plan's own update is useless.
+	drop(lg, lg.usedStmt, id)
+	if drop(lg, lg.planStmt, planID) {
+		lg.dead++ // nor the DELETE
+	} else {
+		lg.add(s, `DELETE FROM kv_plans WHERE id = ?`, planID)
+	}
 	lg.ops++
 	c.removePlan(planID)
 	c.sessions[id] = next

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -247,5 +248,96 @@ func TestLostFlushTakesNewTerm(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestLogDropsUselessStatements: a log is one transaction, so a statement
+// a later one of the same log overwrites is not written (the flush is the
+// leader's bottleneck). A window-mode leader's flush is held while a plan
+// and its commit queue in one log: the plan row is neither inserted nor
+// deleted, the plan's last_used update goes with the commit's, the quota
+// counter gets one statement; what SQL ends with is what memory holds
+// (GD2FS_META_INVARIANTS compares them after the flush) and what the
+// turns made.
+func TestLogDropsUselessStatements(t *testing.T) {
+	for name, open := range windowEngines(t) {
+		t.Run(name, func(t *testing.T) {
+			s := open(t).(*sqlStore)
+			ctx := context.Background()
+			if err := s.PutLayout(ctx, wbLayout); err != nil {
+				t.Fatal(err)
+			}
+			x, y := seqIDs(1, 20), seqIDs(1000, 20)
+			for _, id := range []string{"x", "y"} {
+				wbTurn(t, s, id, x, true)
+				wbTurn(t, s, id, x[:16], true) // the file and its chunk exist under s's term
+			}
+			if _, err := s.Session(ctx, "x"); err != nil { // everything before is written
+				t.Fatal(err)
+			}
+			before := s.WriteBehindStats()
+			entered, release := make(chan struct{}), make(chan struct{})
+			var once atomic.Bool
+			hold := func() error {
+				if once.CompareAndSwap(false, true) {
+					close(entered)
+					<-release
+				}
+				return nil
+			}
+			flushHook.Store(&hold)
+			t.Cleanup(func() { flushHook.Store(nil) })
+			x = append(x, seqIDs(100, 8)...)
+			px := wbTurn(t, s, "x", x, false) // its log is being written, held
+			<-entered
+			if _, err := s.CommitSession(ctx, CommitInput{Session: "x", PlanID: px.ID, Written: true, Now: time.Now()}); err != nil {
+				t.Fatal(err)
+			}
+			y = append(y[:16], seqIDs(2000, 12)...)
+			// y's plan and commit, and a second reservation of x, all in the
+			// log that waits.
+			wbTurn(t, s, "y", y, true)
+			wbTurn(t, s, "x", append(x, seqIDs(300, 8)...), false)
+			s.wb.mu.Lock()
+			var plans, used, counter []string
+			for _, st := range s.wb.log.live(s) {
+				switch {
+				case strings.Contains(st.q, "kv_plans"):
+					plans = append(plans, st.q)
+				case strings.HasPrefix(st.q, "UPDATE kv_sessions SET last_used"):
+					used = append(used, st.q)
+				case strings.Contains(st.q, "counters"):
+					counter = append(counter, st.q)
+				}
+			}
+			ops := s.wb.log.ops
+			s.wb.mu.Unlock()
+			close(release)
+			// x's plan row was written by the held log: its commit deletes
+			// it. y's plan was made and committed in this log: no row, no
+			// last_used of its own. x's second plan: a row, a last_used.
+			if ops != 4 || len(plans) != 2 || !strings.HasPrefix(plans[0], "DELETE") || !strings.HasPrefix(plans[1], "INSERT") ||
+				len(used) != 1 || len(counter) != 1 {
+				t.Fatalf("a log of %d operations (x's commit, y's plan and commit, x's plan) writes plan statements %q, last_used updates %q, counter updates %q; want x's DELETE and INSERT, one, one",
+					ops, plans, used, counter)
+			}
+			for id, ids := range map[string][]uint32{"x": x, "y": y} {
+				got, err := s.Session(ctx, id) // waits for the log
+				if err != nil {
+					t.Fatal(err)
+				}
+				if want := int64(len(ids) + 4); got.Tokens != want {
+					t.Fatalf("session %s holds %d tokens, want %d", id, got.Tokens, want)
+				}
+			}
+			if p, err := s.OutstandingPlan(ctx, "x", px.ID); err == nil {
+				t.Fatalf("committed plan %d still outstanding: %+v", px.ID, p)
+			}
+			// Left out: y's plan row (INSERT and DELETE), y's plan's
+			// last_used, one of the two counter updates.
+			if d := s.WriteBehindStats().Dropped - before.Dropped; d != 4 {
+				t.Fatalf("the flushes left out %d statements, want 4", d)
+			}
+		})
 	}
 }

@@ -1,0 +1,113 @@
+package master
+
+import (
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/gd2fs/gd2fs/internal/api"
+	"github.com/gd2fs/gd2fs/kvlayout"
+)
+
+// FuzzPlanWire: a plan request (or a batch of them) decodes through the
+// hand parsers of planjson.go exactly as through encoding/json: the same
+// request, or an error where it gave one. The seeds run in every `go test`;
+// `go test -fuzz FuzzPlanWire ./internal/master` explores.
+func FuzzPlanWire(f *testing.F) {
+	h := kvlayout.BlockHashes([]uint32{1, 2, 3, 4, 5}, 2)
+	for _, s := range []string{
+		`{"model":"m","token_ids":[1,2,3]}`,
+		`{"model":"m","token_ids":[]}`,
+		`{"model":"m","token_ids":[ 0 , 4294967295 ]}`,
+		`{"model":"m","token_ids":[4294967296]}`,
+		`{"model":"m","token_ids":[01]}`,
+		`{"model":"m","token_ids":[-1]}`,
+		`{"model":"m","token_ids":[1.0]}`,
+		`{"model":"m","token_ids":[1e2]}`,
+		`{"model":"m","token_ids":[1,]}`,
+		`{"model":"m","token_ids":[,1]}`,
+		`{"model":"m","token_ids":["1"]}`,
+		`{"model":"m","token_ids":null}`,
+		`{"model":"m","token_ids":[1],"token_ids":[2,3]}`,
+		`{"model":"m","block_hashes":["` + h[0].String() + `","` + h[1].String() + `"]}`,
+		`{"model":"m","block_hashes":["` + strings.ToUpper(h[2].String()) + `"]}`,
+		`{"model":"m","block_hashes":["\u0030` + h[0].String()[1:] + `"]}`,
+		`{"model":"m","block_hashes":["` + h[0].String()[2:] + `"]}`,
+		`{"model":"m","block_hashes":["` + h[0].String() + `",]}`,
+		`{"model":"m","block_hashes":[]}`,
+		`{"model":"m","block_hashes":[1]}`,
+		`{"model":"m","prompt_tokens":3,"decode_tokens":4,"prefixes":["/p"],"flags":{"a":1},"bogus":1}`,
+		`{"plans":[{"session":"a","plan":{"model":"m","token_ids":[7,8]}}]}`,
+		`{"plans":[{"session":"a","request_id":"r","plan":{"model":"m","token_ids":[7,08]}}]}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var want api.PlanRequest
+		var got planWire
+		errW, errG := decodeStrict(b, &want), decodeStrict(b, &got)
+		if (errW == nil) != (errG == nil) {
+			t.Fatalf("%q: encoding/json says %v, planWire %v", b, errW, errG)
+		}
+		if errW == nil && !reflect.DeepEqual(want, got.request()) {
+			t.Fatalf("%q: encoding/json decodes %+v, planWire %+v", b, want, got.request())
+		}
+		var wantB api.PlanBatchRequest
+		var gotB planBatchWire
+		errW, errG = decodeStrict(b, &wantB), decodeStrict(b, &gotB)
+		if (errW == nil) != (errG == nil) {
+			t.Fatalf("%q: encoding/json says %v, planBatchWire %v", b, errW, errG)
+		}
+		if errW == nil && !reflect.DeepEqual(wantB, gotB.request()) {
+			t.Fatalf("%q: encoding/json decodes %+v, planBatchWire %+v", b, wantB, gotB.request())
+		}
+	})
+}
+
+// BenchmarkPlanDecode decodes the plan request of a chat of 2,000 tokens,
+// by encoding/json (the reference) and by planWire, and reports the ratio.
+//
+//	go test -run '^$' -bench PlanDecode ./internal/master
+func BenchmarkPlanDecode(b *testing.B) {
+	ids := make([]uint32, 2000)
+	for i := range ids {
+		ids[i] = uint32(i*7919) % 128000
+	}
+	body, err := json.Marshal(api.PlanRequest{Model: "meta-llama/Llama-3.1-8B", TokenIDs: ids, DecodeTokens: 256})
+	if err != nil {
+		b.Fatal(err)
+	}
+	hashes, err := json.Marshal(api.PlanRequest{Model: "meta-llama/Llama-3.1-8B", BlockHashes: kvlayout.BlockHashes(ids, 16)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		body []byte
+	}{{"token_ids", body}, {"block_hashes", hashes}} {
+		var ref, wire float64
+		b.Run(c.name+"/encoding-json", func(b *testing.B) {
+			for b.Loop() {
+				var r api.PlanRequest
+				if err := decodeStrict(c.body, &r); err != nil {
+					b.Fatal(err)
+				}
+			}
+			ref = float64(b.Elapsed()) / float64(b.N)
+		})
+		b.Run(c.name+"/planWire", func(b *testing.B) {
+			for b.Loop() {
+				var r planWire
+				if err := decodeStrict(c.body, &r); err != nil {
+					b.Fatal(err)
+				}
+			}
+			wire = float64(b.Elapsed()) / float64(b.N)
+		})
+		if wire > 0 {
+			fmt.Printf("BenchmarkPlanDecode %s: planWire takes %.2fx encoding/json's time (%d-byte body)\n", c.name, wire/ref, len(c.body))
+		}
+	}
+}
