@@ -115,7 +115,10 @@ func parseUint32s(b []byte) ([]uint32, bool) {
 	if !ok {
 		return nil, false
 	}
-	out := make([]uint32, 0, n)
+	// n counts commas, also those of a bad body that is nothing but
+	// commas: an element takes at least two bytes ("0,"), so a list needs
+	// no room past that whatever the count says.
+	out := make([]uint32, 0, min(n, len(b)/2+1))
 	i, end := 1, len(b)-1
 	for {
 		for i < end && isSpace(b[i]) {
@@ -165,7 +168,9 @@ func parseHashes(b []byte) ([]kvlayout.BlockHash, bool) {
 		return nil, false
 	}
 	const w = 2 * kvlayout.BlockHashSize
-	out := make([]kvlayout.BlockHash, 0, n)
+	// n counts commas, also those inside strings; an element takes at
+	// least w+3 bytes, so a body of commas in a string gets no room for them.
+	out := make([]kvlayout.BlockHash, 0, min(n, len(b)/(w+3)+1))
 	i, end := 1, len(b)-1
 	for {
 		for i < end && isSpace(b[i]) {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -108,6 +109,43 @@ func BenchmarkPlanDecode(b *testing.B) {
 		})
 		if wire > 0 {
 			fmt.Printf("BenchmarkPlanDecode %s: planWire takes %.2fx encoding/json's time (%d-byte body)\n", c.name, wire/ref, len(c.body))
+		}
+	}
+}
+
+// allocated is the bytes f allocates (the whole process's, so run alone).
+func allocated(f func()) uint64 {
+	var a, b runtime.MemStats
+	runtime.ReadMemStats(&a)
+	f()
+	runtime.ReadMemStats(&b)
+	return b.TotalAlloc - a.TotalAlloc
+}
+
+// TestPlanWireCommasAllocateNothing: the hand parsers size their lists by
+// counting commas; a bad body of commas (inside a string, or alone) must
+// not make them allocate for each before they give up and encoding/json
+// refuses the body (found in review: 84 MiB for a 4 MiB body, against
+// encoding/json's 20).
+func TestPlanWireCommasAllocateNothing(t *testing.T) {
+	for name, body := range map[string][]byte{
+		"hashes": []byte(`{"model":"m","block_hashes":["` + strings.Repeat(",", 4<<20-64) + `"]}`),
+		"ids":    []byte(`{"model":"m","token_ids":[` + strings.Repeat(",", 4<<20-64) + `]}`),
+	} {
+		var ref api.PlanRequest
+		var w planWire
+		refN := allocated(func() {
+			if decodeStrict(body, &ref) == nil {
+				t.Fatalf("%s: encoding/json took a bad body", name)
+			}
+		})
+		wireN := allocated(func() {
+			if decodeStrict(body, &w) == nil {
+				t.Fatalf("%s: the plan decoder took a bad body", name)
+			}
+		})
+		if wireN > 2*refN {
+			t.Errorf("%s: the plan decoder allocated %d MiB for a bad %d-byte body that encoding/json refuses with %d MiB", name, wireN>>20, len(body), refN>>20)
 		}
 	}
 }
