@@ -107,102 +107,84 @@ func elements(b []byte) (n int, ok bool) {
 	return n + 1, true
 }
 
-// parseUint32s parses b when it is an array of plain JSON integers from 0
-// to 2^32-1 (no sign, fraction, exponent or leading zero); ok false for
-// anything else, which encoding/json then decodes or refuses.
-func parseUint32s(b []byte) ([]uint32, bool) {
+// parseArray parses b when it is a JSON array of elements that one reads:
+// one is given b, where the element starts and where the array's contents
+// end, and answers the element and where it ends (ok false: not one it
+// takes). minLen is the fewest bytes an element and its comma take: the
+// list's room is bounded by it, because elements' count of commas also
+// counts those inside strings, and a bad body of nothing but commas must
+// not make the decoder allocate for each. ok false: anything else, which
+// encoding/json then decodes or refuses.
+func parseArray[T any](b []byte, minLen int, one func(b []byte, i, end int) (T, int, bool)) ([]T, bool) {
 	n, ok := elements(b)
 	if !ok {
 		return nil, false
 	}
-	// n counts commas, also those of a bad body that is nothing but
-	// commas: an element takes at least two bytes ("0,"), so a list needs
-	// no room past that whatever the count says.
-	out := make([]uint32, 0, min(n, len(b)/2+1))
+	out := make([]T, 0, min(n, len(b)/minLen+1))
 	i, end := 1, len(b)-1
-	for {
+	skip := func() {
 		for i < end && isSpace(b[i]) {
 			i++
 		}
-		if i == end {
-			return out, len(out) == 0 // "[]", or a trailing comma
+	}
+	skip()
+	if i == end {
+		return out, true // "[]"
+	}
+	for {
+		v, next, ok := one(b, i, end)
+		if !ok {
+			return nil, false
 		}
+		out = append(out, v)
+		i = next
+		skip()
+		if i == end {
+			return out, true
+		}
+		if b[i] != ',' {
+			return nil, false
+		}
+		i++
+		skip()
+		if i == end {
+			return nil, false // a trailing comma: a value must follow it
+		}
+	}
+}
+
+// parseUint32s parses b when it is an array of plain JSON integers from 0
+// to 2^32-1 (no sign, fraction, exponent or leading zero).
+func parseUint32s(b []byte) ([]uint32, bool) {
+	return parseArray(b, 2, func(b []byte, i, end int) (uint32, int, bool) {
 		start := i
 		var v uint64
 		for i < end && b[i] >= '0' && b[i] <= '9' {
 			v = v*10 + uint64(b[i]-'0')
 			if v > 1<<32-1 {
-				return nil, false
+				return 0, 0, false
 			}
 			i++
 		}
 		if i == start || (b[start] == '0' && i-start > 1) {
-			return nil, false
+			return 0, 0, false
 		}
-		out = append(out, uint32(v))
-		for i < end && isSpace(b[i]) {
-			i++
-		}
-		if i == end {
-			return out, true
-		}
-		if b[i] != ',' {
-			return nil, false
-		}
-		i++
-		// A value must follow the comma.
-		for i < end && isSpace(b[i]) {
-			i++
-		}
-		if i == end {
-			return nil, false
-		}
-	}
+		return uint32(v), i, true
+	})
 }
 
 // parseHashes parses b when it is an array of JSON strings of exactly
-// 2*BlockHashSize hex digits with no escapes; ok false for anything else.
+// 2*BlockHashSize hex digits with no escapes.
 func parseHashes(b []byte) ([]kvlayout.BlockHash, bool) {
-	n, ok := elements(b)
-	if !ok {
-		return nil, false
-	}
 	const w = 2 * kvlayout.BlockHashSize
-	// n counts commas, also those inside strings; an element takes at
-	// least w+3 bytes, so a body of commas in a string gets no room for them.
-	out := make([]kvlayout.BlockHash, 0, min(n, len(b)/(w+3)+1))
-	i, end := 1, len(b)-1
-	for {
-		for i < end && isSpace(b[i]) {
-			i++
-		}
-		if i == end {
-			return out, len(out) == 0
-		}
-		if end-i < w+2 || b[i] != '"' || b[i+w+1] != '"' {
-			return nil, false
-		}
+	return parseArray(b, w+3, func(b []byte, i, end int) (kvlayout.BlockHash, int, bool) {
 		var h kvlayout.BlockHash
+		if end-i < w+2 || b[i] != '"' || b[i+w+1] != '"' {
+			return h, 0, false
+		}
 		if _, err := hex.Decode(h[:], b[i+1:i+w+1]); err != nil {
-			return nil, false
+			return h, 0, false
 		}
-		out = append(out, h)
-		i += w + 2
-		for i < end && isSpace(b[i]) {
-			i++
-		}
-		if i == end {
-			return out, true
-		}
-		if b[i] != ',' {
-			return nil, false
-		}
-		i++
-		for i < end && isSpace(b[i]) {
-			i++
-		}
-		if i == end {
-			return nil, false
-		}
-	}
+		return h, i + w + 2, true
+	})
 }
