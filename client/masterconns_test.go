@@ -10,6 +10,7 @@ import (
 
 	"github.com/gd2fs/gd2fs/client"
 	"github.com/gd2fs/gd2fs/internal/cluster"
+	"github.com/gd2fs/gd2fs/internal/testutil"
 )
 
 // TestMasterConnectionsReused: a client keeps its connections to the
@@ -30,20 +31,10 @@ func TestMasterConnectionsReused(t *testing.T) {
 	}
 	defer ln.Close()
 	var mu sync.Mutex
-	accepted, arrived, gate := 0, 0, make(chan struct{})
-	// arrive counts a request (one read: small requests on loopback come
-	// whole) and waits until the round's n have come.
-	arrive := func() {
-		mu.Lock()
-		arrived++
-		g := gate
-		if arrived == n {
-			close(gate)
-			arrived, gate = 0, make(chan struct{})
-		}
-		mu.Unlock()
-		<-g
-	}
+	accepted := 0
+	// held.Arrive counts a request (one read: small requests on loopback
+	// come whole) and waits until the round's n have come.
+	held := testutil.NewRounds(n)
 	var conns sync.WaitGroup
 	defer conns.Wait()
 	go func() {
@@ -70,7 +61,7 @@ func TestMasterConnectionsReused(t *testing.T) {
 				for {
 					k, err := in.Read(buf)
 					if k > 0 {
-						arrive()
+						held.Arrive()
 						if _, werr := out.Write(buf[:k]); werr != nil {
 							return
 						}

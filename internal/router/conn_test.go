@@ -13,6 +13,7 @@ import (
 
 	"github.com/gd2fs/gd2fs/client"
 	"github.com/gd2fs/gd2fs/internal/cluster"
+	"github.com/gd2fs/gd2fs/internal/testutil"
 )
 
 var connLayout = client.Layout{Model: "m", Layers: 2, KVHeads: 2, HeadDim: 4, DType: "fp16", PageTokens: 4, Order: "kv_first"}
@@ -25,21 +26,11 @@ var connLayout = client.Layout{Model: "m", Layers: 2, KVHeads: 2, HeadDim: 4, DT
 // at once each round; over 6 rounds they are the same connections.
 func TestEngineConnectionsReused(t *testing.T) {
 	const n, rounds = 8, 6
-	var mu sync.Mutex
-	arrived, gate := 0, make(chan struct{})
+	held := testutil.NewRounds(n)
 	e := &engine{t: t, hook: func(r *http.Request) {
-		if r.URL.Path != "/v1/completions" {
-			return
+		if r.URL.Path == "/v1/completions" {
+			held.Arrive()
 		}
-		mu.Lock()
-		arrived++
-		g := gate
-		if arrived == n {
-			close(gate)
-			arrived, gate = 0, make(chan struct{})
-		}
-		mu.Unlock()
-		<-g
 	}}
 	p := startRouter(t, cluster.Config{MemBytes: 8 << 20, DiskBytes: 64 << 20}, connLayout, e,
 		func(cl *client.Client) Config { return Config{Planner: cl.Sessions(), SharedSessions: true} })

@@ -125,3 +125,29 @@ func (s *SyncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// Rounds holds callers in rounds of n: Arrive returns once n callers of the
+// current round have arrived, then the next round starts. Tests use it to
+// keep n requests in flight at once (each held where it arrives).
+type Rounds struct {
+	n       int
+	mu      sync.Mutex
+	arrived int
+	gate    chan struct{}
+}
+
+// NewRounds returns rounds of n callers.
+func NewRounds(n int) *Rounds { return &Rounds{n: n, gate: make(chan struct{})} }
+
+// Arrive counts a caller and waits for the rest of its round.
+func (r *Rounds) Arrive() {
+	r.mu.Lock()
+	r.arrived++
+	g := r.gate
+	if r.arrived == r.n {
+		close(r.gate)
+		r.arrived, r.gate = 0, make(chan struct{})
+	}
+	r.mu.Unlock()
+	<-g
+}
