@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 
 	"github.com/gd2fs/gd2fs/internal/api"
+	"github.com/gd2fs/gd2fs/internal/fastjson"
 	"github.com/gd2fs/gd2fs/kvlayout"
 )
 
@@ -55,7 +56,7 @@ func (w *planBatchWire) request() api.PlanBatchRequest {
 type tokenIDList []uint32
 
 func (l *tokenIDList) UnmarshalJSON(b []byte) error {
-	if ids, ok := parseUint32s(b); ok {
+	if ids, ok := fastjson.Uint32s(b); ok {
 		*l = ids
 		return nil
 	}
@@ -82,102 +83,11 @@ func (l *blockHashList) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
-
-// elements checks that b is a JSON array, '[' to ']' with nothing around
-// it, and counts its top-level commas plus one (0 for an empty array): an
-// upper bound on its elements, so that a list is allocated once. ok false:
-// not an array (or not one that the hand parsers below take).
-func elements(b []byte) (n int, ok bool) {
-	if len(b) < 2 || b[0] != '[' || b[len(b)-1] != ']' {
-		return 0, false
-	}
-	empty := true
-	for _, c := range b[1 : len(b)-1] {
-		switch {
-		case c == ',':
-			n++
-		case !isSpace(c):
-			empty = false
-		}
-	}
-	if empty {
-		return 0, true
-	}
-	return n + 1, true
-}
-
-// parseArray parses b when it is a JSON array of elements that one reads:
-// one is given b, where the element starts and where the array's contents
-// end, and answers the element and where it ends (ok false: not one it
-// takes). minLen is the fewest bytes an element and its comma take: the
-// list's room is bounded by it, because elements' count of commas also
-// counts those inside strings, and a bad body of nothing but commas must
-// not make the decoder allocate for each. ok false: anything else, which
-// encoding/json then decodes or refuses.
-func parseArray[T any](b []byte, minLen int, one func(b []byte, i, end int) (T, int, bool)) ([]T, bool) {
-	n, ok := elements(b)
-	if !ok {
-		return nil, false
-	}
-	out := make([]T, 0, min(n, len(b)/minLen+1))
-	i, end := 1, len(b)-1
-	skip := func() {
-		for i < end && isSpace(b[i]) {
-			i++
-		}
-	}
-	skip()
-	if i == end {
-		return out, true // "[]"
-	}
-	for {
-		v, next, ok := one(b, i, end)
-		if !ok {
-			return nil, false
-		}
-		out = append(out, v)
-		i = next
-		skip()
-		if i == end {
-			return out, true
-		}
-		if b[i] != ',' {
-			return nil, false
-		}
-		i++
-		skip()
-		if i == end {
-			return nil, false // a trailing comma: a value must follow it
-		}
-	}
-}
-
-// parseUint32s parses b when it is an array of plain JSON integers from 0
-// to 2^32-1 (no sign, fraction, exponent or leading zero).
-func parseUint32s(b []byte) ([]uint32, bool) {
-	return parseArray(b, 2, func(b []byte, i, end int) (uint32, int, bool) {
-		start := i
-		var v uint64
-		for i < end && b[i] >= '0' && b[i] <= '9' {
-			v = v*10 + uint64(b[i]-'0')
-			if v > 1<<32-1 {
-				return 0, 0, false
-			}
-			i++
-		}
-		if i == start || (b[start] == '0' && i-start > 1) {
-			return 0, 0, false
-		}
-		return uint32(v), i, true
-	})
-}
-
 // parseHashes parses b when it is an array of JSON strings of exactly
 // 2*BlockHashSize hex digits with no escapes.
 func parseHashes(b []byte) ([]kvlayout.BlockHash, bool) {
 	const w = 2 * kvlayout.BlockHashSize
-	return parseArray(b, w+3, func(b []byte, i, end int) (kvlayout.BlockHash, int, bool) {
+	return fastjson.Array(b, w+3, func(b []byte, i, end int) (kvlayout.BlockHash, int, bool) {
 		var h kvlayout.BlockHash
 		if end-i < w+2 || b[i] != '"' || b[i+w+1] != '"' {
 			return h, 0, false
