@@ -14,9 +14,18 @@ import (
 // the turn would cache nothing. A turn whose answer is about to reach the
 // client holds its session until its commit is done, and a plan of that
 // session waits for the hold (never longer than the store timeout).
+//
+// The holds also count the commits the router has still to finish (idle):
+// a hold is taken before the client can see the end of its answer, so a
+// caller that has a whole answer and then waits for idle waits for that
+// answer's commit too.
 type turnOrder struct {
 	mu   sync.Mutex
 	held map[string]chan struct{}
+	// holds is the number of holds not yet ended; quiet is signalled when
+	// it comes to 0 (its L is &mu, set on first use).
+	holds int
+	quiet sync.Cond
 }
 
 // hold marks session's commit as pending and returns the function that
@@ -28,6 +37,7 @@ func (o *turnOrder) hold(session string) (release func()) {
 		o.held = map[string]chan struct{}{}
 	}
 	o.held[session] = ch
+	o.holds++
 	o.mu.Unlock()
 	var once sync.Once
 	return func() {
@@ -36,9 +46,25 @@ func (o *turnOrder) hold(session string) (release func()) {
 			if o.held[session] == ch {
 				delete(o.held, session)
 			}
+			if o.holds--; o.holds == 0 && o.quiet.L != nil {
+				o.quiet.Broadcast()
+			}
 			o.mu.Unlock()
 			close(ch)
 		})
+	}
+}
+
+// idle returns when no hold is left: every commit of an answer that was
+// about to reach its client when idle was called is done (or abandoned).
+func (o *turnOrder) idle() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.quiet.L == nil {
+		o.quiet.L = &o.mu
+	}
+	for o.holds > 0 {
+		o.quiet.Wait()
 	}
 }
 

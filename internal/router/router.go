@@ -23,7 +23,6 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/gd2fs/gd2fs/client"
@@ -91,9 +90,7 @@ type Router struct {
 	hc    *http.Client
 	reg   *prometheus.Registry
 	order turnOrder
-	// commits are the commits running after their answers (Wait).
-	commits sync.WaitGroup
-	m       struct {
+	m     struct {
 		requests, shortened                       *prometheus.CounterVec
 		plans, misses, commits, failures          prometheus.Counter
 		cachedTokens, prefillTokens               prometheus.Counter
@@ -225,9 +222,10 @@ func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 }
 
 // Wait returns when the commits still running after their answers are
-// done (each within the store timeout). Call it after the HTTP server's
+// done (each within the store timeout), including the commit of any answer
+// whose end a client has already read. Call it after the HTTP server's
 // Shutdown has returned, so that no request starts another.
-func (r *Router) Wait() { r.commits.Wait() }
+func (r *Router) Wait() { r.order.idle() }
 
 // withMember returns the JSON object body with the member key: value added
 // last. body is an object without key (stripTransferParams parsed it and
@@ -468,11 +466,10 @@ func (r *Router) forwardAndCommit(w http.ResponseWriter, req *http.Request, body
 	// returned, so a commit here would delay whatever request the client
 	// sends next on it (any session's). The hold keeps this session's
 	// next turn behind the commit.
+	// The hold also counts the commit as running, for Wait.
 	done := release
 	release = func() {}
-	r.commits.Add(1)
 	go func() {
-		defer r.commits.Done()
 		defer done()
 		r.commit(session, plan, saved)
 	}()
