@@ -106,7 +106,11 @@ func benchTurns(ctx context.Context, metaDSN, serverMem string, sessions, conc, 
 	id := func(i int) string { return fmt.Sprintf("%s%07d", run, i) }
 	tokens := make([]atomic.Int64, sessions) // committed tokens per session
 	locks := make([]sync.Mutex, sessions)    // one turn of a session at a time, as a chat has
-	turn := func(i int) (plan, commit time.Duration, err error) {
+	// turn runs one chat turn of session i. kv holds the engine's KV for the
+	// fresh range: a buffer the caller keeps, as an engine's KV memory is
+	// there before the turn, so the client's CPU is the turn's, not the
+	// allocation and first touch of 53 KB of fresh heap a turn.
+	turn := func(i int, kv *[]byte) (plan, commit time.Duration, err error) {
 		locks[i].Lock()
 		defer locks[i].Unlock()
 		t0 := time.Now()
@@ -119,13 +123,17 @@ func benchTurns(ctx context.Context, metaDSN, serverMem string, sessions, conc, 
 		for _, r := range p.Fresh {
 			n += r.KVLength
 		}
+		if int64(cap(*kv)) < n {
+			*kv = make([]byte, n)
+		}
+		b := (*kv)[:n]
 		var s client.Session
 		if oldPath {
-			if err = ss.WriteFresh(ctx, p, make([]byte, n)); err == nil {
+			if err = ss.WriteFresh(ctx, p, b); err == nil {
 				s, err = ss.Commit(ctx, id(i), p.PlanID)
 			}
 		} else {
-			s, err = ss.WriteAndCommit(ctx, id(i), p, make([]byte, n))
+			s, err = ss.WriteAndCommit(ctx, id(i), p, b)
 		}
 		if err != nil {
 			return 0, 0, err
@@ -135,7 +143,7 @@ func benchTurns(ctx context.Context, metaDSN, serverMem string, sessions, conc, 
 	}
 	// Set-up: every session gets its first turn.
 	start := time.Now()
-	if err := parallel(conc, sessions, func(i int) error { _, _, err := turn(i); return err }); err != nil {
+	if err := parallel(conc, sessions, func(i int) error { var kv []byte; _, _, err := turn(i, &kv); return err }); err != nil {
 		return fmt.Errorf("set-up: %w", err)
 	}
 	fmt.Printf("bench turns: %s, %d servers, %d sessions set up in %s, %d concurrent turns of %d tokens (%d bytes), load average %s\n",
@@ -146,9 +154,14 @@ func benchTurns(ctx context.Context, metaDSN, serverMem string, sessions, conc, 
 	if err != nil {
 		return err
 	}
-	meter := newCPUMeter(procs[0].Process.Pid)
-	meter.pids = meter.pids[1:] // the master only
-	meter.Start()
+	// CPU by process: this client, the master, the servers.
+	meters := []*cpuMeter{{pids: []int{os.Getpid()}}, {pids: []int{procs[0].Process.Pid}}, {}}
+	for _, p := range procs[1:] {
+		meters[2].pids = append(meters[2].pids, p.Process.Pid)
+	}
+	for _, m := range meters {
+		m.Start()
+	}
 	var mu sync.Mutex
 	var plans, commits []time.Duration
 	var failed atomic.Int64
@@ -161,8 +174,9 @@ func benchTurns(ctx context.Context, metaDSN, serverMem string, sessions, conc, 
 			defer wg.Done()
 			r := rand.New(rand.NewPCG(uint64(w), 20))
 			var ps, cs []time.Duration
+			var kv []byte
 			for time.Now().Before(deadline) {
-				p, c, err := turn(r.IntN(sessions))
+				p, c, err := turn(r.IntN(sessions), &kv)
 				if err != nil {
 					if failed.Add(1) == 1 {
 						fmt.Fprintln(os.Stderr, "  turn failed:", err)
@@ -178,7 +192,10 @@ func benchTurns(ctx context.Context, metaDSN, serverMem string, sessions, conc, 
 	}
 	wg.Wait()
 	el := time.Since(t0)
-	cpu := meter.total() - meter.start
+	var cpu [3]time.Duration
+	for i, m := range meters {
+		cpu[i] = m.total() - m.start
+	}
 	after, err := masterRequests(ctx, url)
 	if err != nil {
 		return err
@@ -190,7 +207,10 @@ func benchTurns(ctx context.Context, metaDSN, serverMem string, sessions, conc, 
 	fmt.Printf("  %d turns in %s: %.0f turns/s, %d failed; load average %s\n", n, el.Round(time.Millisecond), float64(n)/el.Seconds(), failed.Load(), loadAvg())
 	fmt.Printf("  plan:           p50 %s, p99 %s\n", dur(pct(plans, 50)), dur(pct(plans, 99)))
 	fmt.Printf("  write + commit: p50 %s, p99 %s\n", dur(pct(commits, 50)), dur(pct(commits, 99)))
-	fmt.Printf("  master CPU: %.2f s per 1,000 turns\n", cpu.Seconds()*1000/float64(n))
+	per := func(d time.Duration) float64 { return d.Seconds() * 1000 / float64(n) }
+	fmt.Printf("  master CPU: %.2f s per 1,000 turns\n", per(cpu[1]))
+	fmt.Printf("  CPU per 1,000 turns: client %.2f s, master %.2f s, %d servers %.2f s; all %.2f s (%.2f cores busy)\n",
+		per(cpu[0]), per(cpu[1]), len(procs)-1, per(cpu[2]), per(cpu[0]+cpu[1]+cpu[2]), (cpu[0]+cpu[1]+cpu[2]).Seconds()/el.Seconds())
 	var routes []string
 	for k, v := range after {
 		if !strings.Contains(k, "/") {
