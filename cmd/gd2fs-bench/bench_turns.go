@@ -33,7 +33,7 @@ func newBenchTurns() *cobra.Command {
 	var sessions, conc, servers int
 	var turnTokens int64
 	var duration time.Duration
-	var oldPath bool
+	var oldPath, prefault bool
 	var serverMem, durability string
 	cmd := &cobra.Command{
 		Use:   "turns",
@@ -55,7 +55,7 @@ func newBenchTurns() *cobra.Command {
 			if durability != "" {
 				masterArgs = []string{"--session-durability", durability}
 			}
-			return benchTurns(context.Background(), metaDSN, serverMem, sessions, conc, servers, turnTokens, duration, oldPath, masterArgs)
+			return benchTurns(context.Background(), metaDSN, serverMem, sessions, conc, servers, turnTokens, duration, oldPath, prefault, masterArgs)
 		},
 	}
 	f := cmd.Flags()
@@ -67,6 +67,7 @@ func newBenchTurns() *cobra.Command {
 	f.Int64Var(&turnTokens, "turn-tokens", 200, "new tokens per turn")
 	f.DurationVar(&duration, "duration", 30*time.Second, "how long turns are measured")
 	f.StringVar(&durability, "session-durability", "", "the master's --session-durability: flush, window or sync (default: the master's own, flush; leave it out for a gd2fs binary from before it)")
+	f.BoolVar(&prefault, "server-prefault", true, "start the servers with --mem-prefault and measure once their DRAM tiers are resident, as on a server that has run until its tiers were full (false: pages are faulted in by the measured writes; needed for a gd2fs binary from before the flag)")
 	f.BoolVar(&oldPath, "sync-path", false, "write with WriteFresh (open, write, Sync) and Commit, the turn before WriteAndCommit, for comparison")
 	return cmd
 }
@@ -75,7 +76,7 @@ func newBenchTurns() *cobra.Command {
 // benchmark measures the turn's shape, not the bytes moved.
 var turnsLayout = client.Layout{Model: "bench-small", Layers: 2, KVHeads: 1, HeadDim: 32, DType: "fp16", PageTokens: 16, Order: "layer_first"}
 
-func benchTurns(ctx context.Context, metaDSN, serverMem string, sessions, conc, servers int, turnTokens int64, duration time.Duration, oldPath bool, masterArgs []string) error {
+func benchTurns(ctx context.Context, metaDSN, serverMem string, sessions, conc, servers int, turnTokens int64, duration time.Duration, oldPath, prefault bool, masterArgs []string) error {
 	dir, err := os.MkdirTemp("", "gd2fs-benchturns-")
 	if err != nil {
 		return err
@@ -84,7 +85,11 @@ func benchTurns(ctx context.Context, metaDSN, serverMem string, sessions, conc, 
 	if metaDSN == "" {
 		metaDSN = "sqlite://" + filepath.Join(dir, "meta.db")
 	}
-	procs, url, err := startProcs(ctx, dir, metaDSN, serverMem, servers, masterArgs...)
+	var serverArgs []string
+	if prefault {
+		serverArgs = []string{"--mem-prefault"}
+	}
+	procs, url, err := startProcs(ctx, dir, metaDSN, serverMem, servers, masterArgs, serverArgs)
 	if err != nil {
 		return err
 	}
@@ -146,8 +151,16 @@ func benchTurns(ctx context.Context, metaDSN, serverMem string, sessions, conc, 
 	if err := parallel(conc, sessions, func(i int) error { var kv []byte; _, _, err := turn(i, &kv); return err }); err != nil {
 		return fmt.Errorf("set-up: %w", err)
 	}
-	fmt.Printf("bench turns: %s, %d servers, %d sessions set up in %s, %d concurrent turns of %d tokens (%d bytes), load average %s\n",
-		engineName(metaDSN), servers, sessions, time.Since(start).Round(time.Millisecond), conc, turnTokens,
+	resident := "DRAM tiers faulted in by the writes"
+	if prefault {
+		mem, _ := parseSize(serverMem)
+		if err := waitResident(procs[1:], mem+turnsKVMem); err != nil {
+			return err
+		}
+		resident = "DRAM tiers resident (--mem-prefault)"
+	}
+	fmt.Printf("bench turns: %s, %d servers (%s), %d sessions set up in %s, %d concurrent turns of %d tokens (%d bytes), load average %s\n",
+		engineName(metaDSN), servers, resident, sessions, time.Since(start).Round(time.Millisecond), conc, turnTokens,
 		turnsLayout.RangeBytes(turnTokens), loadAvg())
 
 	before, err := masterRequests(ctx, url)
@@ -287,7 +300,26 @@ func benchTurns(ctx context.Context, metaDSN, serverMem string, sessions, conc, 
 
 // startProcs starts a master on metaDSN and servers data servers, each its
 // own gd2fs process, and returns them (master first) once every server is up.
-func startProcs(ctx context.Context, dir, metaDSN, serverMem string, servers int, masterArgs ...string) ([]*exec.Cmd, string, error) {
+// turnsKVMem is each server's KV DRAM tier: the turns use none of it.
+const turnsKVMem = 64 << 20
+
+// waitResident waits until every process holds at least bytes resident:
+// servers started with --mem-prefault, once their tiers are in place.
+func waitResident(procs []*exec.Cmd, bytes int64) error {
+	t := time.Now()
+	for _, p := range procs {
+		for procRSS(p.Process.Pid) < bytes {
+			if time.Since(t) > 5*time.Minute {
+				return fmt.Errorf("server pid %d holds %s resident, not yet its DRAM tiers' %s, after 5 minutes (an old kernel without MADV_POPULATE_WRITE? run with --server-prefault=false)",
+					p.Process.Pid, human(procRSS(p.Process.Pid)), human(bytes))
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return nil
+}
+
+func startProcs(ctx context.Context, dir, metaDSN, serverMem string, servers int, masterArgs, serverArgs []string) ([]*exec.Cmd, string, error) {
 	bin, err := gd2fsPath()
 	if err != nil {
 		return nil, "", err
@@ -323,7 +355,7 @@ func startProcs(ctx context.Context, dir, metaDSN, serverMem string, servers int
 		if err != nil {
 			return fail(err)
 		}
-		if err := start("server", "--master", url, "--listen", a, "--id", fmt.Sprintf("s%d", i), "--mem", serverMem, "--kv-mem", "64MiB"); err != nil {
+		if err := start(append([]string{"server", "--master", url, "--listen", a, "--id", fmt.Sprintf("s%d", i), "--mem", serverMem, "--kv-mem", strconv.Itoa(turnsKVMem)}, serverArgs...)...); err != nil {
 			return fail(err)
 		}
 	}

@@ -22,7 +22,7 @@ func newServer(g *globals) *cobra.Command {
 	var rf respFlags
 	var heartbeat, forwardTimeout time.Duration
 	var maxConns, maxPerIP int
-	var debug bool
+	var debug, prefault bool
 	var s3 s3Flags
 	cmd := &cobra.Command{
 		Use:   "server",
@@ -30,13 +30,14 @@ func newServer(g *globals) *cobra.Command {
 		Example: `  gd2fs server --master http://m:7070 --listen :7071 --mem 16GiB --disk /nvme/gd2fs:2TiB
   gd2fs server --master http://127.0.0.1:7070 --listen 127.0.0.1:7075 --mem 1GiB   # DRAM only
   gd2fs server --master http://m:7070 --disk /nvme/gd2fs:2TiB --sync always        # perf-pool writes synced too
+  gd2fs server --master http://m:7070 --mem 64GiB --kv-mem 64GiB --mem-prefault     # a dedicated box: tiers resident from the start
   gd2fs server --master http://m:7070 --listen :7071 --resp-listen :6380          # and Redis clients on 6380
   gd2fs server --master https://m:7070 --tls-cert s1.pem --tls-key s1-key.pem --tls-ca ca.pem --token-file /etc/gd2fs/token ...`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			n := node.Server{ID: id, Listen: listen, Advertise: advertise, Master: g.master, Token: g.token,
 				KVPolicy: kvPolicy, Heartbeat: heartbeat, ForwardTimeout: forwardTimeout, Debug: debug, Log: g.logger(),
-				TLS: g.serverTLS, ClientTLS: g.clientTLS, MaxConns: maxConns, MaxConnsPerIP: maxPerIP}
+				TLS: g.serverTLS, ClientTLS: g.clientTLS, MaxConns: maxConns, MaxConnsPerIP: maxPerIP, Prefault: prefault}
 			var err error
 			if n.Sync, err = store.ParseSyncPolicy(syncPolicy); err != nil {
 				return err
@@ -91,6 +92,7 @@ func newServer(g *globals) *cobra.Command {
 	f.StringVar(&mem, "mem", "1GiB", "DRAM tier capacity (0 for none)")
 	f.StringVar(&disk, "disk", "", "disk tier as DIR:SIZE, e.g. /nvme/gd2fs:2TiB")
 	f.StringVar(&kvMem, "kv-mem", "1GiB", "KV cache DRAM tier (0 for none)")
+	f.BoolVar(&prefault, "mem-prefault", false, "make the DRAM tiers (--mem, --kv-mem) resident in the background at start, so writes do not pay the first touch of each page (on VMs that trap it, half a server's CPU while its tiers fill); the memory is then in use from the start, not once the tiers are full")
 	f.StringVar(&kvDisk, "kv-disk", "", "KV cache disk tier as DIR:SIZE, e.g. /nvme/gd2fs-kv:1TiB")
 	f.StringVar(&kvMax, "kv-max-value", "64MiB", "largest KV value accepted")
 	f.StringVar(&kvPolicy, "kv-policy", "auto", "KV DRAM tier policy: auto (S3-FIFO or LRU, whichever a sampled simulation of both finds better), s3fifo, lru")

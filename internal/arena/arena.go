@@ -1,10 +1,12 @@
 // Package arena is off-heap memory for the DRAM tiers: one anonymous mapping
-// outside the Go heap, cut into fixed pages, with a free stack. Keeping stored
+// outside the Go heap, cut into fixed pages, with a free stack, made resident
+// page by page by first writes or all at once by Populate. Keeping stored
 // bytes off the heap means GC work does not grow with the data held
 // (DESIGN.md §4); callers keep small page lists on the heap.
 package arena
 
 import (
+	"errors"
 	"fmt"
 
 	"golang.org/x/sys/unix"
@@ -73,6 +75,47 @@ func (a *Arena) Alloc(n int) ([]int32, bool) {
 // resident once it has been full, as a cache of that size does.
 func (a *Arena) Release(ps []int32) {
 	a.free = append(a.free, ps...)
+}
+
+// populateStep is how much Populate faults in per call, so that a stop is
+// noticed within one step (a few milliseconds, tens on a VM whose first
+// touch of memory is slow).
+const populateStep = 8 << 20
+
+// Populate makes the whole mapping resident and writable now, in steps
+// from the first page Alloc hands out to the last, until it is done or
+// stop is closed (then it returns nil early). It changes no byte
+// (MADV_POPULATE_WRITE), so it may run while other goroutines use pages;
+// it must end before Close.
+//
+// Why: a page's first write costs a page fault, and on a virtual machine
+// whose host takes freed memory back (free page reporting, ballooning) a
+// trap to the host as well: measured on the Firecracker VMs gd2fs is
+// developed on, writes into never-touched pages ran at 0.27 GB/s against
+// 8.9 GB/s into touched ones, and in `gd2fs-bench turns` half of each
+// server's CPU went to those faults while its tier filled. Populating at
+// start moves that cost off the write path, as a server that has run
+// until its tier was full has it. The price: the tier is resident (RSS)
+// from the start, not once full. Linux 5.14 or later; older kernels
+// answer EINVAL, returned as an error.
+func (a *Arena) Populate(stop <-chan struct{}) error {
+	for off := 0; off < len(a.mem); {
+		select {
+		case <-stop:
+			return nil
+		default:
+		}
+		end := min(off+populateStep, len(a.mem))
+		err := unix.Madvise(a.mem[off:end], unix.MADV_POPULATE_WRITE)
+		if errors.Is(err, unix.EINTR) {
+			continue // a signal arrived; the kernel asks for the call again
+		}
+		if err != nil {
+			return fmt.Errorf("arena: make the DRAM tier resident (MADV_POPULATE_WRITE, Linux 5.14+): %w", err)
+		}
+		off = end
+	}
+	return nil
 }
 
 // Close unmaps the memory; no page may be used afterwards.

@@ -2,12 +2,15 @@ package arena
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
 	"strings"
 	"testing"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestArena(t *testing.T) {
@@ -101,4 +104,83 @@ func lazyFreeKiB(addr uintptr) (int, error) {
 		}
 	}
 	return 0, fmt.Errorf("mapping at %#x has no LazyFree line", addr)
+}
+
+// resident counts the pages of a's mapping in memory (mincore).
+func resident(t *testing.T, a *Arena) int {
+	t.Helper()
+	vec := make([]byte, (len(a.mem)+os.Getpagesize()-1)/os.Getpagesize())
+	if _, _, e := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&a.mem[0])), uintptr(len(a.mem)), uintptr(unsafe.Pointer(&vec[0]))); e != 0 {
+		t.Fatal(e)
+	}
+	n := 0
+	for _, v := range vec {
+		n += int(v & 1)
+	}
+	return n
+}
+
+// Populate makes every page resident without changing a byte, also of
+// pages written while it runs.
+func TestPopulate(t *testing.T) {
+	const size = 3*populateStep + 5*64<<10 // a part step at the end
+	a, err := New(size, 64<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	all := len(a.mem) / os.Getpagesize()
+	if n := resident(t, a); n != 0 {
+		t.Fatalf("%d of %d pages resident before any write", n, all)
+	}
+	ps, ok := a.Alloc(a.Pages())
+	if !ok {
+		t.Fatal("alloc every page")
+	}
+	fill := func(pg int, b byte) { a.CopyIn(ps[pg:pg+1], 100, bytes.Repeat([]byte{b}, 1000)) }
+	fill(3, 'x') // before
+	done := make(chan error, 1)
+	go func() { done <- a.Populate(nil) }()
+	for i := 0; i < a.Pages(); i += 7 { // while it runs
+		fill(i, byte(i))
+	}
+	if err := <-done; err != nil {
+		if errors.Is(err, unix.EINVAL) {
+			t.Skipf("kernel without MADV_POPULATE_WRITE: %v", err)
+		}
+		t.Fatal(err)
+	}
+	if n := resident(t, a); n != all {
+		t.Fatalf("%d of %d pages resident after Populate", n, all)
+	}
+	for i := 0; i < a.Pages(); i++ {
+		want := byte(0)
+		switch {
+		case i%7 == 0:
+			want = byte(i)
+		case i == 3:
+			want = 'x'
+		}
+		got := a.Page(ps[i])[100:1100]
+		if !bytes.Equal(got, bytes.Repeat([]byte{want}, 1000)) {
+			t.Fatalf("page %d changed by Populate: starts %q, want %q", i, got[:8], want)
+		}
+	}
+}
+
+// A closed stop ends Populate before its next step.
+func TestPopulateStops(t *testing.T) {
+	a, err := New(4*populateStep, 64<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	stop := make(chan struct{})
+	close(stop)
+	if err := a.Populate(stop); err != nil {
+		t.Fatal(err)
+	}
+	if n := resident(t, a); n != 0 {
+		t.Fatalf("%d pages made resident after stop", n)
+	}
 }

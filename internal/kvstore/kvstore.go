@@ -81,6 +81,9 @@ type Config struct {
 	// inject their own.
 	Now func() time.Time
 	Log *slog.Logger
+	// Prefault makes the DRAM tier resident in the background at start
+	// (tier.DRAM.Prefault), so puts do not pay its first-touch faults.
+	Prefault bool
 }
 
 // Policies are the values of Config.Policy.
@@ -221,6 +224,9 @@ func Open(cfg Config) (*Store, error) {
 		return nil, err
 	}
 	s.arena, s.disk = a, tier.NewDisk(cfg.Dir, cfg.DiskBytes, nil)
+	if cfg.Prefault {
+		a.Prefault(cfg.Log, "kv")
+	}
 	if a != nil {
 		s.ghosts = newGhosts(max(1024, 2*a.Pages()))
 		s.duel = newDuel(a.Pages(), cfg.Policy)
@@ -672,4 +678,12 @@ func (s *Store) DeleteByPrefix(prefix []byte) (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// Prefaulted is closed once Config.Prefault's work has ended (at once
+// without it).
+func (s *Store) Prefaulted() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.arena.Prefaulted()
 }

@@ -47,6 +47,10 @@ type Server struct {
 	Disk int64            // its size
 	Sync store.SyncPolicy // which writes are synced before they are acknowledged
 
+	// Prefault makes both DRAM tiers resident in the background at start
+	// (store.Config.Prefault), not as writes first touch them.
+	Prefault bool
+
 	KVMem      int64  // KV DRAM tier (0: none)
 	KVDir      string // KV disk tier ("": none)
 	KVDisk     int64  // its size
@@ -76,8 +80,8 @@ type Server struct {
 // from a description.
 func (n Server) Config() server.Config {
 	return server.Config{ID: n.ID, Listen: n.Listen, Advertise: n.Advertise, Master: n.Master, Token: n.Token,
-		Store: store.Config{MemBytes: n.Mem, Dir: n.Dir, DiskBytes: n.Disk, Sync: n.Sync},
-		KV:    kvstore.Config{MemBytes: n.KVMem, Dir: n.KVDir, DiskBytes: n.KVDisk, MaxValue: n.KVMaxValue, Policy: n.KVPolicy, PinQuota: n.KVPinQuota},
+		Store: store.Config{MemBytes: n.Mem, Dir: n.Dir, DiskBytes: n.Disk, Sync: n.Sync, Prefault: n.Prefault},
+		KV:    kvstore.Config{MemBytes: n.KVMem, Dir: n.KVDir, DiskBytes: n.KVDisk, MaxValue: n.KVMaxValue, Policy: n.KVPolicy, PinQuota: n.KVPinQuota, Prefault: n.Prefault},
 		Cold:  n.Cold, Heartbeat: n.Heartbeat, ForwardTimeout: n.ForwardTimeout, MaxConns: n.MaxConns, MaxConnsPerIP: n.MaxConnsPerIP, Debug: n.Debug, KVFlushOnClose: n.KVFlushOnClose, KVMoveRate: n.KVMoveRate,
 		Log: n.Log, TLS: n.TLS, ClientTLS: n.ClientTLS, Peers: n.Transport}
 }

@@ -19,12 +19,12 @@ import (
 func TestServerConfig(t *testing.T) {
 	cc := &cold.Config{Endpoint: "http://127.0.0.1:9"}
 	got := Server{ID: "s1", Listen: "127.0.0.1:0", Advertise: "a:1", Master: "http://m", Token: "t",
-		Mem: 1, Dir: "/d", Disk: 2, Sync: store.SyncAlways,
+		Mem: 1, Dir: "/d", Disk: 2, Sync: store.SyncAlways, Prefault: true,
 		KVMem: 3, KVDir: "/k", KVDisk: 4, KVMaxValue: 5, KVPolicy: "lru",
 		Cold: cc, Heartbeat: time.Second, ForwardTimeout: 2 * time.Second, MaxConns: 6, MaxConnsPerIP: 7, Debug: true}.Config()
 	want := server.Config{ID: "s1", Listen: "127.0.0.1:0", Advertise: "a:1", Master: "http://m", Token: "t",
-		Store: store.Config{MemBytes: 1, Dir: "/d", DiskBytes: 2, Sync: store.SyncAlways},
-		KV:    kvstore.Config{MemBytes: 3, Dir: "/k", DiskBytes: 4, MaxValue: 5, Policy: "lru"},
+		Store: store.Config{MemBytes: 1, Dir: "/d", DiskBytes: 2, Sync: store.SyncAlways, Prefault: true},
+		KV:    kvstore.Config{MemBytes: 3, Dir: "/k", DiskBytes: 4, MaxValue: 5, Policy: "lru", Prefault: true},
 		Cold:  cc, Heartbeat: time.Second, ForwardTimeout: 2 * time.Second, MaxConns: 6, MaxConnsPerIP: 7, Debug: true}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("Config:\n got %+v\nwant %+v", got, want)

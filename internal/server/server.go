@@ -254,6 +254,22 @@ func loadID(dir string) (string, error) {
 // ID is the server's identity.
 func (s *Server) ID() string { return s.cfg.ID }
 
+// Prefaulted is closed once the DRAM tiers' prefault (Config.Store.Prefault,
+// Config.KV.Prefault) has ended, at once without one: a benchmark waits for
+// it so that it measures a server whose memory is in place.
+func (s *Server) Prefaulted() <-chan struct{} {
+	if s.kv == nil {
+		return s.store.Prefaulted()
+	}
+	c := make(chan struct{})
+	go func() {
+		<-s.store.Prefaulted()
+		<-s.kv.Prefaulted()
+		close(c)
+	}()
+	return c
+}
+
 // Addr is the address clients dial.
 func (s *Server) Addr() string { return s.cfg.Advertise }
 

@@ -45,6 +45,9 @@ type Config struct {
 	// acknowledges them (SyncReplicated by default). The store itself
 	// syncs only when asked (Sync); the server applies the policy.
 	Sync SyncPolicy
+	// Prefault makes the DRAM tier resident in the background at start
+	// (tier.DRAM.Prefault), so writes do not pay its first-touch faults.
+	Prefault bool
 
 	fs tier.FS // the disk tier's file system; nil means the operating system's
 }
@@ -135,6 +138,9 @@ func Open(cfg Config) (*Store, error) {
 		return nil, err
 	}
 	s.arena, s.disk = mem, tier.NewDisk(cfg.Dir, cfg.DiskBytes, s.fs)
+	if cfg.Prefault {
+		mem.Prefault(cfg.Log, "chunks")
+	}
 	if s.disk != nil {
 		if err := s.load(); err != nil {
 			s.Close()
@@ -146,6 +152,10 @@ func Open(cfg Config) (*Store, error) {
 
 // Close releases the DRAM tier. Chunk files stay on disk.
 func (s *Store) Close() error { return s.arena.Close() }
+
+// Prefaulted is closed once Config.Prefault's work has ended (at once
+// without it).
+func (s *Store) Prefaulted() <-chan struct{} { return s.arena.Prefaulted() }
 
 // Usage reports capacity and use per tier.
 func (s *Store) Usage() Usage {

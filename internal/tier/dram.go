@@ -1,6 +1,11 @@
 package tier
 
-import "github.com/gd2fs/gd2fs/internal/arena"
+import (
+	"log/slog"
+	"time"
+
+	"github.com/gd2fs/gd2fs/internal/arena"
+)
 
 // DRAM is a DRAM tier: one off-heap arena (internal/arena) cut into pages,
 // which a store hands out as page lists to what it caches. Capacity and use
@@ -14,6 +19,9 @@ import "github.com/gd2fs/gd2fs/internal/arena"
 type DRAM struct {
 	a    *arena.Arena
 	page int64
+	// Prefault's goroutine: closing stop ends it, done is closed when it
+	// has ended (nil when Prefault was not called).
+	stop, done chan struct{}
 }
 
 // NewDRAM maps a DRAM tier of bytes (rounded down to whole pages of
@@ -106,10 +114,51 @@ func (d *DRAM) CopyOut(dst []byte, ps []int32, off int64) int {
 // Zero clears bytes [from, to) of the page sequence ps.
 func (d *DRAM) Zero(ps []int32, from, to int64) { d.a.Zero(ps, from, to) }
 
-// Close unmaps the tier; no page may be used afterwards. Nil for none.
+// Prefault makes the tier resident in the background (arena.Populate says
+// why) and logs the outcome to log (if not nil) as the tier called name.
+// The tier is usable meanwhile; a failure (an old kernel) only means its
+// pages are faulted in by their first writes, as without it. Call it at
+// most once, before Close; nothing for none.
+func (d *DRAM) Prefault(log *slog.Logger, name string) {
+	if d == nil {
+		return
+	}
+	d.stop, d.done = make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(d.done)
+		t := time.Now()
+		err := d.a.Populate(d.stop)
+		switch {
+		case log == nil:
+		case err != nil:
+			log.Warn("DRAM tier not made resident at start; its pages are faulted in by their first writes", "tier", name, "err", err)
+		default:
+			log.Info("DRAM tier resident", "tier", name, "bytes", d.Cap(), "took", time.Since(t).Round(time.Millisecond))
+		}
+	}()
+}
+
+// Prefaulted is closed once Prefault's work has ended (at once when it
+// was not called, or for none).
+func (d *DRAM) Prefaulted() <-chan struct{} {
+	if d == nil || d.done == nil {
+		c := make(chan struct{})
+		close(c)
+		return c
+	}
+	return d.done
+}
+
+// Close stops a Prefault in progress (within one step) and unmaps the
+// tier; no page may be used afterwards. Nil for none.
 func (d *DRAM) Close() error {
 	if d == nil {
 		return nil
+	}
+	if d.stop != nil {
+		close(d.stop)
+		<-d.done
+		d.stop = nil
 	}
 	return d.a.Close()
 }

@@ -138,3 +138,31 @@ func TestPwritevEmptyBuffers(t *testing.T) {
 		t.Fatalf("file holds %q (%v)", got, err)
 	}
 }
+
+// TestPrefaultClose: a prefault in progress is stopped by Close, which
+// does not wait for the whole tier; Prefaulted is closed once it ended,
+// and at once on a tier that never prefaulted (or none).
+func TestPrefaultClose(t *testing.T) {
+	var none *DRAM
+	<-none.Prefaulted()
+	none.Prefault(nil, "none")
+	d, err := NewDRAM(1<<30, 64<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-d.Prefaulted()
+	d.Prefault(nil, "test")
+	ps, ok := d.Alloc(2)
+	if !ok {
+		t.Fatal("alloc while prefaulting")
+	}
+	d.CopyIn(ps, 10, []byte("kept"))
+	got := make([]byte, 4)
+	if d.CopyOut(got, ps, 10); string(got) != "kept" {
+		t.Fatalf("read %q while prefaulting", got)
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	<-d.Prefaulted()
+}
