@@ -18,6 +18,7 @@ import (
 
 func newBenchFiles() *cobra.Command {
 	var size, chunk, mem, disk, dir, syncPolicy, profDir string
+	var prefault bool
 	var streams, parallel, runs int
 	cmd := &cobra.Command{
 		Use:   "files",
@@ -61,11 +62,14 @@ func newBenchFiles() *cobra.Command {
 				return err
 			}
 			c, err := cluster.Start(ctx, cluster.Config{Dir: filepath.Join(dir, "cluster"), Servers: servers,
-				MemBytes: memB, DiskBytes: diskB, Sync: sp})
+				MemBytes: memB, DiskBytes: diskB, Sync: sp, Prefault: prefault})
 			if err != nil {
 				return err
 			}
 			defer c.Close()
+			for _, s := range c.Servers {
+				<-s.Prefaulted() // a server that has run until its tiers were full
+			}
 			cl, err := client.New(client.Config{Master: c.Master.URL(), Streams: streams, Parallel: parallel})
 			if err != nil {
 				return err
@@ -244,6 +248,7 @@ func newBenchFiles() *cobra.Command {
 	f.StringVar(&size, "size", "1GiB", "file size")
 	f.StringVar(&chunk, "chunk-size", "16MiB", "chunk size")
 	f.StringVar(&mem, "mem", "2GiB", "DRAM tier per server")
+	f.BoolVar(&prefault, "prefault", true, "make the servers' DRAM tiers resident before measuring (gd2fs server --mem-prefault), as on servers that have run until their tiers were full; false: the first run's writes fault them in")
 	f.StringVar(&disk, "disk", "auto", "disk tier per server (auto: 4x the file size; 0: DRAM only)")
 	f.StringVar(&dir, "dir", "", "where the servers keep their disk tiers (default: a temp dir)")
 	f.StringVar(&syncPolicy, "sync", "replicated", "servers' write durability: replicated (ha writes fdatasynced before the ack), always, never (page cache only)")

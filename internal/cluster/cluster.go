@@ -32,6 +32,9 @@ type Config struct {
 	Servers     int   // default 3
 	MemBytes    int64 // DRAM tier per server
 	DiskBytes   int64 // disk tier per server; 0 = DRAM only
+	// Prefault makes the servers' DRAM tiers resident at start
+	// (node.Server.Prefault); benchmarks wait for Server.Prefaulted.
+	Prefault bool
 	// Sync is the servers' write durability policy (store.SyncPolicy).
 	Sync         store.SyncPolicy
 	KVMemBytes   int64  // KV DRAM tier per server; 0 = none
@@ -131,7 +134,7 @@ func (c *Cluster) AddServer(i int) (*server.Server, error) {
 		addr = c.cfg.ServerAddrs[i]
 	}
 	n := node.Server{ID: "server-" + strconv.Itoa(i), Listen: addr, Master: c.Master.URL(), Token: c.cfg.Token,
-		Mem: c.cfg.MemBytes, Sync: c.cfg.Sync, KVMem: c.cfg.KVMemBytes, KVPolicy: c.cfg.KVPolicy, KVPinQuota: c.cfg.KVPinQuota, KVMoveRate: c.cfg.KVMoveRate, Cold: c.cfg.Cold,
+		Mem: c.cfg.MemBytes, Prefault: c.cfg.Prefault, Sync: c.cfg.Sync, KVMem: c.cfg.KVMemBytes, KVPolicy: c.cfg.KVPolicy, KVPinQuota: c.cfg.KVPinQuota, KVMoveRate: c.cfg.KVMoveRate, Cold: c.cfg.Cold,
 		Heartbeat: c.heartbeat(), Log: c.cfg.Log, TLS: c.cfg.TLS, ClientTLS: c.cfg.ClientTLS, MaxConns: c.cfg.MaxConns}
 	if c.cfg.DiskBytes > 0 {
 		n.Dir, n.Disk = filepath.Join(c.cfg.Dir, "server-"+strconv.Itoa(i)), c.cfg.DiskBytes
