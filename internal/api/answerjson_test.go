@@ -1,0 +1,151 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"reflect"
+	"strings"
+	"testing"
+	"testing/iotest"
+	"time"
+)
+
+// A plan answer as the master writes it, with every field set.
+var planAnswer = `{"plan_id":1037,"stored_kv_cache":[{"token_start":0,"token_length":1800,"kv_uri":"gd2fs://local/kv-sessions/s1/kv-1","kv_start":0,"kv_length":460800}],` +
+	`"fresh_kv_cache":[{"token_start":1800,"token_length":200,"kv_uri":"gd2fs://local/kv-sessions/s1/kv-1","kv_start":460800,"kv_length":51200}],` +
+	`"cached_tokens":1800,"verified_tokens":1800,"shortened":"server_down","shortened_tokens":16,"prefill_tokens":200,"decode_tokens":0,"load_bytes":460800,"hit_rate":0.9,` +
+	`"evicted_sessions":["a","b"],"fresh_files":[{"id":2,"path":"/kv-sessions/s1/kv-1","pool":"perf","chunk_size":16777216,"size":0,"modified":"2026-12-02T07:12:39.259015233Z",` +
+	`"chunks":[{"index":0,"id":3,"length":0,"replicas":[{"server":"server-2","addr":"127.0.0.1:46255","up":true},{"server":"server-1","addr":"127.0.0.1:46256","up":false}]}]}]}` + "\n"
+
+// A commit answer (a Session) as the master writes it.
+var sessionAnswer = `{"id":"s1","model":"bench-small","tokens":2000,"bytes":512000,"last_used":"2026-12-02T07:12:39.259015233Z","created":"2026-12-02T07:12:30Z",` +
+	`"ranges":[{"token_start":0,"token_length":2000,"kv_uri":"gd2fs://local/kv-sessions/s1/kv-1","kv_start":0,"kv_length":512000}],"hashed_tokens":2000}` + "\n"
+
+// FuzzAnswerDecode: a plan or commit answer decodes through readAnswer
+// (the hand decoders of answerjson.go) exactly as through encoding/json's
+// Decoder, which the client used before: the same value, or an error where
+// it gave one. The seeds run in every `go test`;
+// `go test -fuzz FuzzAnswerDecode ./internal/api` explores.
+func FuzzAnswerDecode(f *testing.F) {
+	for _, s := range []string{
+		planAnswer, sessionAnswer,
+		`{}`, ` {"plan_id":1} `, `{"plan_id":1}{"plan_id":2}`, `{"plan_id":1} x`, `{"plan_id":1`, ``, `null`, `[]`,
+		`{"plan_id":-0}`, `{"plan_id":01}`, `{"plan_id":1.0}`, `{"plan_id":1e2}`, `{"plan_id":9223372036854775808}`,
+		`{"plan_id":"1"}`, `{"plan_id":null}`, `{"PLAN_ID":7}`, `{"plan_id":1,"plan_id":2}`, `{"bogus":1}`,
+		`{"hit_rate":1e-7}`, `{"hit_rate":-0.0}`, `{"hit_rate":1e400}`, `{"hit_rate":.5}`, `{"hit_rate":5.}`,
+		`{"shortened":"a\"b"}`, `{"shortened":"\u00e9"}`, "{\"shortened\":\"\xff\"}", "{\"shortened\":\"é\"}",
+		`{"stored_kv_cache":[]}`, `{"stored_kv_cache":null}`, `{"stored_kv_cache":[{}]}`, `{"stored_kv_cache":[{"kv_uri":1}]}`,
+		`{"stored_kv_cache":[{"token_start":1},]}`, `{"evicted_sessions":["a",]}`, `{"evicted_sessions":[]}`,
+		`{"fresh_files":[{"chunks":[{"id":18446744073709551615,"replicas":[{"up":true}]}]}]}`,
+		`{"fresh_files":[{"chunks":[{"id":-1}]}]}`, `{"fresh_files":[{"modified":"2026-13-02T07:12:39Z"}]}`,
+		`{"fresh_files":[{"modified":"x"}]}`, `{"fresh_files":[{"is_dir":tru}]}`, `{"fresh_files":[{"attrs":{"a":"b"}}]}`,
+		`{"id":"s","last_used":"2026-12-02T07:12:39+01:00","ranges":[]}`, `{"id":"s","created":null}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var wantP, gotP Plan
+		errW := json.NewDecoder(bytes.NewReader(b)).Decode(&wantP)
+		errG := readAnswer(bytes.NewReader(b), &gotP)
+		if (errW == nil) != (errG == nil) {
+			t.Fatalf("%q: encoding/json says %v, readAnswer %v", b, errW, errG)
+		}
+		if !reflect.DeepEqual(wantP, gotP) {
+			t.Fatalf("%q: encoding/json decodes %+v, readAnswer %+v", b, wantP, gotP)
+		}
+		var wantS, gotS Session
+		errW = json.NewDecoder(bytes.NewReader(b)).Decode(&wantS)
+		errG = readAnswer(bytes.NewReader(b), &gotS)
+		if (errW == nil) != (errG == nil) {
+			t.Fatalf("%q: encoding/json says %v, readAnswer %v", b, errW, errG)
+		}
+		if !reflect.DeepEqual(wantS, gotS) {
+			t.Fatalf("%q: encoding/json decodes %+v, readAnswer %+v", b, wantS, gotS)
+		}
+	})
+}
+
+// TestAnswerPlainPath: the master's answers take the hand decoders (a
+// change of the answers' shape that sent them all to encoding/json would
+// pass FuzzAnswerDecode and lose the gain), and what they decode is what
+// was sent.
+func TestAnswerPlainPath(t *testing.T) {
+	var p Plan
+	if !p.decodePlain([]byte(planAnswer)) {
+		t.Fatal("the plan answer is not decoded by hand")
+	}
+	if len(p.FreshFiles) != 1 || len(p.FreshFiles[0].Chunks[0].Replicas) != 2 || p.HitRate != 0.9 || p.Evicted[1] != "b" ||
+		!p.FreshFiles[0].Modified.Equal(time.Date(2026, 12, 2, 7, 12, 39, 259015233, time.UTC)) {
+		t.Fatalf("plan decoded as %+v", p)
+	}
+	var s Session
+	if !s.decodePlain([]byte(sessionAnswer)) {
+		t.Fatal("the commit answer is not decoded by hand")
+	}
+	if s.Tokens != 2000 || len(s.Ranges) != 1 || s.Ranges[0].KVLength != 512000 || s.HashedTokens != 2000 {
+		t.Fatalf("session decoded as %+v", s)
+	}
+	// An answer into a value that is not zero goes to encoding/json, which
+	// keeps the fields the answer leaves out.
+	s = Session{Model: "kept"}
+	if err := readAnswer(strings.NewReader(`{"id":"x"}`), &s); err != nil || s.Model != "kept" || s.ID != "x" {
+		t.Fatalf("decoded into a set session: %+v, %v", s, err)
+	}
+}
+
+// TestAnswerCutShort: an answer whose connection breaks within it fails
+// with the read's error, as the Decoder reading the stream did; one that
+// breaks after the whole value decodes.
+func TestAnswerCutShort(t *testing.T) {
+	cut := errors.New("connection reset")
+	var p Plan
+	err := readAnswer(io.MultiReader(strings.NewReader(planAnswer[:100]), iotest.ErrReader(cut)), &p)
+	if !errors.Is(err, cut) {
+		t.Fatalf("an answer cut within its value: %v, want the read's error", err)
+	}
+	p = Plan{}
+	if err := readAnswer(io.MultiReader(strings.NewReader(planAnswer), iotest.ErrReader(cut)), &p); err != nil || p.PlanID != 1037 {
+		t.Fatalf("an answer cut after its value: %+v, %v", p, err)
+	}
+}
+
+// BenchmarkAnswerDecode decodes a plan answer and a commit answer, by
+// encoding/json's Decoder (the reference, what the client did before) and
+// by readAnswer, and reports the ratio.
+//
+//	go test -run '^$' -bench AnswerDecode ./internal/api
+func BenchmarkAnswerDecode(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		body string
+		new  func() any
+	}{
+		{"plan", planAnswer, func() any { return new(Plan) }},
+		{"session", sessionAnswer, func() any { return new(Session) }},
+	} {
+		var ref, hand time.Duration
+		b.Run(c.name+"/encoding-json", func(b *testing.B) {
+			start := time.Now()
+			for b.Loop() {
+				if err := json.NewDecoder(strings.NewReader(c.body)).Decode(c.new()); err != nil {
+					b.Fatal(err)
+				}
+			}
+			ref = time.Since(start) / time.Duration(b.N)
+		})
+		b.Run(c.name+"/readAnswer", func(b *testing.B) {
+			start := time.Now()
+			for b.Loop() {
+				if err := readAnswer(strings.NewReader(c.body), c.new()); err != nil {
+					b.Fatal(err)
+				}
+			}
+			hand = time.Since(start) / time.Duration(b.N)
+			if ref > 0 {
+				b.ReportMetric(float64(hand)/float64(ref), "x-encoding-json")
+			}
+		})
+	}
+}
