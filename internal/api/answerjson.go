@@ -75,10 +75,10 @@ func (p *Plan) decodePlain(b []byte) bool {
 			v.PlanID = s.Int()
 		case "stored_kv_cache":
 			s.Seen(&seen, 1)
-			v.Stored = plainRanges(s)
+			v.Stored = ScanKVRanges(s)
 		case "fresh_kv_cache":
 			s.Seen(&seen, 2)
-			v.Fresh = plainRanges(s)
+			v.Fresh = ScanKVRanges(s)
 		case "cached_tokens":
 			s.Seen(&seen, 3)
 			v.CachedTokens = s.Int()
@@ -153,7 +153,7 @@ func (ss *Session) decodePlain(b []byte) bool {
 			plainTime(s, &v.Created)
 		case "ranges":
 			s.Seen(&seen, 6)
-			v.Ranges = plainRanges(s)
+			v.Ranges = ScanKVRanges(s)
 		case "hashed_tokens":
 			s.Seen(&seen, 7)
 			v.HashedTokens = s.Int()
@@ -176,7 +176,10 @@ func plainTime(s *fastjson.Scanner, t *time.Time) {
 	}
 }
 
-func plainRanges(s *fastjson.Scanner) []KVRange {
+// ScanKVRanges reads a list of KVRange in its plain form (see
+// fastjson.Scanner; the master's commit requests use it too): unknown or
+// repeated keys fail the scanner.
+func ScanKVRanges(s *fastjson.Scanner) []KVRange {
 	out := []KVRange{}
 	s.Array(func() {
 		var r KVRange

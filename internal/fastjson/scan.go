@@ -280,3 +280,24 @@ func (s *Scanner) Seen(mask *uint64, k uint) {
 	}
 	*mask |= 1 << k
 }
+
+// Span reads the bytes from an array's '[' to the first ']' after it, for
+// a list parser of this package (Uint32s, Array) that takes only arrays of
+// plain scalars: an array that holds a ']' anywhere but at its end (in a
+// string, in a nested array) is cut short there, which such a parser then
+// turns down.
+func (s *Scanner) Span() []byte {
+	if s.bad || s.peek() != '[' {
+		s.bad = true
+		return nil
+	}
+	for j := s.i + 1; j < len(s.b); j++ {
+		if s.b[j] == ']' {
+			span := s.b[s.i : j+1]
+			s.i = j + 1
+			return span
+		}
+	}
+	s.bad = true
+	return nil
+}

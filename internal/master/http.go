@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"reflect"
 	"strconv"
 	"time"
 
@@ -71,8 +72,13 @@ func readJSON(r *http.Request, v any) error {
 	return decodeStrict(b, v)
 }
 
-// decodeStrict decodes exactly one non-null JSON value from b into v.
+// decodeStrict decodes exactly one non-null JSON value from b into v: by
+// v's hand decoder when it has one (planjson.go), v is a zero value and b
+// is in its plain form, else by encoding/json.
 func decodeStrict(b []byte, v any) error {
+	if pd, ok := v.(plainDecoder); ok && reflect.ValueOf(v).Elem().IsZero() && pd.decodePlain(b) {
+		return nil
+	}
 	if t := bytes.TrimSpace(b); len(t) == 0 || bytes.Equal(t, []byte("null")) {
 		return errs.New(errs.ErrBadRequest, "bad JSON body: want an object, got %q", t)
 	}

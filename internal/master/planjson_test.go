@@ -12,8 +12,9 @@ import (
 	"github.com/gd2fs/gd2fs/kvlayout"
 )
 
-// FuzzPlanWire: a plan request (or a batch of them) decodes through the
-// hand parsers of planjson.go exactly as through encoding/json: the same
+// FuzzPlanWire: a plan request (or a batch of them, or a commit request)
+// decodes through the hand parsers of planjson.go exactly as through
+// encoding/json: the same
 // request, or an error where it gave one. The seeds run in every `go test`;
 // `go test -fuzz FuzzPlanWire ./internal/master` explores.
 func FuzzPlanWire(f *testing.F) {
@@ -42,6 +43,13 @@ func FuzzPlanWire(f *testing.F) {
 		`{"model":"m","prompt_tokens":3,"decode_tokens":4,"prefixes":["/p"],"flags":{"a":1},"bogus":1}`,
 		`{"plans":[{"session":"a","plan":{"model":"m","token_ids":[7,8]}}]}`,
 		`{"plans":[{"session":"a","request_id":"r","plan":{"model":"m","token_ids":[7,08]}}]}`,
+		`{"model":"m","prefixes":["/p","gd2fs://local/p"],"prompt_tokens":-3,"token_ids":[1],"unsafe_count_only":true,"decode_tokens":4,"new_file":false,"format":"vllm","load_threshold":9}`,
+		`{"model":"m","prefixes":[]}`, `{"model":"m","prefixes":null}`, `{"model":"m","prefixes":["a",]}`, `{"model":"m\u0041"}`,
+		`{"model":"m","MODEL":"n"}`, `{"model":"m","model":"n"}`, `{"model":"m"} {}`, `{"model":"m"}x`, `{"model":"m","token_ids":[1,[2]]}`,
+		`{"model":"m","token_ids":[1]]}`, `{"model":"m","block_hashes":["]"]}`, `{"model":"m","new_file":1}`, `{"model":"m","flags":{"a":true}}`,
+		`{"plan_id":7,"written":true}`, `{"plan_id":7,"written":null}`, `{"plan_id":7,"fresh_kvcache":[]}`, `{"plan_id":7,"fresh_kvcache":null}`,
+		`{"fresh_kvcache":[{"token_start":0,"token_length":16,"kv_uri":"gd2fs://local/kv-sessions/a/kv-1","kv_start":0,"kv_length":4096}]}`,
+		`{"fresh_kvcache":[{"token_start":0,"bogus":1}]}`, `{"kvcache_params":{"id":"a","fresh_kvcache":[],"x":1}}`, `{"plan_id":7,"plan_id":8}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -63,6 +71,15 @@ func FuzzPlanWire(f *testing.F) {
 		}
 		if errW == nil && !reflect.DeepEqual(wantB, gotB.request()) {
 			t.Fatalf("%q: encoding/json decodes %+v, planBatchWire %+v", b, wantB, gotB.request())
+		}
+		var wantC api.CommitSessionRequest
+		var gotC commitWire
+		errW, errG = decodeStrict(b, &wantC), decodeStrict(b, &gotC)
+		if (errW == nil) != (errG == nil) {
+			t.Fatalf("%q: encoding/json says %v, commitWire %v", b, errW, errG)
+		}
+		if errW == nil && !reflect.DeepEqual(wantC, gotC.CommitSessionRequest) {
+			t.Fatalf("%q: encoding/json decodes %+v, commitWire %+v", b, wantC, gotC.CommitSessionRequest)
 		}
 	})
 }
@@ -146,6 +163,42 @@ func TestPlanWireCommasAllocateNothing(t *testing.T) {
 		})
 		if wireN > 2*refN {
 			t.Errorf("%s: the plan decoder allocated %d MiB for a bad %d-byte body that encoding/json refuses with %d MiB", name, wireN>>20, len(body), refN>>20)
+		}
+	}
+}
+
+// TestPlainRequestsByHand: the requests a chat turn sends (a plan with
+// token ids or block hashes, a commit) take the hand decoders — a change
+// that sent them all to encoding/json would pass FuzzPlanWire and lose the
+// gain — and decode to what was sent.
+func TestPlainRequestsByHand(t *testing.T) {
+	ids := []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17}
+	saved := []api.KVRange{{TokenStart: 16, TokenLength: 16, KVURI: "gd2fs://local/kv-sessions/a/kv-1", KVStart: 4096, KVLength: 4096}}
+	for _, c := range []struct {
+		in  any
+		out plainDecoder
+	}{
+		{api.PlanRequest{Model: "m", TokenIDs: ids, DecodeTokens: 4, Prefixes: []string{"/p"}}, new(planWire)},
+		{api.PlanRequest{Model: "m", BlockHashes: kvlayout.BlockHashes(ids, 16), Format: "vllm", LoadThreshold: 2}, new(planWire)},
+		{api.CommitSessionRequest{PlanID: 7, Written: true}, new(commitWire)},
+		{api.CommitSessionRequest{PlanID: 7, Fresh: &saved}, new(commitWire)},
+	} {
+		b, err := json.Marshal(c.in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !c.out.decodePlain(b) {
+			t.Fatalf("%s is not decoded by hand", b)
+		}
+		var got any
+		switch w := c.out.(type) {
+		case *planWire:
+			got = w.request()
+		case *commitWire:
+			got = w.CommitSessionRequest
+		}
+		if !reflect.DeepEqual(got, c.in) {
+			t.Fatalf("%s decoded by hand as %+v", b, got)
 		}
 	}
 }
