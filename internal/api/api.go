@@ -409,9 +409,12 @@ const (
 func (c *Client) Do(ctx context.Context, method, path string, in, out any) error {
 	var body []byte
 	if in != nil {
-		var err error
-		if body, err = json.Marshal(in); err != nil {
-			return err
+		var ok bool
+		if body, ok = appendRequest(nil, in); !ok { // plainenc.go
+			var err error
+			if body, err = json.Marshal(in); err != nil {
+				return err
+			}
 		}
 	}
 	bases := c.bases()

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"reflect"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/gd2fs/gd2fs/errs"
@@ -134,7 +135,37 @@ func checkLinkChunks(size, chunkSize int64) error {
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
+	buf := answers.Get().(*answerBuf)
+	if b, ok := plainAnswer(buf.B[:0], v); ok {
+		w.Write(b)
+		if cap(b) <= 64<<10 { // a large buffer is not kept
+			buf.B = b[:0]
+			answers.Put(buf)
+		}
+		return
+	}
+	answers.Put(buf)
 	json.NewEncoder(w).Encode(v)
+}
+
+// answerBuf is a pooled buffer of writeJSON's.
+type answerBuf struct{ B []byte }
+
+var answers = sync.Pool{New: func() any { return &answerBuf{B: make([]byte, 0, 1024)} }}
+
+// plainAnswer appends the answers of a chat turn (a plan, a commit's
+// session) written by hand, to the bytes json.Encoder writes for them
+// (api.AppendPlanJSON; FuzzPlainEncode in internal/api compares); false
+// for any other answer, or one with a value without a plain form.
+func plainAnswer(b []byte, v any) ([]byte, bool) {
+	var ok bool
+	switch a := v.(type) {
+	case api.Plan:
+		b, ok = api.AppendPlanJSON(b, &a)
+	case api.Session:
+		b, ok = api.AppendSessionJSON(b, &a)
+	}
+	return append(b, '\n'), ok // as json.Encoder ends a value
 }
 
 func writeErr(w http.ResponseWriter, err error) {

@@ -1,12 +1,14 @@
 package master
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"reflect"
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gd2fs/gd2fs/internal/api"
 	"github.com/gd2fs/gd2fs/kvlayout"
@@ -200,5 +202,30 @@ func TestPlainRequestsByHand(t *testing.T) {
 		if !reflect.DeepEqual(got, c.in) {
 			t.Fatalf("%s decoded by hand as %+v", b, got)
 		}
+	}
+}
+
+// TestPlainAnswerAsEncoder: writeJSON's hand-written plan and session
+// answers are the bytes json.Encoder wrote for them, newline included,
+// and other answers are left to it.
+func TestPlainAnswerAsEncoder(t *testing.T) {
+	now := time.Now()
+	rs := []api.KVRange{{TokenStart: 0, TokenLength: 16, KVURI: "gd2fs://local/kv-sessions/a/kv-1", KVStart: 0, KVLength: 4096}}
+	for _, v := range []any{
+		api.Plan{PlanID: 3, Stored: rs, Fresh: rs, HitRate: 0.5, FreshFiles: []api.File{{ID: 1, Path: "/kv-sessions/a/kv-1", Modified: now,
+			Chunks: []api.Chunk{{ID: 9, Replicas: []api.Replica{{Server: "s0", Addr: "127.0.0.1:1", Up: true}}}}}}},
+		api.Session{ID: "a", Model: "m", Tokens: 16, LastUsed: now, Created: now, Ranges: rs},
+	} {
+		var want bytes.Buffer
+		if err := json.NewEncoder(&want).Encode(v); err != nil {
+			t.Fatal(err)
+		}
+		got, ok := plainAnswer(nil, v)
+		if !ok || !bytes.Equal(got, want.Bytes()) {
+			t.Fatalf("%T written by hand as %q (%v), json.Encoder writes %q", v, got, ok, want.Bytes())
+		}
+	}
+	if _, ok := plainAnswer(nil, api.Error{Error: "x", Code: "y"}); ok {
+		t.Fatal("an error answer was written by hand")
 	}
 }
