@@ -14,7 +14,7 @@ import (
 // A chat turn is two master calls, a plan and a commit, and decoding their
 // answers with encoding/json's reflection was half of the client's HTTP
 // exchange (a profile of gd2fs-bench turns, issue 20). The answers a turn
-// gets — Plan and Session — decode by hand in their plain form (the form
+// gets — Plan (EnginePlan for the router) and Session — decode by hand in their plain form (the form
 // the master writes: no escapes, no nulls, known keys once each), and by
 // encoding/json's Decoder, as every answer always did, in any other form,
 // so an answer decodes to exactly what it did before and a bad one gets
@@ -289,6 +289,84 @@ func plainChunk(s *fastjson.Scanner, c *Chunk) {
 				})
 				c.Replicas = append(c.Replicas, r)
 			})
+		default:
+			s.Fail()
+		}
+	})
+}
+
+// decodePlain implements plainDecoder: an engine-format plan, as the
+// router gets one for each request (kvcache_params with flags are left to
+// encoding/json).
+func (p *EnginePlan) decodePlain(b []byte) bool {
+	s := fastjson.NewScanner(b)
+	var v EnginePlan
+	var seen uint64
+	s.Object(func(k []byte) {
+		switch string(k) {
+		case "kvcache_params":
+			s.Seen(&seen, 0)
+			scanKVCacheParams(s, &v.KVCacheParams)
+		case "plan_id":
+			s.Seen(&seen, 1)
+			v.PlanID = s.Int()
+		case "cached_tokens":
+			s.Seen(&seen, 2)
+			v.CachedTokens = s.Int()
+		case "verified_tokens":
+			s.Seen(&seen, 3)
+			v.VerifiedTokens = s.Int()
+		case "shortened":
+			s.Seen(&seen, 4)
+			v.Shortened = s.String()
+		case "shortened_tokens":
+			s.Seen(&seen, 5)
+			v.ShortenedTokens = s.Int()
+		case "prefill_tokens":
+			s.Seen(&seen, 6)
+			v.PrefillTokens = s.Int()
+		case "decode_tokens":
+			s.Seen(&seen, 7)
+			v.DecodeTokens = s.Int()
+		case "load_bytes":
+			s.Seen(&seen, 8)
+			v.LoadBytes = s.Int()
+		case "hit_rate":
+			s.Seen(&seen, 9)
+			v.HitRate = s.Float()
+		case "evicted_sessions":
+			s.Seen(&seen, 10)
+			v.Evicted = []string{}
+			s.Array(func() { v.Evicted = append(v.Evicted, s.String()) })
+		default:
+			s.Fail()
+		}
+	})
+	if !s.End() {
+		return false
+	}
+	*p = v
+	return true
+}
+
+// scanKVCacheParams reads kvcache_params without flags, as its
+// UnmarshalJSON sets them: the whole value replaced.
+func scanKVCacheParams(s *fastjson.Scanner, k *KVCacheParams) {
+	var seen uint64
+	s.Object(func(key []byte) {
+		switch string(key) {
+		case "id":
+			s.Seen(&seen, 0)
+			k.ID = s.String()
+		case "stored_kvcache":
+			s.Seen(&seen, 1)
+			k.Stored = ScanKVRanges(s)
+		case "fresh_kvcache":
+			s.Seen(&seen, 2)
+			k.Fresh = ScanKVRanges(s)
+		case "load_threshold":
+			s.Seen(&seen, 3)
+			k.LoadThreshold = s.Int()
 		default:
 			s.Fail()
 		}

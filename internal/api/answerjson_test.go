@@ -23,6 +23,10 @@ var planAnswer = `{"plan_id":1037,"stored_kv_cache":[{"token_start":0,"token_len
 var sessionAnswer = `{"id":"s1","model":"bench-small","tokens":2000,"bytes":512000,"last_used":"2026-12-02T07:12:39.259015233Z","created":"2026-12-02T07:12:30Z",` +
 	`"ranges":[{"token_start":0,"token_length":2000,"kv_uri":"gd2fs://local/kv-sessions/s1/kv-1","kv_start":0,"kv_length":512000}],"hashed_tokens":2000}` + "\n"
 
+// An engine-format plan answer, as the router gets one.
+var enginePlanAnswer = `{"kvcache_params":{"id":"s1","stored_kvcache":[{"token_start":0,"token_length":32,"kv_uri":"gd2fs://127.0.0.1:7070/kv-sessions/s1/kv-1?cluster=local","kv_start":0,"kv_length":8192}],` +
+	`"fresh_kvcache":[],"load_threshold":0},"plan_id":12,"cached_tokens":32,"verified_tokens":32,"prefill_tokens":5,"decode_tokens":0,"load_bytes":8192,"hit_rate":0.8648648648648649}` + "\n"
+
 // FuzzAnswerDecode: a plan or commit answer decodes through readAnswer
 // (the hand decoders of answerjson.go) exactly as through encoding/json's
 // Decoder, which the client used before: the same value, or an error where
@@ -30,7 +34,9 @@ var sessionAnswer = `{"id":"s1","model":"bench-small","tokens":2000,"bytes":5120
 // `go test -fuzz FuzzAnswerDecode ./internal/api` explores.
 func FuzzAnswerDecode(f *testing.F) {
 	for _, s := range []string{
-		planAnswer, sessionAnswer,
+		planAnswer, sessionAnswer, enginePlanAnswer,
+		`{"kvcache_params":{"id":"a","flags":{"x":1}}}`, `{"kvcache_params":{"ID":"a"}}`, `{"kvcache_params":{"id":"a","x":1}}`,
+		`{"kvcache_params":{"stored_kvcache":[{"kv_uri":"u","x":1}]}}`, `{"kvcache_params":null}`, `{"kvcache_params":{},"kvcache_params":{}}`,
 		`{}`, ` {"plan_id":1} `, `{"plan_id":1}{"plan_id":2}`, `{"plan_id":1} x`, `{"plan_id":1`, ``, `null`, `[]`,
 		`{"plan_id":-0}`, `{"plan_id":01}`, `{"plan_id":1.0}`, `{"plan_id":1e2}`, `{"plan_id":9223372036854775808}`,
 		`{"plan_id":"1"}`, `{"plan_id":null}`, `{"PLAN_ID":7}`, `{"plan_id":1,"plan_id":2}`, `{"bogus":1}`,
@@ -54,6 +60,15 @@ func FuzzAnswerDecode(f *testing.F) {
 		}
 		if !reflect.DeepEqual(wantP, gotP) {
 			t.Fatalf("%q: encoding/json decodes %+v, readAnswer %+v", b, wantP, gotP)
+		}
+		var wantE, gotE EnginePlan
+		errW = json.NewDecoder(bytes.NewReader(b)).Decode(&wantE)
+		errG = readAnswer(bytes.NewReader(b), &gotE)
+		if (errW == nil) != (errG == nil) {
+			t.Fatalf("%q: encoding/json says %v, readAnswer %v", b, errW, errG)
+		}
+		if !reflect.DeepEqual(wantE, gotE) {
+			t.Fatalf("%q: encoding/json decodes %+v, readAnswer %+v", b, wantE, gotE)
 		}
 		var wantS, gotS Session
 		errW = json.NewDecoder(bytes.NewReader(b)).Decode(&wantS)
@@ -79,6 +94,10 @@ func TestAnswerPlainPath(t *testing.T) {
 	if len(p.FreshFiles) != 1 || len(p.FreshFiles[0].Chunks[0].Replicas) != 2 || p.HitRate != 0.9 || p.Evicted[1] != "b" ||
 		!p.FreshFiles[0].Modified.Equal(time.Date(2026, 12, 2, 7, 12, 39, 259015233, time.UTC)) {
 		t.Fatalf("plan decoded as %+v", p)
+	}
+	var e EnginePlan
+	if !e.decodePlain([]byte(enginePlanAnswer)) || e.KVCacheParams.Stored[0].KVLength != 8192 || e.KVCacheParams.Fresh == nil || e.CachedTokens != 32 {
+		t.Fatalf("the engine plan answer is not decoded by hand, or decoded as %+v", e)
 	}
 	var s Session
 	if !s.decodePlain([]byte(sessionAnswer)) {
@@ -124,6 +143,7 @@ func BenchmarkAnswerDecode(b *testing.B) {
 	}{
 		{"plan", planAnswer, func() any { return new(Plan) }},
 		{"session", sessionAnswer, func() any { return new(Session) }},
+		{"engine-plan", enginePlanAnswer, func() any { return new(EnginePlan) }},
 	} {
 		var ref, hand time.Duration
 		b.Run(c.name+"/encoding-json", func(b *testing.B) {

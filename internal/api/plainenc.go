@@ -342,3 +342,39 @@ func appendCommitRequest(b []byte, r *CommitSessionRequest) ([]byte, bool) {
 	}
 	return append(e.b, '}'), e.ok
 }
+
+// AppendEnginePlanJSON appends p as json.Marshal writes it and says
+// whether it could (engine flags are left to encoding/json).
+func AppendEnginePlanJSON(b []byte, p *EnginePlan) ([]byte, bool) {
+	k := &p.KVCacheParams
+	e := enc{b: append(b, '{'), ok: len(k.Flags) == 0}
+	if e.ok {
+		e.key("kvcache_params")
+		o := enc{b: append(e.b, '{'), ok: true}
+		o.str("id", k.ID)
+		o.ranges("stored_kvcache", k.Stored)
+		o.ranges("fresh_kvcache", k.Fresh)
+		o.int("load_threshold", k.LoadThreshold)
+		e.b, e.ok = append(o.b, '}'), o.ok
+	}
+	e.int("plan_id", p.PlanID)
+	e.int("cached_tokens", p.CachedTokens)
+	e.int("verified_tokens", p.VerifiedTokens)
+	if p.Shortened != "" {
+		e.str("shortened", p.Shortened)
+	}
+	if p.ShortenedTokens != 0 {
+		e.int("shortened_tokens", p.ShortenedTokens)
+	}
+	e.int("prefill_tokens", p.PrefillTokens)
+	e.int("decode_tokens", p.DecodeTokens)
+	e.int("load_bytes", p.LoadBytes)
+	if e.ok {
+		e.key("hit_rate")
+		e.b, e.ok = plainFloat(e.b, p.HitRate)
+	}
+	if len(p.Evicted) > 0 {
+		e.strs("evicted_sessions", p.Evicted)
+	}
+	return append(e.b, '}'), e.ok
+}

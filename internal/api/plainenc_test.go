@@ -13,7 +13,7 @@ import (
 
 // turnMessages are the four messages of a chat turn built from the fuzzed
 // values: a string, a float, an integer, a time and a count.
-func turnMessages(s string, f float64, n int64, t time.Time, k uint8) (PlanRequest, CommitSessionRequest, Plan, Session) {
+func turnMessages(s string, f float64, n int64, t time.Time, k uint8) (PlanRequest, CommitSessionRequest, Plan, Session, EnginePlan) {
 	cnt := int(k % 5)
 	ids := make([]uint32, cnt*7)
 	for i := range ids {
@@ -55,7 +55,12 @@ func turnMessages(s string, f float64, n int64, t time.Time, k uint8) (PlanReque
 	plan := Plan{PlanID: n, Stored: ranges, Fresh: ranges, CachedTokens: n, VerifiedTokens: -n, Shortened: s, ShortenedTokens: n % 7,
 		PrefillTokens: n, DecodeTokens: n, LoadBytes: n, HitRate: f, Evicted: strs, FreshFiles: files}
 	sess := Session{ID: s, Model: s, Tokens: n, Bytes: -n, LastUsed: t, Created: t.Add(-time.Hour), Ranges: ranges, HashedTokens: n}
-	return req, commit, plan, sess
+	eng := EnginePlan{KVCacheParams: KVCacheParams{ID: s, Stored: ranges, Fresh: ranges, LoadThreshold: n / 5}, PlanID: n, CachedTokens: n,
+		VerifiedTokens: n, Shortened: s, ShortenedTokens: n % 3, PrefillTokens: -n, DecodeTokens: n, LoadBytes: n, HitRate: f, Evicted: strs}
+	if k&128 != 0 {
+		eng.KVCacheParams.Flags = map[string]any{"a": 1.0}
+	}
+	return req, commit, plan, sess, eng
 }
 
 // FuzzPlainEncode: whatever the hand encoders of plainenc.go write is
@@ -74,7 +79,7 @@ func FuzzPlainEncode(f *testing.F) {
 		if k&1 != 0 {
 			tm = tm.In(time.FixedZone("x", int(n%50000)))
 		}
-		req, commit, plan, sess := turnMessages(s, fl, n, tm, k)
+		req, commit, plan, sess, eng := turnMessages(s, fl, n, tm, k)
 		check := func(name string, v any, got []byte, ok bool) {
 			want, err := json.Marshal(v)
 			if ok && (err != nil || !bytes.Equal(got, want)) {
@@ -89,6 +94,8 @@ func FuzzPlainEncode(f *testing.F) {
 		check("plan", plan, b, ok)
 		b, ok = AppendSessionJSON(nil, &sess)
 		check("session", sess, b, ok)
+		b, ok = AppendEnginePlanJSON(nil, &eng)
+		check("engine plan", eng, b, ok)
 	})
 }
 
@@ -96,7 +103,7 @@ func FuzzPlainEncode(f *testing.F) {
 // master and the client make them, are written by hand (a change that sent
 // them all to encoding/json would pass FuzzPlainEncode and lose the gain).
 func TestPlainEncodeTakesTurns(t *testing.T) {
-	req, commit, plan, sess := turnMessages("gd2fs://local/kv-sessions/s1/kv-1", 0.9, 1037, time.Now(), 2|32|4)
+	req, commit, plan, sess, eng := turnMessages("gd2fs://local/kv-sessions/s1/kv-1", 0.9, 1037, time.Now(), 2|32|4)
 	if _, ok := appendRequest(nil, req); !ok {
 		t.Error("a plan request is not written by hand")
 	}
@@ -108,5 +115,8 @@ func TestPlainEncodeTakesTurns(t *testing.T) {
 	}
 	if _, ok := AppendSessionJSON(nil, &sess); !ok {
 		t.Error("a session is not written by hand")
+	}
+	if _, ok := AppendEnginePlanJSON(nil, &eng); !ok {
+		t.Error("an engine plan is not written by hand")
 	}
 }

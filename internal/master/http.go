@@ -153,8 +153,8 @@ type answerBuf struct{ B []byte }
 
 var answers = sync.Pool{New: func() any { return &answerBuf{B: make([]byte, 0, 1024)} }}
 
-// plainAnswer appends the answers of a chat turn (a plan, a commit's
-// session) written by hand, to the bytes json.Encoder writes for them
+// plainAnswer appends the answers of a chat turn (a plan, an engine's
+// plan, a commit's session) written by hand, to the bytes json.Encoder writes for them
 // (api.AppendPlanJSON; FuzzPlainEncode in internal/api compares); false
 // for any other answer, or one with a value without a plain form.
 func plainAnswer(b []byte, v any) ([]byte, bool) {
@@ -164,6 +164,8 @@ func plainAnswer(b []byte, v any) ([]byte, bool) {
 		b, ok = api.AppendPlanJSON(b, &a)
 	case api.Session:
 		b, ok = api.AppendSessionJSON(b, &a)
+	case api.EnginePlan:
+		b, ok = api.AppendEnginePlanJSON(b, &a)
 	}
 	return append(b, '\n'), ok // as json.Encoder ends a value
 }

@@ -215,6 +215,7 @@ func TestPlainAnswerAsEncoder(t *testing.T) {
 		api.Plan{PlanID: 3, Stored: rs, Fresh: rs, HitRate: 0.5, FreshFiles: []api.File{{ID: 1, Path: "/kv-sessions/a/kv-1", Modified: now,
 			Chunks: []api.Chunk{{ID: 9, Replicas: []api.Replica{{Server: "s0", Addr: "127.0.0.1:1", Up: true}}}}}}},
 		api.Session{ID: "a", Model: "m", Tokens: 16, LastUsed: now, Created: now, Ranges: rs},
+		api.EnginePlan{KVCacheParams: api.KVCacheParams{ID: "a", Stored: rs, Fresh: []api.KVRange{}}, PlanID: 4, HitRate: 1},
 	} {
 		var want bytes.Buffer
 		if err := json.NewEncoder(&want).Encode(v); err != nil {
