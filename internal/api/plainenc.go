@@ -265,7 +265,7 @@ func appendRequest(b []byte, in any) ([]byte, bool) {
 	switch r := in.(type) {
 	case PlanRequest:
 		if b == nil {
-			b = make([]byte, 0, 128+11*len(r.TokenIDs)+(2*kvlayout.BlockHashSize+3)*len(r.BlockHashes))
+			b = make([]byte, 0, 128+8*len(r.TokenIDs)+(2*kvlayout.BlockHashSize+3)*len(r.BlockHashes))
 		}
 		return appendPlanRequest(b, &r)
 	case CommitSessionRequest:
@@ -286,27 +286,27 @@ func appendPlanRequest(b []byte, r *PlanRequest) ([]byte, bool) {
 	e.int("prompt_tokens", r.PromptTokens)
 	if len(r.TokenIDs) > 0 && e.ok {
 		e.key("token_ids")
-		e.b = append(e.b, '[')
+		b := append(e.b, '[')
 		for i, id := range r.TokenIDs {
 			if i > 0 {
-				e.b = append(e.b, ',')
+				b = append(b, ',')
 			}
-			e.b = strconv.AppendUint(e.b, uint64(id), 10)
+			b = strconv.AppendUint(b, uint64(id), 10)
 		}
-		e.b = append(e.b, ']')
+		e.b = append(b, ']')
 	}
 	if len(r.BlockHashes) > 0 && e.ok {
 		e.key("block_hashes")
-		e.b = append(e.b, '[')
+		b := append(e.b, '[')
 		for i, h := range r.BlockHashes {
 			if i > 0 {
-				e.b = append(e.b, ',')
+				b = append(b, ',')
 			}
-			e.b = append(e.b, '"')
-			e.b = hex.AppendEncode(e.b, h[:])
-			e.b = append(e.b, '"')
+			b = append(b, '"')
+			b = hex.AppendEncode(b, h[:])
+			b = append(b, '"')
 		}
-		e.b = append(e.b, ']')
+		e.b = append(b, ']')
 	}
 	if r.UnsafeCountOnly {
 		e.bool("unsafe_count_only", true)
