@@ -2,9 +2,12 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"reflect"
 	"strings"
 	"testing"
@@ -167,5 +170,48 @@ func BenchmarkAnswerDecode(b *testing.B) {
 				b.ReportMetric(float64(hand)/float64(ref), "x-encoding-json")
 			}
 		})
+	}
+}
+
+// spyPlan records whether Do decoded its answer by hand.
+type spyPlan struct {
+	Plan
+	byHand bool
+}
+
+func (s *spyPlan) decodePlain(b []byte) bool {
+	s.byHand = s.Plan.decodePlain(b)
+	return s.byHand
+}
+
+// TestDoDecodesAnswersByHand: Do hands a plan answer to the hand decoder,
+// which decodes what encoding/json decodes, and sends a plan request as
+// the bytes json.Marshal writes.
+func TestDoDecodesAnswersByHand(t *testing.T) {
+	req := PlanRequest{Model: "m", TokenIDs: []uint32{1, 2, 3}, DecodeTokens: 8}
+	want, err := json.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if b, err := io.ReadAll(r.Body); err != nil || !bytes.Equal(b, want) {
+			writeErrJSON(w, 400, Error{Error: "request body not as json.Marshal writes it", Code: "bad_request"}, false)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, planAnswer)
+	}))
+	defer srv.Close()
+	c := &Client{Base: srv.URL, RetryFor: -1}
+	var got spyPlan
+	if err := c.Do(context.Background(), "POST", "/v1/sessions/a/plan", req, &got); err != nil {
+		t.Fatal(err)
+	}
+	var ref Plan
+	if err := json.Unmarshal([]byte(planAnswer), &ref); err != nil {
+		t.Fatal(err)
+	}
+	if !got.byHand || !reflect.DeepEqual(got.Plan, ref) {
+		t.Fatalf("by hand: %v; decoded %+v, encoding/json %+v", got.byHand, got.Plan, ref)
 	}
 }

@@ -230,3 +230,28 @@ func TestPlainAnswerAsEncoder(t *testing.T) {
 		t.Fatal("an error answer was written by hand")
 	}
 }
+
+// spyCommit records whether decodeStrict decoded a body by hand.
+type spyCommit struct {
+	commitWire
+	byHand bool
+}
+
+func (s *spyCommit) decodePlain(b []byte) bool {
+	s.byHand = s.commitWire.decodePlain(b)
+	return s.byHand
+}
+
+// TestDecodeStrictByHand: readJSON's decoder hands a plain commit request
+// to its hand decoder, and one it turns down (an unknown field) to
+// encoding/json, which refuses it.
+func TestDecodeStrictByHand(t *testing.T) {
+	var s spyCommit
+	if err := decodeStrict([]byte(`{"plan_id":7,"written":true}`), &s); err != nil || !s.byHand || s.PlanID != 7 || !s.Written {
+		t.Fatalf("decoded %+v (by hand: %v), %v", s.commitWire, s.byHand, err)
+	}
+	s = spyCommit{}
+	if err := decodeStrict([]byte(`{"plan_id":7,"writen":true}`), &s); err == nil || s.byHand {
+		t.Fatalf("a misspelt field: by hand %v, error %v", s.byHand, err)
+	}
+}
