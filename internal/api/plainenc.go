@@ -269,6 +269,13 @@ func appendRequest(b []byte, in any) ([]byte, bool) {
 		}
 		return appendPlanRequest(b, &r)
 	case CommitSessionRequest:
+		if b == nil {
+			n := 0
+			if r.Fresh != nil {
+				n = len(*r.Fresh)
+			}
+			b = make([]byte, 0, 64+160*n)
+		}
 		return appendCommitRequest(b, &r)
 	}
 	return b, false
