@@ -409,9 +409,12 @@ const (
 func (c *Client) Do(ctx context.Context, method, path string, in, out any) error {
 	var body []byte
 	if in != nil {
-		var err error
-		if body, err = json.Marshal(in); err != nil {
-			return err
+		var ok bool
+		if body, ok = appendRequest(nil, in); !ok { // plainenc.go
+			var err error
+			if body, err = json.Marshal(in); err != nil {
+				return err
+			}
 		}
 	}
 	bases := c.bases()
@@ -535,7 +538,7 @@ func (c *Client) do1(ctx context.Context, base, method, path string, body []byte
 	if out == nil {
 		return done, nil
 	}
-	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+	if err := readAnswer(resp.Body, out); err != nil { // answerjson.go
 		// The master answered and then the connection broke: it did the work.
 		if idem := Idempotent(method, path); idem {
 			return unknown, errs.New(errs.ErrUnavailable, "master %s: answer to %s %s cut short: %w", base, method, path, err)

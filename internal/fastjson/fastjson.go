@@ -7,6 +7,11 @@
 // so a request decodes exactly as it did and a bad one gets encoding/json's
 // error (FuzzPlanWire in internal/master and FuzzParseIDs in
 // internal/router compare the two).
+//
+// Scanner (scan.go) does the same for whole small messages of fixed shape
+// — the plan and commit requests and answers of a chat turn — read one
+// value at a time by hand decoders in internal/api and internal/master
+// (FuzzAnswerDecode and FuzzPlanWire compare those with encoding/json).
 package fastjson
 
 func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }

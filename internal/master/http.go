@@ -8,7 +8,9 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"reflect"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/gd2fs/gd2fs/errs"
@@ -71,8 +73,13 @@ func readJSON(r *http.Request, v any) error {
 	return decodeStrict(b, v)
 }
 
-// decodeStrict decodes exactly one non-null JSON value from b into v.
+// decodeStrict decodes exactly one non-null JSON value from b into v: by
+// v's hand decoder when it has one (planjson.go), v is a zero value and b
+// is in its plain form, else by encoding/json.
 func decodeStrict(b []byte, v any) error {
+	if pd, ok := v.(plainDecoder); ok && reflect.ValueOf(v).Elem().IsZero() && pd.decodePlain(b) {
+		return nil
+	}
 	if t := bytes.TrimSpace(b); len(t) == 0 || bytes.Equal(t, []byte("null")) {
 		return errs.New(errs.ErrBadRequest, "bad JSON body: want an object, got %q", t)
 	}
@@ -128,7 +135,39 @@ func checkLinkChunks(size, chunkSize int64) error {
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
+	buf := answers.Get().(*answerBuf)
+	if b, ok := plainAnswer(buf.B[:0], v); ok {
+		w.Write(b)
+		if cap(b) <= 64<<10 { // a large buffer is not kept
+			buf.B = b[:0]
+			answers.Put(buf)
+		}
+		return
+	}
+	answers.Put(buf)
 	json.NewEncoder(w).Encode(v)
+}
+
+// answerBuf is a pooled buffer of writeJSON's.
+type answerBuf struct{ B []byte }
+
+var answers = sync.Pool{New: func() any { return &answerBuf{B: make([]byte, 0, 1024)} }}
+
+// plainAnswer appends the answers of a chat turn (a plan, an engine's
+// plan, a commit's session) written by hand, to the bytes json.Encoder writes for them
+// (api.AppendPlanJSON; FuzzPlainEncode in internal/api compares); false
+// for any other answer, or one with a value without a plain form.
+func plainAnswer(b []byte, v any) ([]byte, bool) {
+	var ok bool
+	switch a := v.(type) {
+	case api.Plan:
+		b, ok = api.AppendPlanJSON(b, &a)
+	case api.Session:
+		b, ok = api.AppendSessionJSON(b, &a)
+	case api.EnginePlan:
+		b, ok = api.AppendEnginePlanJSON(b, &a)
+	}
+	return append(b, '\n'), ok // as json.Encoder ends a value
 }
 
 func writeErr(w http.ResponseWriter, err error) {

@@ -98,3 +98,112 @@ func parseHashes(b []byte) ([]kvlayout.BlockHash, bool) {
 		return h, i + w + 2, true
 	})
 }
+
+// Whole requests decode by hand, too, in their plain form: encoding/json's
+// Decoder scans every byte of a body before it decodes it and reflects on
+// each field, several per cent of the master's CPU under chat turns even
+// with the arrays parsed by hand. decodeStrict tries a request's hand
+// decoder first; one that turns the body down (any escape, null, unknown
+// or repeated key, flags, anything after the value) leaves it to
+// encoding/json, which gives the same request or the same error
+// (FuzzPlanWire compares them).
+
+// plainDecoder is a request type with a hand decoder of its plain form.
+type plainDecoder interface {
+	// decodePlain decodes b, the whole body, into the receiver when b is
+	// in the plain form, and says whether it did; it leaves the receiver
+	// as it was when not.
+	decodePlain(b []byte) bool
+}
+
+// decodePlain implements plainDecoder.
+func (w *planWire) decodePlain(b []byte) bool {
+	s := fastjson.NewScanner(b)
+	var v planWire
+	var seen uint64
+	s.Object(func(k []byte) {
+		switch string(k) {
+		case "model":
+			s.Seen(&seen, 0)
+			v.Model = s.String()
+		case "prefixes":
+			s.Seen(&seen, 1)
+			v.Prefixes = []string{}
+			s.Array(func() { v.Prefixes = append(v.Prefixes, s.String()) })
+		case "prompt_tokens":
+			s.Seen(&seen, 2)
+			v.PromptTokens = s.Int()
+		case "token_ids":
+			s.Seen(&seen, 3)
+			ids, ok := fastjson.Uint32s(s.Span())
+			if !ok {
+				s.Fail()
+			}
+			v.TokenIDs = ids
+		case "block_hashes":
+			s.Seen(&seen, 4)
+			hs, ok := parseHashes(s.Span())
+			if !ok {
+				s.Fail()
+			}
+			v.BlockHashes = hs
+		case "unsafe_count_only":
+			s.Seen(&seen, 5)
+			v.UnsafeCountOnly = s.Bool()
+		case "decode_tokens":
+			s.Seen(&seen, 6)
+			v.DecodeTokens = s.Int()
+		case "new_file":
+			s.Seen(&seen, 7)
+			v.NewFile = s.Bool()
+		case "format":
+			s.Seen(&seen, 8)
+			v.Format = s.String()
+		case "load_threshold":
+			s.Seen(&seen, 9)
+			v.LoadThreshold = s.Int()
+		default: // flags (any JSON scalars) and unknown keys
+			s.Fail()
+		}
+	})
+	if !s.End() {
+		return false
+	}
+	*w = v
+	return true
+}
+
+// commitWire is api.CommitSessionRequest as the master decodes it.
+type commitWire struct {
+	api.CommitSessionRequest
+}
+
+// decodePlain implements plainDecoder: a plan id, written, and an
+// engine's saved fresh_kvcache (its kvcache_params are left to
+// encoding/json: an engine's own, decoded leniently).
+func (w *commitWire) decodePlain(b []byte) bool {
+	s := fastjson.NewScanner(b)
+	var v commitWire
+	var seen uint64
+	s.Object(func(k []byte) {
+		switch string(k) {
+		case "plan_id":
+			s.Seen(&seen, 0)
+			v.PlanID = s.Int()
+		case "fresh_kvcache":
+			s.Seen(&seen, 1)
+			rs := api.ScanKVRanges(s)
+			v.Fresh = &rs
+		case "written":
+			s.Seen(&seen, 2)
+			v.Written = s.Bool()
+		default:
+			s.Fail()
+		}
+	})
+	if !s.End() {
+		return false
+	}
+	*w = v
+	return true
+}

@@ -1,19 +1,22 @@
 package master
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"reflect"
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gd2fs/gd2fs/internal/api"
 	"github.com/gd2fs/gd2fs/kvlayout"
 )
 
-// FuzzPlanWire: a plan request (or a batch of them) decodes through the
-// hand parsers of planjson.go exactly as through encoding/json: the same
+// FuzzPlanWire: a plan request (or a batch of them, or a commit request)
+// decodes through the hand parsers of planjson.go exactly as through
+// encoding/json: the same
 // request, or an error where it gave one. The seeds run in every `go test`;
 // `go test -fuzz FuzzPlanWire ./internal/master` explores.
 func FuzzPlanWire(f *testing.F) {
@@ -42,6 +45,13 @@ func FuzzPlanWire(f *testing.F) {
 		`{"model":"m","prompt_tokens":3,"decode_tokens":4,"prefixes":["/p"],"flags":{"a":1},"bogus":1}`,
 		`{"plans":[{"session":"a","plan":{"model":"m","token_ids":[7,8]}}]}`,
 		`{"plans":[{"session":"a","request_id":"r","plan":{"model":"m","token_ids":[7,08]}}]}`,
+		`{"model":"m","prefixes":["/p","gd2fs://local/p"],"prompt_tokens":-3,"token_ids":[1],"unsafe_count_only":true,"decode_tokens":4,"new_file":false,"format":"vllm","load_threshold":9}`,
+		`{"model":"m","prefixes":[]}`, `{"model":"m","prefixes":null}`, `{"model":"m","prefixes":["a",]}`, `{"model":"m\u0041"}`,
+		`{"model":"m","MODEL":"n"}`, `{"model":"m","model":"n"}`, `{"model":"m"} {}`, `{"model":"m"}x`, `{"model":"m","token_ids":[1,[2]]}`,
+		`{"model":"m","token_ids":[1]]}`, `{"model":"m","block_hashes":["]"]}`, `{"model":"m","new_file":1}`, `{"model":"m","flags":{"a":true}}`,
+		`{"plan_id":7,"written":true}`, `{"plan_id":7,"written":null}`, `{"plan_id":7,"fresh_kvcache":[]}`, `{"plan_id":7,"fresh_kvcache":null}`,
+		`{"fresh_kvcache":[{"token_start":0,"token_length":16,"kv_uri":"gd2fs://local/kv-sessions/a/kv-1","kv_start":0,"kv_length":4096}]}`,
+		`{"fresh_kvcache":[{"token_start":0,"bogus":1}]}`, `{"kvcache_params":{"id":"a","fresh_kvcache":[],"x":1}}`, `{"plan_id":7,"plan_id":8}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -63,6 +73,15 @@ func FuzzPlanWire(f *testing.F) {
 		}
 		if errW == nil && !reflect.DeepEqual(wantB, gotB.request()) {
 			t.Fatalf("%q: encoding/json decodes %+v, planBatchWire %+v", b, wantB, gotB.request())
+		}
+		var wantC api.CommitSessionRequest
+		var gotC commitWire
+		errW, errG = decodeStrict(b, &wantC), decodeStrict(b, &gotC)
+		if (errW == nil) != (errG == nil) {
+			t.Fatalf("%q: encoding/json says %v, commitWire %v", b, errW, errG)
+		}
+		if errW == nil && !reflect.DeepEqual(wantC, gotC.CommitSessionRequest) {
+			t.Fatalf("%q: encoding/json decodes %+v, commitWire %+v", b, wantC, gotC.CommitSessionRequest)
 		}
 	})
 }
@@ -146,6 +165,143 @@ func TestPlanWireCommasAllocateNothing(t *testing.T) {
 		})
 		if wireN > 2*refN {
 			t.Errorf("%s: the plan decoder allocated %d MiB for a bad %d-byte body that encoding/json refuses with %d MiB", name, wireN>>20, len(body), refN>>20)
+		}
+	}
+}
+
+// TestPlainRequestsByHand: the requests a chat turn sends (a plan with
+// token ids or block hashes, a commit) take the hand decoders — a change
+// that sent them all to encoding/json would pass FuzzPlanWire and lose the
+// gain — and decode to what was sent.
+func TestPlainRequestsByHand(t *testing.T) {
+	ids := []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17}
+	saved := []api.KVRange{{TokenStart: 16, TokenLength: 16, KVURI: "gd2fs://local/kv-sessions/a/kv-1", KVStart: 4096, KVLength: 4096}}
+	for _, c := range []struct {
+		in  any
+		out plainDecoder
+	}{
+		{api.PlanRequest{Model: "m", TokenIDs: ids, DecodeTokens: 4, Prefixes: []string{"/p"}}, new(planWire)},
+		{api.PlanRequest{Model: "m", BlockHashes: kvlayout.BlockHashes(ids, 16), Format: "vllm", LoadThreshold: 2}, new(planWire)},
+		{api.CommitSessionRequest{PlanID: 7, Written: true}, new(commitWire)},
+		{api.CommitSessionRequest{PlanID: 7, Fresh: &saved}, new(commitWire)},
+	} {
+		b, err := json.Marshal(c.in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !c.out.decodePlain(b) {
+			t.Fatalf("%s is not decoded by hand", b)
+		}
+		var got any
+		switch w := c.out.(type) {
+		case *planWire:
+			got = w.request()
+		case *commitWire:
+			got = w.CommitSessionRequest
+		}
+		if !reflect.DeepEqual(got, c.in) {
+			t.Fatalf("%s decoded by hand as %+v", b, got)
+		}
+	}
+}
+
+// TestPlainAnswerAsEncoder: writeJSON's hand-written plan and session
+// answers are the bytes json.Encoder wrote for them, newline included,
+// and other answers are left to it.
+func TestPlainAnswerAsEncoder(t *testing.T) {
+	now := time.Now()
+	rs := []api.KVRange{{TokenStart: 0, TokenLength: 16, KVURI: "gd2fs://local/kv-sessions/a/kv-1", KVStart: 0, KVLength: 4096}}
+	for _, v := range []any{
+		api.Plan{PlanID: 3, Stored: rs, Fresh: rs, HitRate: 0.5, FreshFiles: []api.File{{ID: 1, Path: "/kv-sessions/a/kv-1", Modified: now,
+			Chunks: []api.Chunk{{ID: 9, Replicas: []api.Replica{{Server: "s0", Addr: "127.0.0.1:1", Up: true}}}}}}},
+		api.Session{ID: "a", Model: "m", Tokens: 16, LastUsed: now, Created: now, Ranges: rs},
+		api.EnginePlan{KVCacheParams: api.KVCacheParams{ID: "a", Stored: rs, Fresh: []api.KVRange{}}, PlanID: 4, HitRate: 1},
+	} {
+		var want bytes.Buffer
+		if err := json.NewEncoder(&want).Encode(v); err != nil {
+			t.Fatal(err)
+		}
+		got, ok := plainAnswer(nil, v)
+		if !ok || !bytes.Equal(got, want.Bytes()) {
+			t.Fatalf("%T written by hand as %q (%v), json.Encoder writes %q", v, got, ok, want.Bytes())
+		}
+	}
+	if _, ok := plainAnswer(nil, api.Error{Error: "x", Code: "y"}); ok {
+		t.Fatal("an error answer was written by hand")
+	}
+}
+
+// spyCommit records whether decodeStrict decoded a body by hand.
+type spyCommit struct {
+	commitWire
+	byHand bool
+}
+
+func (s *spyCommit) decodePlain(b []byte) bool {
+	s.byHand = s.commitWire.decodePlain(b)
+	return s.byHand
+}
+
+// TestDecodeStrictByHand: readJSON's decoder hands a plain commit request
+// to its hand decoder, and one it turns down (an unknown field) to
+// encoding/json, which refuses it.
+func TestDecodeStrictByHand(t *testing.T) {
+	var s spyCommit
+	if err := decodeStrict([]byte(`{"plan_id":7,"written":true}`), &s); err != nil || !s.byHand || s.PlanID != 7 || !s.Written {
+		t.Fatalf("decoded %+v (by hand: %v), %v", s.commitWire, s.byHand, err)
+	}
+	s = spyCommit{}
+	if err := decodeStrict([]byte(`{"plan_id":7,"writen":true}`), &s); err == nil || s.byHand {
+		t.Fatalf("a misspelt field: by hand %v, error %v", s.byHand, err)
+	}
+}
+
+// BenchmarkAnswerEncode writes a plan answer (with its fresh file) and a
+// commit answer, by json.Encoder (the reference, what writeJSON did
+// before) and by plainAnswer, and reports the ratio.
+//
+//	go test -run '^$' -bench AnswerEncode ./internal/master
+func BenchmarkAnswerEncode(b *testing.B) {
+	now := time.Now()
+	rs := []api.KVRange{{TokenStart: 0, TokenLength: 1800, KVURI: "gd2fs://local/kv-sessions/s1/kv-1", KVStart: 0, KVLength: 460800}}
+	fresh := []api.KVRange{{TokenStart: 1800, TokenLength: 200, KVURI: "gd2fs://local/kv-sessions/s1/kv-1", KVStart: 460800, KVLength: 51200}}
+	for _, c := range []struct {
+		name string
+		v    any
+	}{
+		{"plan", api.Plan{PlanID: 1037, Stored: rs, Fresh: fresh, CachedTokens: 1800, VerifiedTokens: 1800, PrefillTokens: 200, LoadBytes: 460800, HitRate: 0.9,
+			FreshFiles: []api.File{{ID: 2, Path: "/kv-sessions/s1/kv-1", Pool: "perf", ChunkSize: 16 << 20, Modified: now,
+				Chunks: []api.Chunk{{ID: 3, Replicas: []api.Replica{{Server: "server-2", Addr: "127.0.0.1:46255", Up: true}}}}}}}},
+		{"session", api.Session{ID: "s1", Model: "bench-small", Tokens: 2000, Bytes: 512000, LastUsed: now, Created: now, Ranges: rs, HashedTokens: 2000}},
+	} {
+		var ref, hand float64
+		b.Run(c.name+"/encoding-json", func(b *testing.B) {
+			var w bytes.Buffer
+			for b.Loop() {
+				w.Reset()
+				if err := json.NewEncoder(&w).Encode(c.v); err != nil {
+					b.Fatal(err)
+				}
+			}
+			ref = float64(b.Elapsed()) / float64(b.N)
+		})
+		b.Run(c.name+"/by-hand", func(b *testing.B) {
+			var w bytes.Buffer
+			for b.Loop() {
+				w.Reset()
+				buf := answers.Get().(*answerBuf)
+				out, ok := plainAnswer(buf.B[:0], c.v)
+				if !ok {
+					b.Fatal("not plain")
+				}
+				w.Write(out)
+				buf.B = out[:0]
+				answers.Put(buf)
+			}
+			hand = float64(b.Elapsed()) / float64(b.N)
+		})
+		if hand > 0 {
+			fmt.Printf("BenchmarkAnswerEncode %s: by hand takes %.2fx json.Encoder's time\n", c.name, hand/ref)
 		}
 	}
 }

@@ -315,10 +315,11 @@ func checkURISafe(id string) error {
 
 // commitSession records a plan, or what its engine saved (docs/api.md).
 func (m *Master) commitSession(r *http.Request) (any, error) {
-	var req api.CommitSessionRequest
-	if err := readJSON(r, &req); err != nil {
+	var wire commitWire // planjson.go
+	if err := readJSON(r, &wire); err != nil {
 		return nil, err
 	}
+	req := wire.CommitSessionRequest
 	in := meta.CommitInput{Session: r.PathValue("id"), PlanID: req.PlanID, Written: req.Written, Now: time.Now()}
 	var saved []api.KVRange
 	switch {
