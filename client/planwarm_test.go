@@ -103,6 +103,9 @@ func TestPlanWarmsStoredRanges(t *testing.T) {
 	if asked == 0 || started == 0 {
 		t.Fatalf("master asked %d chunk copies, the server started %d", asked, started)
 	}
+	if c.Master.PlanWarmFromMemory() == 0 {
+		t.Fatal("the leading master read the session file's chunks for warming from SQL, not from its memory")
+	}
 	// Not pinned: the warmed chunk leaves DRAM like any other.
 	c.Master.SetPlanWarm(false)
 	evict()

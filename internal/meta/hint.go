@@ -1,0 +1,35 @@
+package meta
+
+import "slices"
+
+// ChunkHinter is implemented by stores that can tell a file's chunks from
+// the leader's memory (the session table's files, cache.go) without
+// reading SQL: for hints only, such as the master warming a plan's stored
+// ranges, where a chunk missing or a replica list just moved costs one
+// useless or missed copy into DRAM, never a wrong answer.
+type ChunkHinter interface {
+	// HintChunks returns path's file and the chunks memory holds of it,
+	// ordered by index; ok false when memory does not hold the file (the
+	// caller reads SQL). Memory may hold fewer chunks, or shorter ones,
+	// than SQL; a file whose replicas moved is dropped from it.
+	HintChunks(path string) (f File, cs []Chunk, ok bool)
+}
+
+func (s *sqlStore) HintChunks(path string) (File, []Chunk, bool) {
+	s.wb.mu.Lock()
+	defer s.wb.mu.Unlock()
+	if !s.fastReady() {
+		return File{}, nil, false
+	}
+	cf, ok := s.cache.files[path]
+	if !ok {
+		return File{}, nil, false
+	}
+	cs := make([]Chunk, 0, len(cf.chunks))
+	for _, c := range cf.chunks {
+		c.Replicas = slices.Clone(c.Replicas)
+		cs = append(cs, c)
+	}
+	slices.SortFunc(cs, func(a, b Chunk) int { return int(a.Index - b.Index) })
+	return cf.file, cs, true
+}
