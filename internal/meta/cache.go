@@ -71,7 +71,8 @@ type cachedSession struct {
 	lastPlan int64
 	forkReq  string
 	// lastUsed and created (Unix ns) and bytes (reserved in the files the
-	// session owns): what a commit answered from memory reports.
+	// session owns): what a commit answered from memory reports. lastUsed
+	// counts the outstanding plans' creation (lastUsedCol).
 	lastUsed, created, bytes int64
 }
 
@@ -269,11 +270,13 @@ func (s *sqlStore) loadSession(ctx context.Context, x execer, id string) (*cache
 		return nil, ok, err
 	}
 	e := &cachedSession{row: row}
-	if err := x.QueryRowContext(ctx, s.q(`SELECT last_plan, fork_request, last_used, created,
+	var planUsed int64
+	if err := x.QueryRowContext(ctx, s.q(`SELECT last_plan, fork_request, last_used, `+lastUsedCol+`, created,
 		(SELECT COALESCE(SUM(reserved), 0) FROM kv_files WHERE session_id = kv_sessions.id) FROM kv_sessions WHERE id = ?`), id).
-		Scan(&e.lastPlan, &e.forkReq, &e.lastUsed, &e.created, &e.bytes); err != nil {
+		Scan(&e.lastPlan, &e.forkReq, &e.lastUsed, &planUsed, &e.created, &e.bytes); err != nil {
 		return nil, false, wrapDB(err)
 	}
+	e.lastUsed = max(e.lastUsed, planUsed)
 	if e.ranges, err = s.rangesTx(ctx, x, id); err != nil {
 		return nil, false, err
 	}

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -134,6 +135,7 @@ func TestConformance(t *testing.T) {
 				{"expire-unsealed", testExpireUnsealed},
 				{"sessions", testSessions},
 				{"session-quota", testSessionQuota},
+				{"session-last-use", testSessionLastUse},
 				{"session-engine", testSessionEngine},
 				{"session-content", testSessionContent},
 				{"session-repeats", testSessionRepeats},
@@ -592,6 +594,66 @@ func testSessionQuota(t *testing.T, s Store) {
 	if _, err := s.Session(ctx, "next"); err != nil {
 		t.Fatalf("session with a plan outstanding was evicted: %v", err)
 	}
+}
+
+// testSessionLastUse: a plan writes no last_used of its own (lastUsedCol),
+// yet it is its session's last use: in the Session answer while it is
+// outstanding, and in the quota's LRU order once it expired uncommitted.
+func testSessionLastUse(t *testing.T, s Store) {
+	ctx := context.Background()
+	s.PutLayout(ctx, llama)
+	quota := 5 * llama.PageBytes()
+	t0 := now
+	turn := func(id string, tokens int64, at time.Time, commit bool) Plan {
+		t.Helper()
+		in := planIn(id, tokens)
+		in.Quota, in.Now = quota, at
+		p, err := s.PlanSession(ctx, in)
+		if err != nil {
+			t.Fatalf("plan %s: %v", id, err)
+		}
+		if commit {
+			written(t, s, p)
+			if _, err := s.CommitSession(ctx, CommitInput{Session: id, PlanID: p.ID, Now: at}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return p
+	}
+	lastUse := func(id string, want time.Time) {
+		t.Helper()
+		got, err := s.Session(ctx, id)
+		if err != nil || !got.LastUsed.Equal(want) {
+			t.Fatalf("session %s last used %v (%v), want %v", id, got.LastUsed, err, want)
+		}
+		list, err := s.Sessions(ctx, "", 10)
+		i := slices.IndexFunc(list, func(x Session) bool { return x.ID == id })
+		if err != nil || i < 0 || !list[i].LastUsed.Equal(want) {
+			t.Fatalf("sessions list %+v (%v), want %s last used %v", list, err, id, want)
+		}
+	}
+	turn("a", 32, t0, true)                  // 2 pages
+	turn("b", 32, t0.Add(time.Second), true) // 2 pages
+	lastUse("a", t0)
+	// a plans again (1 page: at quota) and never commits.
+	turn("a", 48, t0.Add(2*time.Second), false)
+	lastUse("a", t0.Add(2*time.Second))
+	lastUse("b", t0.Add(time.Second))
+	// c's plan comes after the TTL: a's plan expires (its reservation stays
+	// in a's file), and c's page must evict the least recently used: b,
+	// planned last before a's plan.
+	c := turn("c", 16, t0.Add(2*time.Second+time.Hour+time.Second), false)
+	if len(c.Evicted) != 1 || c.Evicted[0] != "b" {
+		t.Fatalf("evicted %q, want b (a was last used by its expired plan)", c.Evicted)
+	}
+	lastUse("a", t0.Add(2*time.Second))
+	// A commit keeps the later time of a plan still outstanding.
+	turn("c", 16, t0.Add(time.Hour+5*time.Second), false)
+	written(t, s, c)
+	if _, err := s.CommitSession(ctx, CommitInput{Session: "c", PlanID: c.ID, Now: t0.Add(time.Hour + 4*time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	lastUse("c", t0.Add(time.Hour+5*time.Second))
 }
 
 func testLead(t *testing.T, s Store) {

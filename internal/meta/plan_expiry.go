@@ -57,6 +57,14 @@ func (s *sqlStore) expirePlansTx(ctx context.Context, tx *sql.Tx, dir string, be
 	if err != nil {
 		return err
 	}
+	// A plan wrote no last_used of its own (lastUsedCol): its session
+	// keeps the plan's time as its last use when the plan goes, so the
+	// quota's LRU order is the one it was while the plan was outstanding.
+	if _, err := tx.ExecContext(ctx, s.q(`UPDATE kv_sessions SET last_used = (SELECT MAX(created) FROM kv_plans WHERE session_id = kv_sessions.id AND created < ?)
+		WHERE id IN (SELECT session_id FROM kv_plans WHERE created < ?)
+		AND last_used < (SELECT MAX(created) FROM kv_plans WHERE session_id = kv_sessions.id AND created < ?)`), before, before, before); err != nil {
+		return wrapDB(err)
+	}
 	if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM kv_plans WHERE created < ?`), before); err != nil {
 		return wrapDB(err)
 	}

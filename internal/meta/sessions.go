@@ -155,6 +155,16 @@ var sessionSchema = []string{
 	`CREATE INDEX IF NOT EXISTS kv_plans_session ON kv_plans (session_id)`,
 }
 
+// lastUsedCol is, in a query of kv_sessions, the latest created of the
+// session's outstanding plans (0 if none). A session's last use is the
+// later of this and its last_used column: a plan writes no last_used of its
+// own (its row says when it was made), which spares the write-behind flush
+// the session's row and LRU index entry a turn; its commit writes
+// last_used, and so does an expiry that deletes it (expirePlansTx). The
+// quota's victim query needs no plans: it never picks a session with one
+// outstanding.
+const lastUsedCol = `(SELECT COALESCE(MAX(created), 0) FROM kv_plans WHERE session_id = kv_sessions.id)`
+
 // The quota's two queries (enforceQuotaTx); TestQuotaQueriesUseIndexes
 // checks that neither reads a whole table, whatever the sessions.
 const (
@@ -530,9 +540,8 @@ func (s *sqlStore) PlanSession(ctx context.Context, in PlanInput) (Plan, error) 
 		}
 		s.cache.addPlan(p.ID, &cachedPlan{session: in.Session, fr: fr, base: sess.version, hashFrom: hashFrom, hashes: hashes, planned: planned,
 			split: split, requestID: in.RequestID, answer: answer, created: now})
-		if _, err = tx.ExecContext(ctx, s.q(`UPDATE kv_sessions SET last_used = ? WHERE id = ?`), now, in.Session); err != nil {
-			return wrapDB(err)
-		}
+		// No last_used update: the plan row's created is the session's
+		// last use while it is outstanding (lastUsedCol).
 		return s.afterSlowPlan(ctx, tx, in, p, fr.Path) // writebehind.go
 	})
 	return p, err
@@ -1028,14 +1037,18 @@ func computeCommit(l Layout, e *cachedSession, keep int64, fresh []Range, pc pla
 // transaction, or into the write-behind log (writebehind.go).
 type execFn func(q string, args ...any) error
 
-// replaceRanges writes change ch of session id (entry e), cut at token
-// keep: only the range rows that change, the session's tokens and hashes,
-// its version counted up and plan recorded as its last commit. It returns
-// the session's new entry.
+// replaceRanges writes change ch of session id (entry e, equal to SQL),
+// cut at token keep: only the range rows that change, the session's tokens
+// and hashes, its version counted up and plan recorded as its last commit.
+// It returns the session's new entry.
 func (s *sqlStore) replaceRanges(exec execFn, id string, e *cachedSession, plan, keep int64, ch commitChange, now time.Time) (*cachedSession, error) {
 	ranges := e.ranges
-	if err := exec(`DELETE FROM kv_ranges WHERE session_id = ? AND token_start >= ?`, id, keep); err != nil {
-		return nil, err
+	// A turn that only appends (keep at the session's end) has no range
+	// row to delete: the statement would only cost the flush a seek.
+	if n := len(ranges); n > 0 && ranges[n-1].TokenStart >= keep {
+		if err := exec(`DELETE FROM kv_ranges WHERE session_id = ? AND token_start >= ?`, id, keep); err != nil {
+			return nil, err
+		}
 	}
 	for i, r := range ch.next {
 		var err error
@@ -1051,13 +1064,16 @@ func (s *sqlStore) replaceRanges(exec execFn, id string, e *cachedSession, plan,
 			return nil, err
 		}
 	}
+	// e.lastUsed counts the session's outstanding plans (lastUsedCol), so
+	// this last_used stays their latest too once the plan's row goes.
+	used := max(now.UnixNano(), e.lastUsed)
 	if err := exec(`UPDATE kv_sessions SET tokens = ?, version = ?, last_used = ?, hashes = ?, hashed_tokens = ?, last_plan = ? WHERE id = ?`,
-		ch.tokens, e.row.version+1, now.UnixNano(), encodeHashes(ch.hashes), ch.hashed, plan, id); err != nil {
+		ch.tokens, e.row.version+1, used, encodeHashes(ch.hashes), ch.hashed, plan, id); err != nil {
 		return nil, err
 	}
 	n := *e
 	n.row.tokens, n.row.version, n.row.hashes, n.row.hashed = ch.tokens, e.row.version+1, ch.hashes, ch.hashed
-	n.ranges, n.lastPlan, n.lastUsed = ch.next, plan, now.UnixNano()
+	n.ranges, n.lastPlan, n.lastUsed = ch.next, plan, used
 	return &n, nil
 }
 
@@ -1119,10 +1135,11 @@ func (s *sqlStore) Session(ctx context.Context, id string) (Session, error) {
 		return Session{}, err
 	}
 	out := Session{ID: id}
-	var lu, cr int64
-	err := s.db.QueryRowContext(ctx, s.q(`SELECT model, tokens, last_used, created, hashed_tokens,
+	var lu, pu, cr int64
+	err := s.db.QueryRowContext(ctx, s.q(`SELECT model, tokens, last_used, `+lastUsedCol+`, created, hashed_tokens,
 		(SELECT COALESCE(SUM(reserved), 0) FROM kv_files WHERE session_id = kv_sessions.id) FROM kv_sessions WHERE id = ?`), id).
-		Scan(&out.Model, &out.Tokens, &lu, &cr, &out.HashedTokens, &out.Bytes)
+		Scan(&out.Model, &out.Tokens, &lu, &pu, &cr, &out.HashedTokens, &out.Bytes)
+	lu = max(lu, pu)
 	if errors.Is(err, sql.ErrNoRows) {
 		return out, errs.New(errs.ErrNotFound, "no session %s", id)
 	}
@@ -1141,7 +1158,7 @@ func (s *sqlStore) Sessions(ctx context.Context, after string, limit int) ([]Ses
 	if err := s.barrier(ctx); err != nil { // writebehind.go
 		return nil, err
 	}
-	rows, err := s.db.QueryContext(ctx, s.q(`SELECT id, model, tokens, last_used, created, hashed_tokens,
+	rows, err := s.db.QueryContext(ctx, s.q(`SELECT id, model, tokens, last_used, `+lastUsedCol+`, created, hashed_tokens,
 		(SELECT COALESCE(SUM(reserved), 0) FROM kv_files WHERE session_id = kv_sessions.id)
 		FROM kv_sessions WHERE id > ? ORDER BY id LIMIT ?`), after, limit)
 	if err != nil {
@@ -1151,10 +1168,11 @@ func (s *sqlStore) Sessions(ctx context.Context, after string, limit int) ([]Ses
 	var out []Session
 	for rows.Next() {
 		var x Session
-		var lu, cr int64
-		if err := rows.Scan(&x.ID, &x.Model, &x.Tokens, &lu, &cr, &x.HashedTokens, &x.Bytes); err != nil {
+		var lu, pu, cr int64
+		if err := rows.Scan(&x.ID, &x.Model, &x.Tokens, &lu, &pu, &cr, &x.HashedTokens, &x.Bytes); err != nil {
 			return nil, wrapDB(err)
 		}
+		lu = max(lu, pu)
 		x.LastUsed, x.Created = time.Unix(0, lu).UTC(), time.Unix(0, cr).UTC()
 		out = append(out, x)
 	}

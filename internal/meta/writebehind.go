@@ -140,14 +140,13 @@ type writeBehind struct {
 // statement that a later one of the same log makes useless is dropped
 // (its q set to "") instead of written, which saves the flush — the
 // leader's bottleneck — the statement and the pages it dirties. The
-// quota's counter gets one statement a log, not one a plan; a plan's
-// last_used update goes when its session's commit (or next plan) in the
-// same log sets last_used again; a plan row inserted and deleted by its
-// commit in the same log (window mode: a flush in progress lets both
-// queue) is neither; a file's reservation is set once, to its last value.
-// In flush mode an operation is answered only after its log is written,
-// so a plan and its commit never share a log: there only the counter
-// shrinks.
+// quota's counter gets one statement a log, not one a plan; a plan row
+// inserted and deleted by its commit in the same log (window mode: a flush
+// in progress lets both queue) is neither; a file's reservation is set
+// once, to its last value. In flush mode an operation is answered only
+// after its log is written, so a plan and its commit never share a log:
+// there only the counter shrinks. (A plan writes no last_used at all: its
+// row's created is the session's last use until its commit; lastUsedCol.)
 type wlog struct {
 	stmts []stmt
 	ops   int
@@ -156,10 +155,8 @@ type wlog struct {
 	// reserved is what the log's plans add to counters.kv_reserved.
 	reserved int64
 	// The statement (index in stmts) that a later one may make useless:
-	// the reservation set per file path, the last_used-only update per
-	// session, the plan row inserted per plan id.
+	// the reservation set per file path, the plan row inserted per plan id.
 	fileStmt map[string]int
-	usedStmt map[string]int
 	planStmt map[int64]int
 	// dead counts the statements dropped, reserves the reservations (each
 	// wrote its own counter update before); written and dropped: what
@@ -206,13 +203,6 @@ func (l *wlog) reserve(s *sqlStore, path string, n, add int64) {
 	keep(l, &l.fileStmt, path)
 	l.reserved += add
 	l.reserves++
-}
-
-// used sets session id's last_used alone (a plan).
-func (l *wlog) used(s *sqlStore, id string, now int64) {
-	drop(l, l.usedStmt, id)
-	l.add(s, `UPDATE kv_sessions SET last_used = ? WHERE id = ?`, now, id)
-	keep(l, &l.usedStmt, id)
 }
 
 // live is what the log writes: its statements that are still needed, and
@@ -552,7 +542,10 @@ func (s *sqlStore) planMem(in PlanInput) (Plan, bool) {
 	}
 	lg := s.wb.log
 	ne := *e
-	ne.lastUsed = now
+	// The plan's row is the session's last use in SQL (lastUsedCol): no
+	// statement of its own on the session's row and LRU index entry,
+	// which its commit rewrites anyway.
+	ne.lastUsed = max(e.lastUsed, now)
 	if f != nil {
 		f.reserved += fr.KVLength
 		ne.bytes += fr.KVLength
@@ -563,7 +556,6 @@ func (s *sqlStore) planMem(in PlanInput) (Plan, bool) {
 			hash_from, hashes, planned_tokens, split_at, request_id, answer) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, p.ID, in.Session, fr.TokenStart, fr.TokenLength, fr.Path, fr.KVStart, fr.KVLength,
 		sess.tokens, sess.version, now, hashFrom, hashes, planned, split, in.RequestID, answer)
 	keep(lg, &lg.planStmt, p.ID)
-	lg.used(s, in.Session, now)
 	lg.ops++
 	c.addPlan(p.ID, &cachedPlan{session: in.Session, fr: fr, base: sess.version, hashFrom: hashFrom, hashes: hashes, planned: planned,
 		split: split, requestID: in.RequestID, answer: answer, created: now})
@@ -709,8 +701,6 @@ func (s *sqlStore) commitMem(in CommitInput) (Session, bool, error) {
 		}
 	}
 	next, _ := s.replaceRanges(exec, id, e, planID, cp.fr.TokenStart, ch, in.Now) // exec never fails
-	// replaceRanges set last_used too: a plan's own update is useless.
-	drop(lg, lg.usedStmt, id)
 	if drop(lg, lg.planStmt, planID) {
 		lg.dead++ // nor the DELETE
 	} else {

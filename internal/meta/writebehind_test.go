@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -255,10 +256,11 @@ func TestLostFlushTakesNewTerm(t *testing.T) {
 // a later one of the same log overwrites is not written (the flush is the
 // leader's bottleneck). A window-mode leader's flush is held while a plan
 // and its commit queue in one log: the plan row is neither inserted nor
-// deleted, the plan's last_used update goes with the commit's, the quota
-// counter gets one statement; what SQL ends with is what memory holds
-// (GD2FS_META_INVARIANTS compares them after the flush) and what the
-// turns made.
+// deleted, the quota counter gets one statement; what SQL ends with is
+// what memory holds (GD2FS_META_INVARIANTS compares them after the flush)
+// and what the turns made. And statements never needed: a plan writes no
+// session row (its own row is the session's last use, lastUsedCol), a
+// commit that only appends deletes no ranges (TestAppendDeletesNoRanges).
 func TestLogDropsUselessStatements(t *testing.T) {
 	for name, open := range windowEngines(t) {
 		t.Run(name, func(t *testing.T) {
@@ -299,13 +301,15 @@ func TestLogDropsUselessStatements(t *testing.T) {
 			wbTurn(t, s, "y", y, true)
 			wbTurn(t, s, "x", append(x, seqIDs(300, 8)...), false)
 			s.wb.mu.Lock()
-			var plans, used, counter []string
+			var plans, sessions, deletes, counter []string
 			for _, st := range s.wb.log.live(s) {
 				switch {
 				case strings.Contains(st.q, "kv_plans"):
 					plans = append(plans, st.q)
-				case strings.HasPrefix(st.q, "UPDATE kv_sessions SET last_used"):
-					used = append(used, st.q)
+				case strings.HasPrefix(st.q, "UPDATE kv_sessions"):
+					sessions = append(sessions, st.q)
+				case strings.HasPrefix(st.q, "DELETE FROM kv_ranges"):
+					deletes = append(deletes, st.q)
 				case strings.Contains(st.q, "counters"):
 					counter = append(counter, st.q)
 				}
@@ -314,12 +318,14 @@ func TestLogDropsUselessStatements(t *testing.T) {
 			s.wb.mu.Unlock()
 			close(release)
 			// x's plan row was written by the held log: its commit deletes
-			// it. y's plan was made and committed in this log: no row, no
-			// last_used of its own. x's second plan: a row, a last_used.
+			// it. y's plan was made and committed in this log: no row. x's
+			// second plan: a row. Only the two commits write a session row;
+			// each deletes the range of the decode tokens before it (not
+			// vouched for by hashes, so not kept).
 			if ops != 4 || len(plans) != 2 || !strings.HasPrefix(plans[0], "DELETE") || !strings.HasPrefix(plans[1], "INSERT") ||
-				len(used) != 1 || len(counter) != 1 {
-				t.Fatalf("a log of %d operations (x's commit, y's plan and commit, x's plan) writes plan statements %q, last_used updates %q, counter updates %q; want x's DELETE and INSERT, one, one",
-					ops, plans, used, counter)
+				len(sessions) != 2 || len(deletes) != 2 || len(counter) != 1 {
+				t.Fatalf("a log of %d operations (x's commit, y's plan and commit, x's plan) writes plan statements %q, session updates %q, range deletions %q, counter updates %q; want x's DELETE and INSERT, two, two, one",
+					ops, plans, sessions, deletes, counter)
 			}
 			for id, ids := range map[string][]uint32{"x": x, "y": y} {
 				got, err := s.Session(ctx, id) // waits for the log
@@ -333,10 +339,77 @@ func TestLogDropsUselessStatements(t *testing.T) {
 			if p, err := s.OutstandingPlan(ctx, "x", px.ID); err == nil {
 				t.Fatalf("committed plan %d still outstanding: %+v", px.ID, p)
 			}
-			// Left out: y's plan row (INSERT and DELETE), y's plan's
-			// last_used, one of the two counter updates.
-			if d := s.WriteBehindStats().Dropped - before.Dropped; d != 4 {
-				t.Fatalf("the flushes left out %d statements, want 4", d)
+			// Left out: y's plan row (INSERT and DELETE), one of the two
+			// counter updates.
+			if d := s.WriteBehindStats().Dropped - before.Dropped; d != 3 {
+				t.Fatalf("the flushes left out %d statements, want 3", d)
+			}
+		})
+	}
+}
+
+// TestAppendDeletesNoRanges: a commit that appends to its session (the
+// plan kept every stored token) writes no DELETE of range rows, and one that
+// rewinds does; what SQL ends with is the turns' (GD2FS_META_INVARIANTS
+// compares memory with SQL after the flush).
+func TestAppendDeletesNoRanges(t *testing.T) {
+	for name, open := range windowEngines(t) {
+		t.Run(name, func(t *testing.T) {
+			s := open(t).(*sqlStore)
+			ctx := context.Background()
+			if err := s.PutLayout(ctx, wbLayout); err != nil {
+				t.Fatal(err)
+			}
+			turn := func(id string, tokens int64) {
+				t.Helper()
+				p, err := s.PlanSession(ctx, PlanInput{Session: id, Model: "m", PromptTokens: tokens, UnsafeCountOnly: true, Dir: "/kv-sessions", Pool: "perf",
+					ChunkSize: 1 << 20, PlanTTL: time.Hour, Now: time.Now(), Place: wbPlace})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := s.CommitSession(ctx, CommitInput{Session: id, PlanID: p.ID, Written: true, Now: time.Now()}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, id := range []string{"a", "b", "z"} {
+				turn(id, 16)
+				turn(id, 20) // the file and its chunk exist under s's term
+			}
+			if _, err := s.Session(ctx, "a"); err != nil { // everything before is written
+				t.Fatal(err)
+			}
+			entered, release := make(chan struct{}), make(chan struct{})
+			var once atomic.Bool
+			hold := func() error {
+				if once.CompareAndSwap(false, true) {
+					close(entered)
+					<-release
+				}
+				return nil
+			}
+			flushHook.Store(&hold)
+			t.Cleanup(func() { flushHook.Store(nil) })
+			turn("z", 24) // its log is being written, held
+			<-entered
+			turn("a", 28) // appends at token 20
+			turn("b", 12) // rewinds: the range from token 16 goes
+			s.wb.mu.Lock()
+			var deletes []any
+			for _, st := range s.wb.log.live(s) {
+				if strings.HasPrefix(st.q, "DELETE FROM kv_ranges") {
+					deletes = append(deletes, st.args[0])
+				}
+			}
+			s.wb.mu.Unlock()
+			close(release)
+			if !slices.Equal(deletes, []any{"b"}) {
+				t.Fatalf("range rows deleted for sessions %v, want b's alone (a's turn only appends)", deletes)
+			}
+			for id, want := range map[string]int64{"a": 28, "b": 12, "z": 24} {
+				got, err := s.Session(ctx, id) // waits for the log
+				if err != nil || got.Tokens != want {
+					t.Fatalf("session %s holds %d tokens (%v), want %d", id, got.Tokens, err, want)
+				}
 			}
 		})
 	}
