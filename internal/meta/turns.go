@@ -3,6 +3,7 @@ package meta
 import (
 	"context"
 	"database/sql"
+	"time"
 
 	"github.com/gd2fs/gd2fs/errs"
 )
@@ -124,7 +125,11 @@ func (s *sqlStore) recordWrittenTx(ctx context.Context, tx *sql.Tx, r Range, now
 		}
 	}
 	if end > f.Size {
-		if _, err := tx.ExecContext(ctx, s.q(`UPDATE files SET size = ?, mtime = ? WHERE id = ?`), end, nowNano, f.ID); err != nil {
+		q, args := `UPDATE files SET size = ? WHERE id = ?`, []any{end, f.ID}
+		if time.Unix(0, nowNano).Sub(f.Modified) >= mtimeStep { // as writtenMem
+			q, args = `UPDATE files SET size = ?, mtime = ? WHERE id = ?`, []any{end, nowNano, f.ID}
+		}
+		if _, err := tx.ExecContext(ctx, s.q(q), args...); err != nil {
 			return wrapDB(err)
 		}
 	}

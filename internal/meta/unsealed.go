@@ -18,7 +18,8 @@ import (
 // alloc touches it), so an unsealed file whose time is old has had no
 // writer for that long. ExpireUnsealed removes those, as RemoveFile would
 // (chunks tombstoned), except files of KV sessions and registered
-// prefixes, whose own expiry is the sessions'.
+// prefixes, whose own expiry is the sessions' (a session file's written
+// commits move its time at most once a minute: writebehind.go, mtimeStep).
 
 func (s *sqlStore) ExpireUnsealed(ctx context.Context, before time.Time, limit int) ([]File, error) {
 	rows, err := s.db.QueryContext(ctx, s.q(`SELECT `+fileCols+` FROM files WHERE sealed = 0 AND mtime < ?

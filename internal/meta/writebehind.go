@@ -712,8 +712,16 @@ func (s *sqlStore) commitMem(in CommitInput) (Session, bool, error) {
 	return next.session(id), true, nil
 }
 
+// mtimeStep is how far a session file's modification time may lag its
+// last written commit. A commit that moved it would move the file's entry
+// in files_unsealed (an index on mtime): a random page a turn, for an
+// index no expiry of session files reads (ExpireUnsealed leaves them to
+// the sessions' own expiry); its time is shown, and a minute late.
+const mtimeStep = time.Minute
+
 // writtenMem is recordWrittenTx in memory: chunk lengths and the file's
 // size only grow, so the statements hold whatever a client's Sync did.
+// The modification time moves only when it is mtimeStep old.
 func (s *sqlStore) writtenMem(lg *wlog, f *cachedFile, r Range, nowNano int64) {
 	cs := f.file.ChunkSize
 	end := r.KVStart + r.KVLength
@@ -726,8 +734,13 @@ func (s *sqlStore) writtenMem(lg *wlog, f *cachedFile, r Range, nowNano int64) {
 		}
 	}
 	if end > f.file.Size {
-		f.file.Size, f.file.Modified = end, time.Unix(0, nowNano).UTC()
-		lg.add(s, `UPDATE files SET size = ?, mtime = ? WHERE id = ? AND size < ?`, end, nowNano, f.file.ID, end)
+		f.file.Size = end
+		if now := time.Unix(0, nowNano).UTC(); now.Sub(f.file.Modified) >= mtimeStep {
+			f.file.Modified = now
+			lg.add(s, `UPDATE files SET size = ?, mtime = ? WHERE id = ? AND size < ?`, end, nowNano, f.file.ID, end)
+		} else {
+			lg.add(s, `UPDATE files SET size = ? WHERE id = ? AND size < ?`, end, f.file.ID, end)
+		}
 	}
 }
 

@@ -350,8 +350,9 @@ func TestLogDropsUselessStatements(t *testing.T) {
 
 // TestAppendDeletesNoRanges: a commit that appends to its session (the
 // plan kept every stored token) writes no DELETE of range rows, and one that
-// rewinds does; what SQL ends with is the turns' (GD2FS_META_INVARIANTS
-// compares memory with SQL after the flush).
+// rewinds does; a file that grows within a minute keeps its mtime; what SQL
+// ends with is the turns' (GD2FS_META_INVARIANTS compares memory with SQL
+// after the flush).
 func TestAppendDeletesNoRanges(t *testing.T) {
 	for name, open := range windowEngines(t) {
 		t.Run(name, func(t *testing.T) {
@@ -395,15 +396,24 @@ func TestAppendDeletesNoRanges(t *testing.T) {
 			turn("b", 12) // rewinds: the range from token 16 goes
 			s.wb.mu.Lock()
 			var deletes []any
+			var files []string
 			for _, st := range s.wb.log.live(s) {
 				if strings.HasPrefix(st.q, "DELETE FROM kv_ranges") {
 					deletes = append(deletes, st.args[0])
+				}
+				if strings.HasPrefix(st.q, "UPDATE files") {
+					files = append(files, st.q)
 				}
 			}
 			s.wb.mu.Unlock()
 			close(release)
 			if !slices.Equal(deletes, []any{"b"}) {
 				t.Fatalf("range rows deleted for sessions %v, want b's alone (a's turn only appends)", deletes)
+			}
+			// a's file grew within a minute of its last commit: its size
+			// moves, its mtime (files_unsealed's key) does not (mtimeStep).
+			if len(files) != 1 || strings.Contains(files[0], "mtime") {
+				t.Fatalf("file updates %q, want one of the size alone", files)
 			}
 			for id, want := range map[string]int64{"a": 28, "b": 12, "z": 24} {
 				got, err := s.Session(ctx, id) // waits for the log
