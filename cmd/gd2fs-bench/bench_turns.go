@@ -175,6 +175,10 @@ func benchTurns(ctx context.Context, metaDSN, serverMem string, sessions, conc, 
 	for _, m := range meters {
 		m.Start()
 	}
+	// The master's system calls: with the requests the same whatever the
+	// binary, the difference between two binaries is their SQL store's
+	// pages (SQLite writes a WAL frame in two pwrites).
+	w0, r0, wb0, ioOK := procIO(procs[0].Process.Pid)
 	var mu sync.Mutex
 	var plans, commits []time.Duration
 	var failed atomic.Int64
@@ -209,6 +213,7 @@ func benchTurns(ctx context.Context, metaDSN, serverMem string, sessions, conc, 
 	for i, m := range meters {
 		cpu[i] = m.total() - m.start
 	}
+	w1, r1, wb1, ioOK1 := procIO(procs[0].Process.Pid)
 	after, err := masterRequests(ctx, url)
 	if err != nil {
 		return err
@@ -224,6 +229,10 @@ func benchTurns(ctx context.Context, metaDSN, serverMem string, sessions, conc, 
 	fmt.Printf("  master CPU: %.2f s per 1,000 turns\n", per(cpu[1]))
 	fmt.Printf("  CPU per 1,000 turns: client %.2f s, master %.2f s, %d servers %.2f s; all %.2f s (%.2f cores busy)\n",
 		per(cpu[0]), per(cpu[1]), len(procs)-1, per(cpu[2]), per(cpu[0]+cpu[1]+cpu[2]), (cpu[0]+cpu[1]+cpu[2]).Seconds()/el.Seconds())
+	if ioOK && ioOK1 {
+		fmt.Printf("  master system calls per turn (files and sockets): %.1f writes of %.1f KiB, %.1f reads\n",
+			float64(w1-w0)/float64(n), float64(wb1-wb0)/1024/float64(n), float64(r1-r0)/float64(n))
+	}
 	var routes []string
 	for k, v := range after {
 		if !strings.Contains(k, "/") {
