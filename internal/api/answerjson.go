@@ -3,6 +3,7 @@ package api
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"io"
 	"reflect"
 	"sync"
@@ -55,9 +56,10 @@ func readAnswer(r io.Reader, out any) error {
 	}
 	// What was read decodes as the Decoder would have decoded the stream:
 	// it reads up to the first value's end, so an answer cut after it still
-	// decodes, and one cut within it fails — with the read's error.
+	// decodes, one cut within it fails with the read's error, and a syntax
+	// error before the cut is that syntax error.
 	err := json.NewDecoder(bytes.NewReader(buf.Bytes())).Decode(out)
-	if err != nil && rerr != nil {
+	if rerr != nil && (err == io.EOF || errors.Is(err, io.ErrUnexpectedEOF)) {
 		return rerr
 	}
 	return err

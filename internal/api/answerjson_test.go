@@ -215,3 +215,20 @@ func TestDoDecodesAnswersByHand(t *testing.T) {
 		t.Fatalf("by hand: %v; decoded %+v, encoding/json %+v", got.byHand, got.Plan, ref)
 	}
 }
+
+// TestAnswerErrorsAsDecoder: an answer that breaks off reports what
+// encoding/json's Decoder reading the stream reported (found by a review
+// of the hand path): a syntax error before the cut is that error, a value
+// cut short is the read's error.
+func TestAnswerErrorsAsDecoder(t *testing.T) {
+	cut := errors.New("connection reset")
+	for _, body := range []string{`{"plan_id":1,}`, `{"plan_id":1,"stored_kv`, `{"plan_id":1}`, `{"plan_id":1} trailing`} {
+		stream := func() io.Reader { return io.MultiReader(strings.NewReader(body), iotest.ErrReader(cut)) }
+		var a, b Plan
+		errW := json.NewDecoder(stream()).Decode(&a)
+		errG := readAnswer(stream(), &b)
+		if (errW == nil) != (errG == nil) || errors.Is(errW, cut) != errors.Is(errG, cut) {
+			t.Fatalf("%s: encoding/json's Decoder: %v; readAnswer: %v", body, errW, errG)
+		}
+	}
+}
