@@ -109,6 +109,17 @@ func (s *sqlStore) Lead(ctx context.Context, url string) (bool, error) {
 		}
 		l.lock = f
 	}
+	// A standby opened before a newer master led (and raised the format)
+	// must not lead now; with the lock held, no newer master writes
+	// meanwhile.
+	if err := s.checkFormat(ctx, s.db); err != nil {
+		l.releaseLocked()
+		return false, err
+	}
+	if err := s.raiseFormat(ctx); err != nil {
+		l.releaseLocked()
+		return false, err
+	}
 	l.leader = true
 	// A new lead term: the session cache of any master that led before
 	// (this one too) is not used again (cache.go).

@@ -97,6 +97,10 @@ func Open(ctx context.Context, dsn string) (Store, error) {
 		s.db.Close()
 		return nil, fmt.Errorf("meta: prepare schema in %s: %w", redact(dsn), err)
 	}
+	if err := s.checkFormat(ctx, s.db); err != nil {
+		s.db.Close()
+		return nil, fmt.Errorf("%s: %w", redact(dsn), err)
+	}
 	return &s, nil
 }
 
