@@ -2,7 +2,6 @@ package meta
 
 import (
 	"context"
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -19,23 +18,11 @@ import (
 // generation of cache.go are each needed: without either, b plans from
 // the x of its own last turn — 40 tokens where x holds 28 others.
 func TestCacheStaleLeader(t *testing.T) {
-	dsns := map[string]func(t *testing.T) string{
-		"sqlite":   func(t *testing.T) string { return "sqlite://" + filepath.Join(t.TempDir(), "meta.db") },
-		"postgres": func(t *testing.T) string { return PostgresDSNForTest(t) },
-	}
-	for name, mk := range dsns {
+	for name, mk := range sharedDSNs {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
 			dsn := mk(t)
-			open := func() *sqlStore {
-				s, err := Open(ctx, dsn)
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { s.Close() })
-				return s.(*sqlStore)
-			}
-			a, b := open(), open()
+			a, b := openShared(t, dsn), openShared(t, dsn)
 			if ok, err := a.Lead(ctx, "http://a"); !ok || err != nil {
 				t.Fatalf("a: %v %v", ok, err)
 			}

@@ -61,14 +61,28 @@ func PostgresForTest(t testing.TB) Store {
 // PostgresDSNForTest is metatest.PostgresDSN.
 func PostgresDSNForTest(t testing.TB) string { return metatest.PostgresDSN(t) }
 
+// sharedDSNs makes, per engine, a store that several Opens share (two
+// masters of one cluster): a SQLite file, a PostgreSQL schema.
+var sharedDSNs = map[string]func(t *testing.T) string{
+	"sqlite":   func(t *testing.T) string { return "sqlite://" + filepath.Join(t.TempDir(), "meta.db") },
+	"postgres": func(t *testing.T) string { return PostgresDSNForTest(t) },
+}
+
+// openShared opens dsn as one more master's store, closed with the test.
+func openShared(t *testing.T, dsn string) *sqlStore {
+	t.Helper()
+	s, err := Open(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s.(*sqlStore)
+}
+
 // TestLeadership: of two masters on one store, one leads; when it goes, the
 // other takes over.
 func TestLeadership(t *testing.T) {
-	dsns := map[string]func(t *testing.T) string{
-		"sqlite":   func(t *testing.T) string { return "sqlite://" + filepath.Join(t.TempDir(), "meta.db") },
-		"postgres": func(t *testing.T) string { return PostgresDSNForTest(t) },
-	}
-	for name, mk := range dsns {
+	for name, mk := range sharedDSNs {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
 			dsn := mk(t)

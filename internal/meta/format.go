@@ -21,11 +21,9 @@ const metaFormat = 1
 var errNewerFormat = errors.New("meta: this metadata store was written by a newer gd2fs")
 
 // checkFormat refuses a store of a newer format than this version's.
-func (s *sqlStore) checkFormat(ctx context.Context, x interface {
-	QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row
-}) error {
+func (s *sqlStore) checkFormat(ctx context.Context) error {
 	var v int64
-	err := x.QueryRowContext(ctx, `SELECT v FROM counters WHERE k = 'meta_format'`).Scan(&v)
+	err := s.db.QueryRowContext(ctx, `SELECT v FROM counters WHERE k = 'meta_format'`).Scan(&v)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil
 	}

@@ -3,7 +3,6 @@ package meta
 import (
 	"context"
 	"errors"
-	"path/filepath"
 	"testing"
 )
 
@@ -12,23 +11,11 @@ import (
 // and a standby opened before a newer master raised it does not take the
 // lead, so an old master never reads rows it does not know.
 func TestNewerFormatRefused(t *testing.T) {
-	dsns := map[string]func(t *testing.T) string{
-		"sqlite":   func(t *testing.T) string { return "sqlite://" + filepath.Join(t.TempDir(), "meta.db") },
-		"postgres": func(t *testing.T) string { return PostgresDSNForTest(t) },
-	}
-	for name, mk := range dsns {
+	for name, mk := range sharedDSNs {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
 			dsn := mk(t)
-			open := func() *sqlStore {
-				s, err := Open(ctx, dsn)
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { s.Close() })
-				return s.(*sqlStore)
-			}
-			a, standby := open(), open()
+			a, standby := openShared(t, dsn), openShared(t, dsn)
 			if ok, err := a.Lead(ctx, "http://a"); !ok || err != nil {
 				t.Fatalf("a: %v %v", ok, err)
 			}

@@ -112,7 +112,7 @@ func (s *sqlStore) Lead(ctx context.Context, url string) (bool, error) {
 	// A standby opened before a newer master led (and raised the format)
 	// must not lead now; with the lock held, no newer master writes
 	// meanwhile.
-	if err := s.checkFormat(ctx, s.db); err != nil {
+	if err := s.checkFormat(ctx); err != nil {
 		l.releaseLocked()
 		return false, err
 	}

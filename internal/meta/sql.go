@@ -97,7 +97,7 @@ func Open(ctx context.Context, dsn string) (Store, error) {
 		s.db.Close()
 		return nil, fmt.Errorf("meta: prepare schema in %s: %w", redact(dsn), err)
 	}
-	if err := s.checkFormat(ctx, s.db); err != nil {
+	if err := s.checkFormat(ctx); err != nil {
 		s.db.Close()
 		return nil, fmt.Errorf("%s: %w", redact(dsn), err)
 	}

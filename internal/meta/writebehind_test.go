@@ -3,7 +3,6 @@ package meta
 import (
 	"context"
 	"errors"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -138,24 +137,16 @@ func overlaps(a, b Plan) bool {
 // goes to a new file. Without kv_files.lead_term's rule (reserveTx) the
 // new plan reserves the very bytes of the lost one.
 func TestNewLeaderNeverReusesLostReservation(t *testing.T) {
-	dsns := map[string]func(t *testing.T) string{
-		"sqlite":   func(t *testing.T) string { return "sqlite://" + filepath.Join(t.TempDir(), "meta.db") },
-		"postgres": func(t *testing.T) string { return PostgresDSNForTest(t) },
-	}
-	for name, mk := range dsns {
+	for name, mk := range sharedDSNs {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
 			dsn := mk(t)
 			open := func() *sqlStore {
-				s, err := Open(ctx, dsn)
-				if err != nil {
+				s := openShared(t, dsn)
+				if err := s.SetSessionDurability(DurabilityWindow); err != nil {
 					t.Fatal(err)
 				}
-				t.Cleanup(func() { s.Close() })
-				if err := s.(DurabilitySetter).SetSessionDurability(DurabilityWindow); err != nil {
-					t.Fatal(err)
-				}
-				return s.(*sqlStore)
+				return s
 			}
 			a := open()
 			leading(t, a)
