@@ -75,7 +75,14 @@ func Open(ctx context.Context, dsn string) (Store, error) {
 		if err := createPrivate(file); err != nil {
 			return nil, err
 		}
-		s.db, err = openSQLiteCached("file:" + file + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=synchronous(" + syncMode + ")&_pragma=foreign_keys(ON)")
+		// cache_size: a 64 MiB page cache (SQLite's default is 2 MB) keeps
+		// the tables' inner pages and hot rows of a leader's flushes in
+		// memory; wal_autocheckpoint: a checkpoint every 16,384 pages (64
+		// MiB of WAL) instead of 1,000 copies once a page that many
+		// flushes dirtied. On this VM, where a system call is dear, the
+		// two cut a chat turn's master system calls from about 50 to 33
+		// (docs/kv-cache.md, "What a flush costs").
+		s.db, err = openSQLiteCached("file:" + file + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=synchronous(" + syncMode + ")&_pragma=foreign_keys(ON)" + sqliteCachePragmas)
 		if err == nil {
 			// One connection: SQLite serialises writers anyway, and this
 			// keeps transactions from failing with SQLITE_BUSY.
@@ -103,6 +110,9 @@ func Open(ctx context.Context, dsn string) (Store, error) {
 	}
 	return &s, nil
 }
+
+// sqliteCachePragmas size SQLite's page cache and WAL (above).
+const sqliteCachePragmas = "&_pragma=cache_size(-65536)&_pragma=wal_autocheckpoint(16384)"
 
 func redact(dsn string) string {
 	if i := strings.Index(dsn, "@"); i > 0 {
