@@ -28,3 +28,73 @@ func TestCombine(t *testing.T) {
 		}
 	}
 }
+
+// matrixShift is the 32×32 bit-matrix method (zlib's crc32_combine before
+// 1.2.12) that shiftBy replaced, kept as a reference for lengths too long
+// to checksum.
+func matrixShift(crc uint32, len2 int64) uint32 {
+	times := func(m *[32]uint32, v uint32) (sum uint32) {
+		for i := 0; v != 0; i, v = i+1, v>>1 {
+			if v&1 != 0 {
+				sum ^= m[i]
+			}
+		}
+		return sum
+	}
+	square := func(dst, of *[32]uint32) {
+		for n := range dst {
+			dst[n] = times(of, of[n])
+		}
+	}
+	var even, odd [32]uint32
+	odd[0] = poly
+	for n, row := 1, uint32(1); n < 32; n, row = n+1, row<<1 {
+		odd[n] = row
+	}
+	square(&even, &odd)
+	square(&odd, &even)
+	for len2 > 0 {
+		square(&even, &odd)
+		if len2&1 != 0 {
+			crc = times(&even, crc)
+		}
+		if len2 >>= 1; len2 == 0 {
+			break
+		}
+		square(&odd, &even)
+		if len2&1 != 0 {
+			crc = times(&odd, crc)
+		}
+		len2 >>= 1
+	}
+	return crc
+}
+
+func TestShiftMatchesMatrix(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	lens := []int64{0, 1, 2, 3, 7, 8, 255, 4096, 53248, 64 << 10, 1<<62 + 12345, 1<<63 - 1}
+	for i := 0; i < 300; i++ {
+		lens = append(lens, r.Int64N(1<<uint(1+r.IntN(62))))
+	}
+	for _, n := range lens {
+		crc := r.Uint32()
+		if got, want := shiftBy(crc, n), matrixShift(crc, n); got != want {
+			t.Fatalf("shiftBy(%08x, %d) = %08x, the matrix method gives %08x", crc, n, got, want)
+		}
+		if got, want := NewShift(n).Combine(crc, 0x1234), matrixShift(crc, n)^0x1234; got != want {
+			t.Fatalf("NewShift(%d).Combine = %08x, want %08x", n, got, want)
+		}
+	}
+}
+
+func BenchmarkCombine(b *testing.B) {
+	for i := 0; i < b.N; i++ {
+		Combine(uint32(i), 7, 53248)
+	}
+}
+
+func BenchmarkCombineMatrix(b *testing.B) {
+	for i := 0; i < b.N; i++ {
+		matrixShift(uint32(i), 53248)
+	}
+}
