@@ -289,7 +289,9 @@ func TestCoalescedErrors(t *testing.T) {
 	cs = append(cs,
 		commit{"unknown session", func(cl *client.Client) (client.Session, error) { return cl.Sessions().Commit(ctx, "nobody", 1) }},
 		commit{"no such plan", func(cl *client.Client) (client.Session, error) { return cl.Sessions().Commit(ctx, "e0", 1<<40) }},
-		commit{"stale plan", func(cl *client.Client) (client.Session, error) { return cl.Sessions().Commit(ctx, "stale", stale.PlanID) }},
+		commit{"stale plan", func(cl *client.Client) (client.Session, error) {
+			return cl.Sessions().Commit(ctx, "stale", stale.PlanID)
+		}},
 		commit{"not written", func(cl *client.Client) (client.Session, error) {
 			return cl.Sessions().Commit(ctx, "unwritten", unwritten.PlanID)
 		}},
