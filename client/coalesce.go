@@ -8,6 +8,7 @@ import (
 
 	"github.com/gd2fs/gd2fs/errs"
 	"github.com/gd2fs/gd2fs/internal/api"
+	"github.com/gd2fs/gd2fs/internal/limits"
 )
 
 // Coalescing (issue 20). A chat turn is two master calls, a plan and a
@@ -42,7 +43,12 @@ const DefaultCoalesceInFlight = 2
 // single route); many sends two or more as one batch and answers each.
 type batcher[In, Out any] struct {
 	inFlight, max int
-	one           func(ctx context.Context, in In) (Out, error)
+	// size, when set, is a bound on the bytes a call adds to a batch's
+	// body; a batch holds at most maxBytes of them (a call bigger than
+	// that goes alone), so it stays within the master's body limit.
+	size     func(In) int
+	maxBytes int
+	one      func(ctx context.Context, in In) (Out, error)
 	many          func(ctx context.Context, ins []In) ([]Out, []error, error)
 
 	mu      sync.Mutex
@@ -92,18 +98,29 @@ func (b *batcher[In, Out]) do(ctx context.Context, in In) (Out, error) {
 }
 
 // takeLocked is the next batch: first (when not nil) and the queued calls
-// whose callers still wait, up to max.
+// whose callers still wait, in order, up to max calls and maxBytes.
 func (b *batcher[In, Out]) takeLocked(first *bcall[In, Out]) []*bcall[In, Out] {
 	var batch []*bcall[In, Out]
+	bytes := 0
+	add := func(c *bcall[In, Out]) bool {
+		if b.size != nil {
+			n := b.size(c.in)
+			if len(batch) > 0 && bytes+n > b.maxBytes {
+				return false
+			}
+			bytes += n
+		}
+		c.taken = true
+		batch = append(batch, c)
+		return true
+	}
 	if first != nil {
-		first.taken = true
-		batch = append(batch, first)
+		add(first)
 	}
 	k := 0
 	for ; k < len(b.queue) && len(batch) < b.max; k++ {
-		if c := b.queue[k]; !c.gone {
-			c.taken = true
-			batch = append(batch, c)
+		if c := b.queue[k]; !c.gone && !add(c) {
+			break
 		}
 	}
 	n := copy(b.queue, b.queue[k:])
@@ -203,7 +220,7 @@ func newCoalescers(c *Client) *coalescers {
 	}
 	co := &coalescers{}
 	ss := &Sessions{c: c}
-	co.plans = &batcher[planCall, Plan]{inFlight: k, max: api.MaxPlanBatch,
+	co.plans = &batcher[planCall, Plan]{inFlight: k, max: api.MaxPlanBatch, size: planSize, maxBytes: maxPlanBatchBytes,
 		one: func(ctx context.Context, p planCall) (Plan, error) { return ss.planOne(ctx, p.id, p.req) },
 		many: func(ctx context.Context, ps []planCall) ([]Plan, []error, error) {
 			if co.noPlans.Load() {
@@ -240,6 +257,22 @@ func newCoalescers(c *Client) *coalescers {
 			return alone(ctx, its, ss.commitOne)
 		}}
 	return co
+}
+
+// maxPlanBatchBytes bounds the body of a batch of coalesced plans, well
+// within the master's limit on a request body (limits.MaxJSONBody, 4 MiB):
+// long prompts' token ids make big plans.
+const maxPlanBatchBytes = limits.MaxJSONBody / 4
+
+// planSize bounds the bytes p adds to a batch's body: at most 11 a token
+// id (ten digits and a comma), 35 a block hash, and its strings.
+func planSize(p planCall) int {
+	r := &p.req
+	n := 256 + len(p.id) + len(r.Model) + 11*len(r.TokenIDs) + 35*len(r.BlockHashes)
+	for _, x := range r.Prefixes {
+		n += len(x) + 3
+	}
+	return n
 }
 
 // alone sends each call by itself, in parallel: for a master without the

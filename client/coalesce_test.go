@@ -474,3 +474,42 @@ func TestCoalescingOldMaster(t *testing.T) {
 		t.Fatalf("%d batch requests to the old master after it was found old, want 2", got)
 	}
 }
+
+// TestCoalescedBigPlans: plans of long prompts are batched only as far as
+// a batch's body stays well within the master's body limit; the rest go in
+// the next batch (here alone), and each gets its plan.
+func TestCoalescedBigPlans(t *testing.T) {
+	c := start(t, cluster.Config{MemBytes: 64 << 20})
+	cl, err := client.New(client.Config{Master: c.Master.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx := context.Background()
+	ss := cl.Sessions()
+	if err := ss.SetLayout(ctx, tiny); err != nil {
+		t.Fatal(err)
+	}
+	const n, tokens = 3, 40_000 // each about 440 KB of ids in a batch of at most 1 MiB: two fit
+	var calls []func() (client.Plan, error)
+	for i := 0; i < n; i++ {
+		calls = append(calls, func() (client.Plan, error) {
+			return ss.Plan(ctx, fmt.Sprintf("big%d", i), client.PlanRequest{Model: "tiny", TokenIDs: seq(uint32(i), tokens)})
+		})
+	}
+	before := masterRequests(t, c)
+	plans, perrs := coalescedBatch(t, cl, func() error {
+		_, err := ss.Plan(ctx, "lone", client.PlanRequest{Model: "tiny", TokenIDs: seq(1, 16)})
+		return err
+	}, func(pq, _ int) bool { return pq == n }, calls)
+	waitFor(t, "the plans done", func() bool { ps, _, _, _ := client.Coalescing(cl); return ps == 0 })
+	after := masterRequests(t, c)
+	for i := range plans {
+		if perrs[i] != nil || plans[i].PrefillTokens != tokens {
+			t.Fatalf("big plan %d: %+v, %v", i, plans[i], perrs[i])
+		}
+	}
+	if b, one := after[routePlans]-before[routePlans], after[routePlan]-before[routePlan]; b != 1 || one != 2 {
+		t.Fatalf("%d batches and %d plans alone; want 1 batch of two and the third alone, beside the lone plan", b, one)
+	}
+}

@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"encoding/json"
 	"net/url"
 	"strconv"
 	"sync"
@@ -164,7 +163,7 @@ func (s *Sessions) PlanBatch(ctx context.Context, items []PlanBatchItem) ([]Plan
 		case r.Error != nil:
 			out[i].Err = errs.FromCode(r.Error.Code, r.Error.Error)
 		default:
-			if err := json.Unmarshal(r.Plan, &out[i].Plan); err != nil {
+			if err := api.DecodePlan(r.Plan, &out[i].Plan); err != nil {
 				out[i].Err = errs.New(errs.ErrInternal, "plan %d of the batch: %v", i, err)
 			}
 		}

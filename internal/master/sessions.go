@@ -155,7 +155,7 @@ func (m *Master) planBatch(r *http.Request) (any, error) {
 			res := &out.Plans[i]
 			p, err := m.planOne(r.Context(), it.Session, it.RequestID, it.Plan)
 			if err == nil {
-				res.Plan, err = json.Marshal(p)
+				res.Plan, err = marshalPlan(p)
 			}
 			if err != nil {
 				res.Plan, res.Error = nil, &api.Error{Error: err.Error(), Code: errs.Code(err)}
@@ -164,6 +164,22 @@ func (m *Master) planBatch(r *http.Request) (any, error) {
 	}
 	wg.Wait()
 	return out, nil
+}
+
+// marshalPlan writes a plan of a batch as json.Marshal does, by hand where
+// it can (api.AppendPlanJSON).
+func marshalPlan(p any) ([]byte, error) {
+	switch a := p.(type) {
+	case api.Plan:
+		if b, ok := api.AppendPlanJSON(nil, &a); ok {
+			return b, nil
+		}
+	case api.EnginePlan:
+		if b, ok := api.AppendEnginePlanJSON(nil, &a); ok {
+			return b, nil
+		}
+	}
+	return json.Marshal(p)
 }
 
 // planOne makes session id's plan for req (request id rid, "" for none).
