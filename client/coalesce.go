@@ -49,7 +49,7 @@ type batcher[In, Out any] struct {
 	size     func(In) int
 	maxBytes int
 	one      func(ctx context.Context, in In) (Out, error)
-	many          func(ctx context.Context, ins []In) ([]Out, []error, error)
+	many     func(ctx context.Context, ins []In) ([]Out, []error, error)
 
 	mu      sync.Mutex
 	sending int // batches (or lone calls) on the wire

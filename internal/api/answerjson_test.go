@@ -135,14 +135,14 @@ func TestAnswerPlainPath(t *testing.T) {
 		t.Fatalf("the engine plan answer is not decoded by hand, or decoded as %+v", e)
 	}
 	var pb PlanBatchAnswer
-	if !pb.decodePlain([]byte(`{"plans":[{"plan":` + planAnswer + `},{"error":{"error":"e","code":"not_found"}}]}`)) || len(pb.Plans) != 2 || pb.Plans[1].Error.Code != "not_found" {
+	if !pb.decodePlain([]byte(`{"plans":[{"plan":`+planAnswer+`},{"error":{"error":"e","code":"not_found"}}]}`)) || len(pb.Plans) != 2 || pb.Plans[1].Error.Code != "not_found" {
 		t.Fatalf("the plan batch answer is not decoded by hand, or decoded as %+v", pb)
 	}
 	if !new(Plan).decodePlain(pb.Plans[0].Plan) {
 		t.Fatal("a plan of a batch is not decoded by hand")
 	}
 	var cb CommitBatchAnswer
-	if !cb.decodePlain([]byte(`{"commits":[{"session":` + sessionAnswer + `},{"error":{"error":"e","code":"bad_request"}}]}`)) || len(cb.Commits) != 2 || cb.Commits[0].Session.Tokens != 2000 {
+	if !cb.decodePlain([]byte(`{"commits":[{"session":`+sessionAnswer+`},{"error":{"error":"e","code":"bad_request"}}]}`)) || len(cb.Commits) != 2 || cb.Commits[0].Session.Tokens != 2000 {
 		t.Fatalf("the commit batch answer is not decoded by hand, or decoded as %+v", cb)
 	}
 	var s Session
