@@ -293,7 +293,12 @@ func TestCoalescedErrors(t *testing.T) {
 			return cl.Sessions().Commit(ctx, "stale", stale.PlanID)
 		}},
 		commit{"not written", func(cl *client.Client) (client.Session, error) {
-			return cl.Sessions().Commit(ctx, "unwritten", unwritten.PlanID)
+			// The first half of the fresh range written, then a commit of
+			// the whole as written: the servers' extents show the hole.
+			half := unwritten
+			half.Fresh = append([]client.KVRange(nil), unwritten.Fresh...)
+			half.Fresh[0].KVLength /= 2
+			return cl.Sessions().WriteAndCommit(ctx, "unwritten", half, kvBytes("unwritten", 0, 20)[:half.Fresh[0].KVLength])
 		}},
 	)
 	var commitCalls []func() (client.Session, error)
@@ -361,12 +366,19 @@ func TestCoalescedCancel(t *testing.T) {
 		loneErr <- err
 	}()
 	waitFor(t, "the lone plan on the wire", func() bool { ps, _, _, _ := client.Coalescing(cl); return ps == 1 })
+	// Queued behind it: a plan whose context ends, and one that goes on.
 	queuedErr := make(chan error, 1)
 	go func() {
 		_, err := ss.Plan(cctx, "cancelled", client.PlanRequest{Model: "tiny", TokenIDs: seq(1, 16)})
 		queuedErr <- err
 	}()
 	waitFor(t, "the plan queued", func() bool { _, pq, _, _ := client.Coalescing(cl); return pq == 1 })
+	liveErr := make(chan error, 1)
+	go func() {
+		_, err := ss.Plan(ctx, "live", client.PlanRequest{Model: "tiny", TokenIDs: seq(1, 16)})
+		liveErr <- err
+	}()
+	waitFor(t, "the plans queued", func() bool { _, pq, _, _ := client.Coalescing(cl); return pq == 2 })
 	cancel()
 	if err := <-queuedErr; !errors.Is(err, context.Canceled) {
 		t.Fatalf("a queued plan whose context ended: %v", err)
@@ -375,10 +387,13 @@ func TestCoalescedCancel(t *testing.T) {
 	if err := <-loneErr; err != nil {
 		t.Fatal(err)
 	}
+	if err := <-liveErr; err != nil {
+		t.Fatal(err)
+	}
 	waitFor(t, "the plans done", func() bool { ps, _, _, _ := client.Coalescing(cl); return ps == 0 })
 	after := masterRequests(t, c)
-	if n := after[routePlan] - before[routePlan] + after[routePlans] - before[routePlans]; n != 1 {
-		t.Fatalf("%d plan requests, want the lone plan's alone", n)
+	if one, batches := after[routePlan]-before[routePlan], after[routePlans]-before[routePlans]; one != 2 || batches != 0 {
+		t.Fatalf("%d plans alone and %d batches, want the lone plan and the live one alone", one, batches)
 	}
 	if _, err := ss.Get(ctx, "cancelled"); !errors.Is(err, errs.ErrNotFound) {
 		t.Fatalf("the cancelled plan's session: %v, want not found (never planned)", err)
