@@ -12,9 +12,10 @@ import (
 )
 
 // Coalescing (issue 20). A chat turn is two master calls, a plan and a
-// commit, and with many chats in one client (a router, a scheduler) most
-// of the master's CPU went to net/http's work per request and to the
-// handlers' per-request passes, not to the plans and commits themselves.
+// commit, and with many chats in one client (a router, a scheduler) a
+// third of the master's CPU was under net/http's serving of each request
+// (an eighth net/http's own reading and writing, the rest our handlers'
+// per-request passes), and most of the client's was net/http's transport.
 // So a client sends its concurrent plans, and its concurrent commits, as
 // batches (POST /v1/sessions/plans, POST /v1/sessions/commits), as a
 // database's group commit does: per kind, a call that finds fewer than
@@ -76,11 +77,17 @@ func (b *batcher[In, Out]) do(ctx context.Context, in In) (Out, error) {
 		b.sending++
 		batch := b.takeLocked(c)
 		b.mu.Unlock()
-		b.send(batch)
-		return c.out, c.err
+		if len(batch) == 1 {
+			b.send(batch) // alone, under ctx: as the single call
+			return c.out, c.err
+		}
+		// With others that queued: sent for them all, so this caller
+		// waits for it as they do and may leave when its ctx ends.
+		go b.send(batch)
+	} else {
+		b.queue = append(b.queue, c)
+		b.mu.Unlock()
 	}
-	b.queue = append(b.queue, c)
-	b.mu.Unlock()
 	select {
 	case <-c.done:
 		return c.out, c.err
