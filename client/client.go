@@ -61,6 +61,17 @@ type Config struct {
 	// certificate where servers require one). With TLS nil, an https://
 	// master turns TLS on with the system roots.
 	TLS *tls.Config
+	// NoCoalesce sends every Sessions().Plan and plain commit (Commit,
+	// WriteAndCommit) as its own master request. By default a client's
+	// concurrent plans, and its concurrent commits, go to the master
+	// together in batches (coalesce.go; docs/kv-cache.md, "What a turn
+	// costs").
+	NoCoalesce bool
+	// CoalesceInFlight is how many batches of plans (and of commits) a
+	// client keeps in flight to the master before further calls queue for
+	// the next batch: default DefaultCoalesceInFlight; negative: no
+	// coalescing, as NoCoalesce.
+	CoalesceInFlight int
 }
 
 // Client talks to one gd2fs cluster. It is safe for concurrent use.
@@ -68,8 +79,9 @@ type Client struct {
 	cfg Config
 	api *api.Client
 	tr  Transport
-	ms  membership // cached KV membership map
-	hl  health     // servers that recently missed a deadline
+	ms  membership  // cached KV membership map
+	hl  health      // servers that recently missed a deadline
+	co  *coalescers // nil: no coalescing (coalesce.go)
 
 	fromServers, coldFilled, refills atomic.Int64
 }
@@ -129,7 +141,9 @@ func New(cfg Config) (*Client, error) {
 		tr = NewTCPTransport(TCPOptions{Token: cfg.Token, Name: "client", Streams: cfg.Streams, LocalAddrs: cfg.LocalAddrs, TLS: cfg.TLS})
 	}
 	hc := &http.Client{Timeout: 30 * time.Second, Transport: masterTransport(cfg.TLS)}
-	return &Client{cfg: cfg, tr: tr, api: &api.Client{Base: cfg.Master, Token: cfg.Token, HTTP: hc, RetryFor: cfg.MasterRetry}}, nil
+	c := &Client{cfg: cfg, tr: tr, api: &api.Client{Base: cfg.Master, Token: cfg.Token, HTTP: hc, RetryFor: cfg.MasterRetry}}
+	c.co = newCoalescers(c)
+	return c, nil
 }
 
 // masterIdleConns is how many idle connections to each master a client

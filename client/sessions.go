@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"encoding/json"
 	"net/url"
 	"strconv"
 	"sync"
@@ -101,7 +100,19 @@ func (s *Sessions) RegisterPrefixIDs(ctx context.Context, path, model string, id
 // prefix whose content matches what the session stored, the rest is
 // computed again. A request with neither is refused unless it sets
 // UnsafeCountOnly (counts alone: wrong KV after an edited message).
+//
+// Plans in the gd2fs format that other goroutines of this client make at
+// the same time go to the master together, in batches (coalesce.go;
+// Config.NoCoalesce turns it off); each call gets its own plan or error.
 func (s *Sessions) Plan(ctx context.Context, id string, req PlanRequest) (Plan, error) {
+	if co := s.c.co; co != nil && !co.noPlans.Load() && (req.Format == "" || req.Format == "gd2fs") {
+		return co.plans.do(ctx, planCall{id: id, req: req})
+	}
+	return s.planOne(ctx, id, req)
+}
+
+// planOne is Plan by the single route.
+func (s *Sessions) planOne(ctx context.Context, id string, req PlanRequest) (Plan, error) {
 	var p Plan
 	err := s.c.api.Do(ctx, "POST", planPath(id), req, &p)
 	return p, err
@@ -152,7 +163,7 @@ func (s *Sessions) PlanBatch(ctx context.Context, items []PlanBatchItem) ([]Plan
 		case r.Error != nil:
 			out[i].Err = errs.FromCode(r.Error.Code, r.Error.Error)
 		default:
-			if err := json.Unmarshal(r.Plan, &out[i].Plan); err != nil {
+			if err := api.DecodePlan(r.Plan, &out[i].Plan); err != nil {
 				out[i].Err = errs.New(errs.ErrInternal, "plan %d of the batch: %v", i, err)
 			}
 		}
@@ -161,9 +172,24 @@ func (s *Sessions) PlanBatch(ctx context.Context, items []PlanBatchItem) ([]Plan
 }
 
 // Commit records plan's fresh range as stored. Write it first (WriteFresh).
+// Concurrent commits of this client go to the master in batches, as plans
+// do (Plan).
 func (s *Sessions) Commit(ctx context.Context, id string, planID int64) (Session, error) {
+	return s.commit(ctx, api.CommitBatchItem{Session: id, PlanID: planID})
+}
+
+// commit sends a plain commit, coalesced with others when that is on.
+func (s *Sessions) commit(ctx context.Context, it api.CommitBatchItem) (Session, error) {
+	if co := s.c.co; co != nil && !co.noCommits.Load() {
+		return co.commits.do(ctx, it)
+	}
+	return s.commitOne(ctx, it)
+}
+
+// commitOne is a plain commit by the single route.
+func (s *Sessions) commitOne(ctx context.Context, it api.CommitBatchItem) (Session, error) {
 	var out Session
-	err := s.c.api.Do(ctx, "POST", "/v1/sessions/"+esc(id)+"/commit", api.CommitSessionRequest{PlanID: planID}, &out)
+	err := s.c.api.Do(ctx, "POST", "/v1/sessions/"+esc(it.Session)+"/commit", api.CommitSessionRequest{PlanID: it.PlanID, Written: it.Written}, &out)
 	return out, err
 }
 
@@ -277,7 +303,8 @@ func (s *Sessions) writeFresh(ctx context.Context, p Plan, kv []byte, sync bool)
 // writes kv (as WriteFresh takes it) straight to the servers the plan
 // placed its fresh range on, then commits the plan in one master call that
 // also records the written size (no Sync between). A master that gave no
-// fresh_files costs the older way's Open and Sync.
+// fresh_files costs the older way's Open and Sync. Concurrent commits of
+// this client go to the master in batches, as plans do (Plan).
 func (s *Sessions) WriteAndCommit(ctx context.Context, id string, p Plan, kv []byte) (Session, error) {
 	var want int64
 	for _, r := range p.Fresh {
@@ -290,9 +317,7 @@ func (s *Sessions) WriteAndCommit(ctx context.Context, id string, p Plan, kv []b
 	if err := s.writeFresh(ctx, p, kv, !written); err != nil {
 		return Session{}, err
 	}
-	var out Session
-	err := s.c.api.Do(ctx, "POST", "/v1/sessions/"+esc(id)+"/commit", api.CommitSessionRequest{PlanID: p.PlanID, Written: written}, &out)
-	return out, err
+	return s.commit(ctx, api.CommitBatchItem{Session: id, PlanID: p.PlanID, Written: written})
 }
 
 // LoadStored reads the plan's stored ranges back to back into dst (at least

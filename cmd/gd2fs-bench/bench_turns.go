@@ -33,7 +33,8 @@ func newBenchTurns() *cobra.Command {
 	var sessions, conc, servers int
 	var turnTokens int64
 	var duration time.Duration
-	var oldPath, prefault bool
+	var oldPath, prefault, coalesce bool
+	var coalesceInFlight int
 	var serverMem, durability string
 	cmd := &cobra.Command{
 		Use:   "turns",
@@ -55,7 +56,8 @@ func newBenchTurns() *cobra.Command {
 			if durability != "" {
 				masterArgs = []string{"--session-durability", durability}
 			}
-			return benchTurns(context.Background(), metaDSN, serverMem, sessions, conc, servers, turnTokens, duration, oldPath, prefault, masterArgs)
+			ccfg := client.Config{NoCoalesce: !coalesce, CoalesceInFlight: coalesceInFlight}
+			return benchTurns(context.Background(), metaDSN, serverMem, sessions, conc, servers, turnTokens, duration, oldPath, prefault, masterArgs, ccfg)
 		},
 	}
 	f := cmd.Flags()
@@ -68,6 +70,8 @@ func newBenchTurns() *cobra.Command {
 	f.DurationVar(&duration, "duration", 30*time.Second, "how long turns are measured")
 	f.StringVar(&durability, "session-durability", "", "the master's --session-durability: flush, window or sync (default: the master's own, flush; leave it out for a gd2fs binary from before it)")
 	f.BoolVar(&prefault, "server-prefault", true, "start the servers with --mem-prefault and measure once their DRAM tiers are resident, as on a server that has run until its tiers were full (false: pages are faulted in by the measured writes; needed for a gd2fs binary from before the flag)")
+	f.BoolVar(&coalesce, "coalesce", !(client.Config{}).NoCoalesce, "send the client's concurrent plans, and its concurrent commits, to the master in batches (client.Config.NoCoalesce; default: the client's default); false: every call its own request")
+	f.IntVar(&coalesceInFlight, "coalesce-inflight", 0, "batches of each kind in flight before calls queue for the next (client.Config.CoalesceInFlight; 0: the client's default)")
 	f.BoolVar(&oldPath, "sync-path", false, "write with WriteFresh (open, write, Sync) and Commit, the turn before WriteAndCommit, for comparison")
 	return cmd
 }
@@ -76,7 +80,7 @@ func newBenchTurns() *cobra.Command {
 // benchmark measures the turn's shape, not the bytes moved.
 var turnsLayout = client.Layout{Model: "bench-small", Layers: 2, KVHeads: 1, HeadDim: 32, DType: "fp16", PageTokens: 16, Order: "layer_first"}
 
-func benchTurns(ctx context.Context, metaDSN, serverMem string, sessions, conc, servers int, turnTokens int64, duration time.Duration, oldPath, prefault bool, masterArgs []string) error {
+func benchTurns(ctx context.Context, metaDSN, serverMem string, sessions, conc, servers int, turnTokens int64, duration time.Duration, oldPath, prefault bool, masterArgs []string, ccfg client.Config) error {
 	dir, err := os.MkdirTemp("", "gd2fs-benchturns-")
 	if err != nil {
 		return err
@@ -98,7 +102,8 @@ func benchTurns(ctx context.Context, metaDSN, serverMem string, sessions, conc, 
 			stopProc(procs[i])
 		}
 	}()
-	cl, err := client.New(client.Config{Master: url})
+	ccfg.Master = url
+	cl, err := client.New(ccfg)
 	if err != nil {
 		return err
 	}
@@ -159,9 +164,15 @@ func benchTurns(ctx context.Context, metaDSN, serverMem string, sessions, conc, 
 		}
 		resident = "DRAM tiers resident (--mem-prefault)"
 	}
-	fmt.Printf("bench turns: %s, %d servers (%s), %d sessions set up in %s, %d concurrent turns of %d tokens (%d bytes), load average %s\n",
+	coal := "coalesced plans and commits"
+	if ccfg.NoCoalesce || ccfg.CoalesceInFlight < 0 {
+		coal = "every call alone"
+	} else if ccfg.CoalesceInFlight > 0 {
+		coal += fmt.Sprintf(" (%d batches in flight)", ccfg.CoalesceInFlight)
+	}
+	fmt.Printf("bench turns: %s, %d servers (%s), %d sessions set up in %s, %d concurrent turns of %d tokens (%d bytes), %s, load average %s\n",
 		engineName(metaDSN), servers, resident, sessions, time.Since(start).Round(time.Millisecond), conc, turnTokens,
-		turnsLayout.RangeBytes(turnTokens), loadAvg())
+		turnsLayout.RangeBytes(turnTokens), coal, loadAvg())
 
 	before, err := masterRequests(ctx, url)
 	if err != nil {

@@ -69,6 +69,16 @@ func readAnswer(r io.Reader, out any) error {
 func (p *Plan) decodePlain(b []byte) bool {
 	s := fastjson.NewScanner(b)
 	var v Plan
+	scanPlan(s, &v)
+	if !s.End() {
+		return false
+	}
+	*p = v
+	return true
+}
+
+// scanPlan reads a plan's object into v.
+func scanPlan(s *fastjson.Scanner, v *Plan) {
 	var seen uint64
 	s.Object(func(k []byte) {
 		switch string(k) {
@@ -121,17 +131,22 @@ func (p *Plan) decodePlain(b []byte) bool {
 			s.Fail()
 		}
 	})
-	if !s.End() {
-		return false
-	}
-	*p = v
-	return true
 }
 
 // decodePlain implements plainDecoder.
 func (ss *Session) decodePlain(b []byte) bool {
 	s := fastjson.NewScanner(b)
 	var v Session
+	scanSession(s, &v)
+	if !s.End() {
+		return false
+	}
+	*ss = v
+	return true
+}
+
+// scanSession reads a session's object into v.
+func scanSession(s *fastjson.Scanner, v *Session) {
 	var seen uint64
 	s.Object(func(k []byte) {
 		switch string(k) {
@@ -163,11 +178,114 @@ func (ss *Session) decodePlain(b []byte) bool {
 			s.Fail()
 		}
 	})
+}
+
+// A client's coalesced plans and commits come back as batches
+// (PlanBatchAnswer, CommitBatchAnswer): their hand decoders read the plain
+// form as the single answers' do, each plan kept as the bytes the master
+// wrote (DecodePlan reads them) and each session decoded in place.
+
+// decodePlain implements plainDecoder.
+func (a *PlanBatchAnswer) decodePlain(b []byte) bool {
+	s := fastjson.NewScanner(b)
+	var v PlanBatchAnswer
+	var seen uint64
+	s.Object(func(k []byte) {
+		if string(k) != "plans" {
+			s.Fail()
+			return
+		}
+		s.Seen(&seen, 0)
+		v.Plans = []PlanBatchResult{}
+		s.Array(func() {
+			var r PlanBatchResult
+			var seen uint64
+			s.Object(func(k []byte) {
+				switch string(k) {
+				case "plan":
+					s.Seen(&seen, 0)
+					r.Plan = append(json.RawMessage(nil), s.Raw()...) // the body's buffer is reused
+				case "error":
+					s.Seen(&seen, 1)
+					r.Error = scanError(s)
+				default:
+					s.Fail()
+				}
+			})
+			v.Plans = append(v.Plans, r)
+		})
+	})
 	if !s.End() {
 		return false
 	}
-	*ss = v
+	*a = v
 	return true
+}
+
+// decodePlain implements plainDecoder.
+func (a *CommitBatchAnswer) decodePlain(b []byte) bool {
+	s := fastjson.NewScanner(b)
+	var v CommitBatchAnswer
+	var seen uint64
+	s.Object(func(k []byte) {
+		if string(k) != "commits" {
+			s.Fail()
+			return
+		}
+		s.Seen(&seen, 0)
+		v.Commits = []CommitBatchResult{}
+		s.Array(func() {
+			var r CommitBatchResult
+			var seen uint64
+			s.Object(func(k []byte) {
+				switch string(k) {
+				case "session":
+					s.Seen(&seen, 0)
+					r.Session = new(Session)
+					scanSession(s, r.Session)
+				case "error":
+					s.Seen(&seen, 1)
+					r.Error = scanError(s)
+				default:
+					s.Fail()
+				}
+			})
+			v.Commits = append(v.Commits, r)
+		})
+	})
+	if !s.End() {
+		return false
+	}
+	*a = v
+	return true
+}
+
+// scanError reads an Error's object.
+func scanError(s *fastjson.Scanner) *Error {
+	var e Error
+	var seen uint64
+	s.Object(func(k []byte) {
+		switch string(k) {
+		case "error":
+			s.Seen(&seen, 0)
+			e.Error = s.String()
+		case "code":
+			s.Seen(&seen, 1)
+			e.Code = s.String()
+		default:
+			s.Fail()
+		}
+	})
+	return &e
+}
+
+// DecodePlan decodes a plan of a PlanBatchAnswer into p (a zero Plan) as
+// json.Unmarshal does, by hand when it is in the plain form.
+func DecodePlan(raw json.RawMessage, p *Plan) error {
+	if p.decodePlain(raw) {
+		return nil
+	}
+	return json.Unmarshal(raw, p)
 }
 
 // plainTime reads a time as encoding/json does: the quoted string handed

@@ -51,6 +51,13 @@ func FuzzAnswerDecode(f *testing.F) {
 		`{"fresh_files":[{"chunks":[{"id":-1}]}]}`, `{"fresh_files":[{"modified":"2026-13-02T07:12:39Z"}]}`,
 		`{"fresh_files":[{"modified":"x"}]}`, `{"fresh_files":[{"is_dir":tru}]}`, `{"fresh_files":[{"attrs":{"a":"b"}}]}`,
 		`{"id":"s","last_used":"2026-12-02T07:12:39+01:00","ranges":[]}`, `{"id":"s","created":null}`,
+		// Batches (a client's coalesced plans and commits).
+		`{"plans":[{"plan":` + planAnswer + `},{"error":{"error":"no model m","code":"not_found"}}]}`,
+		`{"commits":[{"session":` + sessionAnswer + `},{"error":{"error":"plan again","code":"bad_request"}}]}`,
+		`{"plans":[]}`, `{"plans":null}`, `{"plans":[{"plan":null}]}`, `{"plans":[{"plan":{"a":[1,{"b":[true,"x"]}]} }]}`,
+		`{"plans":[{"plan":[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]}]}`, `{"plans":[{"plan":1,"plan":2}]}`, `{"plans":[{"error":{"error":"x","code":"y","z":1}}]}`,
+		`{"commits":[{"session":{"id":"s"},"error":{"error":"e","code":"c"}}]}`, `{"commits":[{"session":null}]}`, `{"commits":[{}],"x":1}`,
+		`{"commits":[{"error":{"Error":"e"}}]}`, `{"plans":[{"plan":{"x":1e5,"y":-0.5,"z":"\u0041"}}]}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -82,6 +89,31 @@ func FuzzAnswerDecode(f *testing.F) {
 		if !reflect.DeepEqual(wantS, gotS) {
 			t.Fatalf("%q: encoding/json decodes %+v, readAnswer %+v", b, wantS, gotS)
 		}
+		var wantPB, gotPB PlanBatchAnswer
+		errW = json.NewDecoder(bytes.NewReader(b)).Decode(&wantPB)
+		errG = readAnswer(bytes.NewReader(b), &gotPB)
+		if (errW == nil) != (errG == nil) {
+			t.Fatalf("%q: encoding/json says %v, readAnswer %v", b, errW, errG)
+		}
+		if !reflect.DeepEqual(wantPB, gotPB) {
+			t.Fatalf("%q: encoding/json decodes %+v, readAnswer %+v", b, wantPB, gotPB)
+		}
+		for i, r := range wantPB.Plans {
+			var want, got Plan
+			errW, errG := json.Unmarshal(r.Plan, &want), DecodePlan(r.Plan, &got)
+			if (errW == nil) != (errG == nil) || !reflect.DeepEqual(want, got) {
+				t.Fatalf("%q: plan %d: encoding/json decodes %+v (%v), DecodePlan %+v (%v)", b, i, want, errW, got, errG)
+			}
+		}
+		var wantCB, gotCB CommitBatchAnswer
+		errW = json.NewDecoder(bytes.NewReader(b)).Decode(&wantCB)
+		errG = readAnswer(bytes.NewReader(b), &gotCB)
+		if (errW == nil) != (errG == nil) {
+			t.Fatalf("%q: encoding/json says %v, readAnswer %v", b, errW, errG)
+		}
+		if !reflect.DeepEqual(wantCB, gotCB) {
+			t.Fatalf("%q: encoding/json decodes %+v, readAnswer %+v", b, wantCB, gotCB)
+		}
 	})
 }
 
@@ -101,6 +133,17 @@ func TestAnswerPlainPath(t *testing.T) {
 	var e EnginePlan
 	if !e.decodePlain([]byte(enginePlanAnswer)) || e.KVCacheParams.Stored[0].KVLength != 8192 || e.KVCacheParams.Fresh == nil || e.CachedTokens != 32 {
 		t.Fatalf("the engine plan answer is not decoded by hand, or decoded as %+v", e)
+	}
+	var pb PlanBatchAnswer
+	if !pb.decodePlain([]byte(`{"plans":[{"plan":`+planAnswer+`},{"error":{"error":"e","code":"not_found"}}]}`)) || len(pb.Plans) != 2 || pb.Plans[1].Error.Code != "not_found" {
+		t.Fatalf("the plan batch answer is not decoded by hand, or decoded as %+v", pb)
+	}
+	if !new(Plan).decodePlain(pb.Plans[0].Plan) {
+		t.Fatal("a plan of a batch is not decoded by hand")
+	}
+	var cb CommitBatchAnswer
+	if !cb.decodePlain([]byte(`{"commits":[{"session":`+sessionAnswer+`},{"error":{"error":"e","code":"bad_request"}}]}`)) || len(cb.Commits) != 2 || cb.Commits[0].Session.Tokens != 2000 {
+		t.Fatalf("the commit batch answer is not decoded by hand, or decoded as %+v", cb)
 	}
 	var s Session
 	if !s.decodePlain([]byte(sessionAnswer)) {

@@ -291,6 +291,12 @@ func HTTPStatus(err error) int {
 	return http.StatusInternalServerError
 }
 
+// ErrNoRoute marks a master's answer of 404 or 405 without a gd2fs error:
+// the HTTP router of a master older than the route turned it down (an
+// unknown path, or a known path pattern with another method), so a client
+// may fall back to the routes that master has.
+var ErrNoRoute = errors.New("the master has no such route (an older master?)")
+
 // LeaderHeader, on a standby master's 503 answers, names the leader's URL.
 const LeaderHeader = "X-Gd2fs-Leader"
 
@@ -364,7 +370,10 @@ const RequestIDParam = "request_id"
 // of a session's last commit as done), and session plans and forks that
 // carry a request_id (RequestIDParam: the master answers a repeat with the
 // plan it made, or the fork as done). Plans and forks without one are sent
-// again only when the master surely did not get them.
+// again only when the master surely did not get them. Batches of plans
+// (POST /v1/sessions/plans) are taken as idempotent because the SDK names
+// every plan of a batch with a request id; batches of commits are, as
+// their commits are.
 func Idempotent(method, path string) bool {
 	switch method {
 	case http.MethodGet, http.MethodHead, http.MethodPut:
@@ -374,6 +383,9 @@ func Idempotent(method, path string) bool {
 	case http.MethodPost:
 		p, q, hasQuery := strings.Cut(path, "?")
 		if strings.HasPrefix(p, "/v1/sessions/") && strings.HasSuffix(p, "/commit") {
+			return true
+		}
+		if p == "/v1/sessions/plans" || p == "/v1/sessions/commits" {
 			return true
 		}
 		if hasQuery && strings.HasPrefix(p, "/v1/sessions/") && (strings.HasSuffix(p, "/plan") || strings.HasSuffix(p, "/fork")) {
@@ -531,6 +543,10 @@ func (c *Client) do1(ctx context.Context, base, method, path string, body []byte
 			if len(body) > 200 {
 				body = body[:200] + "…"
 			}
+			if resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusMethodNotAllowed {
+				return o, errs.New(errs.ErrInternal, "%s answered %s %s with %s without a gd2fs error: an older master without the route, or not a gd2fs master (check --master) (%s): %w",
+					base, method, path, resp.Status, body, ErrNoRoute)
+			}
 			return o, errs.New(errs.ErrInternal, "%s answered %s without a gd2fs error: is it a gd2fs master? check --master (%s)", base, resp.Status, body)
 		}
 		return o, errs.FromCode(e.Code, e.Error)
@@ -637,6 +653,43 @@ type PlanBatchResult struct {
 
 // MaxPlanBatch bounds the plans of one PlanBatchRequest.
 const MaxPlanBatch = 256
+
+// CommitBatchRequest commits many plans in one call (POST
+// /v1/sessions/commits), as a client coalesces the commits of its
+// concurrent turns: each is checked and recorded exactly as POST
+// /v1/sessions/{id}/commit checks and records its plain form (a plan id,
+// written or not), and the commits of a batch share the master's group
+// transactions and one round of questions to the servers. An engine's
+// saved segments (kvcache_params, fresh_kvcache) are not taken here: they
+// come one per engine request, from engines that call the single route.
+type CommitBatchRequest struct {
+	Commits []CommitBatchItem `json:"commits"`
+}
+
+// CommitBatchItem is one commit of a batch: session Session's plan PlanID,
+// whose whole fresh range was written (Written: into the chunks of the
+// plan's fresh_files, without a Sync).
+type CommitBatchItem struct {
+	Session string `json:"session"`
+	PlanID  int64  `json:"plan_id"`
+	Written bool   `json:"written,omitempty"`
+}
+
+// CommitBatchAnswer answers a CommitBatchRequest, one result per commit in
+// order.
+type CommitBatchAnswer struct {
+	Commits []CommitBatchResult `json:"commits"`
+}
+
+// CommitBatchResult is the session as the commit left it, or the error
+// that commit alone met.
+type CommitBatchResult struct {
+	Session *Session `json:"session,omitempty"`
+	Error   *Error   `json:"error,omitempty"`
+}
+
+// MaxCommitBatch bounds the commits of one CommitBatchRequest.
+const MaxCommitBatch = 256
 
 // MaxEngineFlags bounds PlanRequest.Flags.
 const MaxEngineFlags = 16

@@ -195,9 +195,41 @@ func TestIdempotent(t *testing.T) {
 		{"POST", "/v1/prefixes", false},
 		{"DELETE", "/v1/sessions/s", false},
 		{"PUT", "/v1/models/m/layout", false},
+		{"POST", "/v1/sessions/plans", true},   // the SDK names every plan of a batch
+		{"POST", "/v1/sessions/commits", true}, // as each commit is
+		{"GET", "/v1/sessions/commits", false},
 	} {
 		if got := Idempotent(c.method, c.path); got != c.want {
 			t.Errorf("Idempotent(%s %s) = %v", c.method, c.path, got)
+		}
+	}
+}
+
+// TestDoNoRoute: a 404 or 405 without a gd2fs error (net/http's router of
+// an older master) is ErrNoRoute; a gd2fs not_found, or a 500, is not.
+func TestDoNoRoute(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/404":
+			http.NotFound(w, r)
+		case "/405":
+			http.Error(w, "Method Not Allowed", http.StatusMethodNotAllowed)
+		case "/gd2fs404":
+			w.WriteHeader(http.StatusNotFound)
+			w.Write([]byte(`{"error":"no session s","code":"not_found"}`))
+		default:
+			http.Error(w, "boom", http.StatusInternalServerError)
+		}
+	}))
+	defer srv.Close()
+	c := &Client{Base: srv.URL, RetryFor: -1}
+	for path, want := range map[string]bool{"/404": true, "/405": true, "/gd2fs404": false, "/500": false} {
+		err := c.Do(context.Background(), "POST", path, map[string]int{"a": 1}, nil)
+		if err == nil {
+			t.Fatalf("%s: no error", path)
+		}
+		if got := errors.Is(err, ErrNoRoute); got != want {
+			t.Errorf("%s: errors.Is(%v, ErrNoRoute) = %v, want %v", path, err, got, want)
 		}
 	}
 }

@@ -268,6 +268,20 @@ func appendRequest(b []byte, in any) ([]byte, bool) {
 			b = make([]byte, 0, 128+8*len(r.TokenIDs)+(2*kvlayout.BlockHashSize+3)*len(r.BlockHashes))
 		}
 		return appendPlanRequest(b, &r)
+	case PlanBatchRequest:
+		if b == nil {
+			n := 0
+			for _, p := range r.Plans {
+				n += 128 + len(p.Session) + len(p.RequestID) + 8*len(p.Plan.TokenIDs) + (2*kvlayout.BlockHashSize+3)*len(p.Plan.BlockHashes)
+			}
+			b = make([]byte, 0, 16+n)
+		}
+		return appendPlanBatchRequest(b, &r)
+	case CommitBatchRequest:
+		if b == nil {
+			b = make([]byte, 0, 16+64*len(r.Commits))
+		}
+		return appendCommitBatchRequest(b, &r)
 	case CommitSessionRequest:
 		if b == nil {
 			n := 0
@@ -348,6 +362,133 @@ func appendCommitRequest(b []byte, r *CommitSessionRequest) ([]byte, bool) {
 		e.bool("written", true)
 	}
 	return append(e.b, '}'), e.ok
+}
+
+// appendPlanBatchRequest appends a batch of plans (a client's coalesced
+// plans): each plan as appendPlanRequest writes it.
+func appendPlanBatchRequest(b []byte, r *PlanBatchRequest) ([]byte, bool) {
+	if r.Plans == nil {
+		return b, false
+	}
+	b = append(b, `{"plans":[`...)
+	for i := range r.Plans {
+		p := &r.Plans[i]
+		if i > 0 {
+			b = append(b, ',')
+		}
+		e := enc{b: append(b, '{'), ok: true}
+		e.str("session", p.Session)
+		if p.RequestID != "" {
+			e.str("request_id", p.RequestID)
+		}
+		if !e.ok {
+			return b, false
+		}
+		e.key("plan")
+		var ok bool
+		if b, ok = appendPlanRequest(e.b, &p.Plan); !ok {
+			return b, false
+		}
+		b = append(b, '}')
+	}
+	return append(b, ']', '}'), true
+}
+
+// appendCommitBatchRequest appends a batch of plain commits.
+func appendCommitBatchRequest(b []byte, r *CommitBatchRequest) ([]byte, bool) {
+	if r.Commits == nil {
+		return b, false
+	}
+	b = append(b, `{"commits":[`...)
+	for i := range r.Commits {
+		c := &r.Commits[i]
+		if i > 0 {
+			b = append(b, ',')
+		}
+		e := enc{b: append(b, '{'), ok: true}
+		e.str("session", c.Session)
+		e.int("plan_id", c.PlanID)
+		if c.Written {
+			e.bool("written", true)
+		}
+		if !e.ok {
+			return b, false
+		}
+		b = append(e.b, '}')
+	}
+	return append(b, ']', '}'), true
+}
+
+// AppendPlanBatchAnswerJSON appends a's JSON as json.Marshal writes it
+// (each plan's bytes as they are: written by AppendPlanJSON, they are
+// what json.Marshal writes of a json.RawMessage) and says whether it
+// could.
+func AppendPlanBatchAnswerJSON(b []byte, a *PlanBatchAnswer) ([]byte, bool) {
+	if a.Plans == nil {
+		return b, false
+	}
+	b = append(b, `{"plans":[`...)
+	for i, r := range a.Plans {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '{')
+		if len(r.Plan) > 0 {
+			b = append(b, `"plan":`...)
+			b = append(b, r.Plan...)
+		}
+		if r.Error != nil {
+			if len(r.Plan) > 0 {
+				b = append(b, ',')
+			}
+			var ok bool
+			if b, ok = appendError(b, r.Error); !ok {
+				return b, false
+			}
+		}
+		b = append(b, '}')
+	}
+	return append(b, ']', '}'), true
+}
+
+// AppendCommitBatchAnswerJSON appends a's JSON as json.Marshal writes it
+// and says whether it could.
+func AppendCommitBatchAnswerJSON(b []byte, a *CommitBatchAnswer) ([]byte, bool) {
+	if a.Commits == nil {
+		return b, false
+	}
+	b = append(b, `{"commits":[`...)
+	for i, r := range a.Commits {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '{')
+		var ok bool
+		if r.Session != nil {
+			b = append(b, `"session":`...)
+			if b, ok = AppendSessionJSON(b, r.Session); !ok {
+				return b, false
+			}
+		}
+		if r.Error != nil {
+			if r.Session != nil {
+				b = append(b, ',')
+			}
+			if b, ok = appendError(b, r.Error); !ok {
+				return b, false
+			}
+		}
+		b = append(b, '}')
+	}
+	return append(b, ']', '}'), true
+}
+
+// appendError appends "error":{"error":...,"code":...}.
+func appendError(b []byte, e *Error) ([]byte, bool) {
+	x := enc{b: append(b, `"error":{`...), ok: true}
+	x.str("error", e.Error)
+	x.str("code", e.Code)
+	return append(x.b, '}'), x.ok
 }
 
 // AppendEnginePlanJSON appends p as json.Marshal writes it and says

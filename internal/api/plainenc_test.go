@@ -96,6 +96,30 @@ func FuzzPlainEncode(f *testing.F) {
 		check("session", sess, b, ok)
 		b, ok = AppendEnginePlanJSON(nil, &eng)
 		check("engine plan", eng, b, ok)
+		// Batches, as a client coalesces them and the master answers.
+		pb := PlanBatchRequest{Plans: []PlanBatchItem{{Session: s, RequestID: s, Plan: req}, {Session: "a", Plan: req}}}
+		if k&4 != 0 {
+			pb.Plans = pb.Plans[:0]
+		}
+		b, ok = appendRequest(nil, pb)
+		check("plan batch", pb, b, ok)
+		cb := CommitBatchRequest{Commits: []CommitBatchItem{{Session: s, PlanID: n, Written: k&16 != 0}, {Session: "b", PlanID: -n}}}
+		b, ok = appendRequest(nil, cb)
+		check("commit batch", cb, b, ok)
+		e := &Error{Error: s, Code: "bad_request"}
+		raw, okP := AppendPlanJSON(nil, &plan)
+		pa := PlanBatchAnswer{Plans: []PlanBatchResult{{Error: e}}}
+		if okP {
+			pa.Plans = append(pa.Plans, PlanBatchResult{Plan: raw})
+		}
+		b, ok = AppendPlanBatchAnswerJSON(nil, &pa)
+		check("plan batch answer", pa, b, ok)
+		ca := CommitBatchAnswer{Commits: []CommitBatchResult{{Session: &sess}, {Error: e}}}
+		if k&8 != 0 {
+			ca.Commits = ca.Commits[:0]
+		}
+		b, ok = AppendCommitBatchAnswerJSON(nil, &ca)
+		check("commit batch answer", ca, b, ok)
 	})
 }
 
@@ -118,6 +142,20 @@ func TestPlainEncodeTakesTurns(t *testing.T) {
 	}
 	if _, ok := AppendEnginePlanJSON(nil, &eng); !ok {
 		t.Error("an engine plan is not written by hand")
+	}
+	req.Format = "" // what a batch holds
+	if _, ok := appendRequest(nil, PlanBatchRequest{Plans: []PlanBatchItem{{Session: "s", RequestID: "r", Plan: req}}}); !ok {
+		t.Error("a plan batch is not written by hand")
+	}
+	if _, ok := appendRequest(nil, CommitBatchRequest{Commits: []CommitBatchItem{{Session: "s", PlanID: 1, Written: true}}}); !ok {
+		t.Error("a commit batch is not written by hand")
+	}
+	raw, _ := AppendPlanJSON(nil, &plan)
+	if _, ok := AppendPlanBatchAnswerJSON(nil, &PlanBatchAnswer{Plans: []PlanBatchResult{{Plan: raw}, {Error: &Error{Error: "e", Code: "not_found"}}}}); !ok {
+		t.Error("a plan batch answer is not written by hand")
+	}
+	if _, ok := AppendCommitBatchAnswerJSON(nil, &CommitBatchAnswer{Commits: []CommitBatchResult{{Session: &sess}, {Error: &Error{Error: "e", Code: "not_found"}}}}); !ok {
+		t.Error("a commit batch answer is not written by hand")
 	}
 }
 

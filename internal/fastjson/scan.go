@@ -317,3 +317,39 @@ func (s *Scanner) Span() []byte {
 	s.bad = true
 	return nil
 }
+
+// maxRawDepth bounds the nesting Raw follows: the answers it reads nest a
+// few levels, and a deeper document is left to encoding/json.
+const maxRawDepth = 16
+
+// Raw reads one plain value of any kind (objects and arrays of plain
+// values, nested at most maxRawDepth deep) and returns its bytes, a view
+// of the document: what encoding/json stores into a json.RawMessage.
+func (s *Scanner) Raw() []byte {
+	s.ws()
+	start := s.i
+	s.skip(0)
+	if s.bad {
+		return nil
+	}
+	return s.b[start:s.i]
+}
+
+func (s *Scanner) skip(depth int) {
+	if depth > maxRawDepth {
+		s.bad = true
+		return
+	}
+	switch s.peek() {
+	case '{':
+		s.Object(func([]byte) { s.skip(depth + 1) })
+	case '[':
+		s.Array(func() { s.skip(depth + 1) })
+	case '"':
+		s.plainString()
+	case 't', 'f':
+		s.Bool()
+	default:
+		s.number()
+	}
+}

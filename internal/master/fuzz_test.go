@@ -42,8 +42,9 @@ var fuzzRoutes = []string{
 	"GET /v1/list/d?limit={p}&after={p}",
 	"POST /v1/servers/{p}/drain",
 	"POST /v1/servers/{p}/drain?undo={p}",
-	"POST /v1/sessions/plans", // a batch of plans (27)
-	"POST /v1/rename/{p...}",  // 28
+	"POST /v1/sessions/plans",   // a batch of plans (27)
+	"POST /v1/rename/{p...}",    // 28
+	"POST /v1/sessions/commits", // a batch of commits (29)
 }
 
 // FuzzHandlers sends arbitrary JSON bodies, paths and query figures to every
@@ -143,6 +144,14 @@ func FuzzHandlers(f *testing.F) {
 	seed(27, "", `{"plans":[{"session":"s","request_id":"r\u0000","plan":{"model":"m","prompt_tokens":16}}]}`)
 	seed(27, "", `{"plans":[{"session":"s\u0000","plan":{"model":"m\u0000","decode_tokens":9223372036854775807,"unsafe_count_only":true,"prompt_tokens":9223372036854775807}}]}`)
 	seed(27, "", `{"plans":[{"session":"s","plan":{"model":"m","prompt_tokens":20,"block_hashes":["00112233445566778899aabbccddeeff","zz"]}}],"x":1}`)
+	// Batches of commits: stale, unknown and repeated plans, sessions the
+	// store cannot name, sizes out of bounds, an engine's fields (refused).
+	seed(29, "", `{"commits":[{"session":"s","plan_id":1,"written":true},{"session":"s","plan_id":1,"written":true},{"session":"..","plan_id":2},{"session":"nobody","plan_id":-1}]}`)
+	seed(29, "", `{"commits":[]}`)
+	seed(29, "", `{"commits":null}`)
+	seed(29, "", `{"commits":[{"session":"s\u0000","plan_id":9223372036854775807}]}`)
+	seed(29, "", `{"commits":[{"session":"s","plan_id":1,"fresh_kvcache":[]}]}`)
+	seed(29, "", `{"commits":[{"session":"s","plan_id":1}],"x":1}`)
 	// variant > 0 sends what a web page could (guard.go): no JSON type, an
 	// Origin of another site, a foreign Host, no server role.
 	do := func(t *testing.T, method, target string, body []byte, variant ...int) int {

@@ -154,7 +154,7 @@ type answerBuf struct{ B []byte }
 var answers = sync.Pool{New: func() any { return &answerBuf{B: make([]byte, 0, 1024)} }}
 
 // plainAnswer appends the answers of a chat turn (a plan, an engine's
-// plan, a commit's session) written by hand, to the bytes json.Encoder writes for them
+// plan, a commit's session, and batches of plans and of commits) written by hand, to the bytes json.Encoder writes for them
 // (api.AppendPlanJSON; FuzzPlainEncode in internal/api compares); false
 // for any other answer, or one with a value without a plain form.
 func plainAnswer(b []byte, v any) ([]byte, bool) {
@@ -166,6 +166,10 @@ func plainAnswer(b []byte, v any) ([]byte, bool) {
 		b, ok = api.AppendSessionJSON(b, &a)
 	case api.EnginePlan:
 		b, ok = api.AppendEnginePlanJSON(b, &a)
+	case api.PlanBatchAnswer: // a client's coalesced plans
+		b, ok = api.AppendPlanBatchAnswerJSON(b, &a)
+	case api.CommitBatchAnswer: // and commits
+		b, ok = api.AppendCommitBatchAnswerJSON(b, &a)
 	}
 	return append(b, '\n'), ok // as json.Encoder ends a value
 }

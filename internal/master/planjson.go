@@ -34,11 +34,13 @@ func (w *planWire) request() api.PlanRequest {
 
 // planBatchWire is api.PlanBatchRequest with planWire plans.
 type planBatchWire struct {
-	Plans []struct {
-		Session   string   `json:"session"`
-		RequestID string   `json:"request_id,omitempty"`
-		Plan      planWire `json:"plan"`
-	} `json:"plans"`
+	Plans []planBatchWireItem `json:"plans"`
+}
+
+type planBatchWireItem struct {
+	Session   string   `json:"session"`
+	RequestID string   `json:"request_id,omitempty"`
+	Plan      planWire `json:"plan"`
 }
 
 func (w *planBatchWire) request() api.PlanBatchRequest {
@@ -120,6 +122,16 @@ type plainDecoder interface {
 func (w *planWire) decodePlain(b []byte) bool {
 	s := fastjson.NewScanner(b)
 	var v planWire
+	v.scan(s)
+	if !s.End() {
+		return false
+	}
+	*w = v
+	return true
+}
+
+// scan reads a plan request's object into v.
+func (v *planWire) scan(s *fastjson.Scanner) {
 	var seen uint64
 	s.Object(func(k []byte) {
 		switch string(k) {
@@ -165,6 +177,42 @@ func (w *planWire) decodePlain(b []byte) bool {
 		default: // flags (any JSON scalars) and unknown keys
 			s.Fail()
 		}
+	})
+}
+
+// decodePlain implements plainDecoder: a batch of plans (a client's
+// coalesced plans), each read as planWire reads a single one.
+func (w *planBatchWire) decodePlain(b []byte) bool {
+	s := fastjson.NewScanner(b)
+	var v planBatchWire
+	var seen uint64
+	s.Object(func(k []byte) {
+		if string(k) != "plans" {
+			s.Fail()
+			return
+		}
+		s.Seen(&seen, 0)
+		v.Plans = []planBatchWireItem{} // present: an empty list, not nil
+		s.Array(func() {
+			v.Plans = append(v.Plans, planBatchWireItem{})
+			it := &v.Plans[len(v.Plans)-1]
+			var seen uint64
+			s.Object(func(k []byte) {
+				switch string(k) {
+				case "session":
+					s.Seen(&seen, 0)
+					it.Session = s.String()
+				case "request_id":
+					s.Seen(&seen, 1)
+					it.RequestID = s.String()
+				case "plan":
+					s.Seen(&seen, 2)
+					it.Plan.scan(s)
+				default:
+					s.Fail()
+				}
+			})
+		})
 	})
 	if !s.End() {
 		return false

@@ -52,6 +52,12 @@ func FuzzPlanWire(f *testing.F) {
 		`{"plan_id":7,"written":true}`, `{"plan_id":7,"written":null}`, `{"plan_id":7,"fresh_kvcache":[]}`, `{"plan_id":7,"fresh_kvcache":null}`,
 		`{"fresh_kvcache":[{"token_start":0,"token_length":16,"kv_uri":"gd2fs://local/kv-sessions/a/kv-1","kv_start":0,"kv_length":4096}]}`,
 		`{"fresh_kvcache":[{"token_start":0,"bogus":1}]}`, `{"kvcache_params":{"id":"a","fresh_kvcache":[],"x":1}}`, `{"plan_id":7,"plan_id":8}`,
+		// Batches as a client coalesces them (planBatchWire's hand decoder).
+		`{"plans":[]}`, `{"plans":null}`, `{"plans":[{}]}`, `{"plans":[{"session":"a","session":"b"}]}`, `{"plans":[{"plan":null}]}`,
+		`{"plans":[{"session":"a","request_id":"r1","plan":{"model":"m","token_ids":[1,2]}},{"session":"b","request_id":"r2","plan":{"model":"m","block_hashes":["` + h[0].String() + `"]}}]}`,
+		`{"plans":[{"session":"a","plan":{"model":"m","flags":{"a":1}}}]}`, `{"plans":[{"session":"a","plan":{"model":"m"},"x":1}]}`,
+		`{"plans":[{"session":"a","plan":{"model":"m"}}],"plans":[]}`, `{"PLANS":[{"session":"a","plan":{"model":"m"}}]}`,
+		`{"plans":[{"session":"a","plan":{"model":"m","token_ids":[1]}},]}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -184,6 +190,8 @@ func TestPlainRequestsByHand(t *testing.T) {
 		{api.PlanRequest{Model: "m", BlockHashes: kvlayout.BlockHashes(ids, 16), Format: "vllm", LoadThreshold: 2}, new(planWire)},
 		{api.CommitSessionRequest{PlanID: 7, Written: true}, new(commitWire)},
 		{api.CommitSessionRequest{PlanID: 7, Fresh: &saved}, new(commitWire)},
+		{api.PlanBatchRequest{Plans: []api.PlanBatchItem{{Session: "a", RequestID: "r", Plan: api.PlanRequest{Model: "m", TokenIDs: ids}},
+			{Session: "b", Plan: api.PlanRequest{Model: "m", BlockHashes: kvlayout.BlockHashes(ids, 16)}}}}, new(planBatchWire)},
 	} {
 		b, err := json.Marshal(c.in)
 		if err != nil {
@@ -198,6 +206,8 @@ func TestPlainRequestsByHand(t *testing.T) {
 			got = w.request()
 		case *commitWire:
 			got = w.CommitSessionRequest
+		case *planBatchWire:
+			got = w.request()
 		}
 		if !reflect.DeepEqual(got, c.in) {
 			t.Fatalf("%s decoded by hand as %+v", b, got)

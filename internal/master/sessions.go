@@ -43,6 +43,7 @@ func (m *Master) sessionRoutes(h func(pattern string, fn func(r *http.Request) (
 	h("POST /v1/sessions/{id}/plan", m.plan)
 	h("POST /v1/sessions/plans", m.planBatch)
 	h("POST /v1/sessions/{id}/commit", m.commitSession)
+	h("POST /v1/sessions/commits", m.commitBatch)
 	h("GET /v1/sessions/{id}/plans/{plan}", m.outstandingPlan) // session_plans.go
 	h("POST /v1/sessions/{id}/fork", func(r *http.Request) (any, error) {
 		var req api.ForkRequest
@@ -154,7 +155,7 @@ func (m *Master) planBatch(r *http.Request) (any, error) {
 			res := &out.Plans[i]
 			p, err := m.planOne(r.Context(), it.Session, it.RequestID, it.Plan)
 			if err == nil {
-				res.Plan, err = json.Marshal(p)
+				res.Plan, err = marshalPlan(p)
 			}
 			if err != nil {
 				res.Plan, res.Error = nil, &api.Error{Error: err.Error(), Code: errs.Code(err)}
@@ -163,6 +164,22 @@ func (m *Master) planBatch(r *http.Request) (any, error) {
 	}
 	wg.Wait()
 	return out, nil
+}
+
+// marshalPlan writes a plan of a batch as json.Marshal does, by hand where
+// it can (api.AppendPlanJSON).
+func marshalPlan(p any) ([]byte, error) {
+	switch a := p.(type) {
+	case api.Plan:
+		if b, ok := api.AppendPlanJSON(nil, &a); ok {
+			return b, nil
+		}
+	case api.EnginePlan:
+		if b, ok := api.AppendEnginePlanJSON(nil, &a); ok {
+			return b, nil
+		}
+	}
+	return json.Marshal(p)
 }
 
 // planOne makes session id's plan for req (request id rid, "" for none).
@@ -349,6 +366,48 @@ func (m *Master) commitSession(r *http.Request) (any, error) {
 		m.metrics.commitFailures.Inc()
 	}
 	return m.sessionOut(s), err
+}
+
+// commitBatch answers POST /v1/sessions/commits: every commit of the batch
+// checked and recorded as commitSession does its plain form (a plan id,
+// written or not), all at once, so they share group transactions; the
+// servers are asked about the fresh ranges of the whole batch in one round
+// (sessionsHeld), before any transaction. Each answers its own error.
+func (m *Master) commitBatch(r *http.Request) (any, error) {
+	var req api.CommitBatchRequest
+	if err := readJSON(r, &req); err != nil {
+		return nil, err
+	}
+	n := len(req.Commits)
+	if n < 1 || n > api.MaxCommitBatch {
+		return nil, errs.New(errs.ErrBadRequest, "a commit batch of %d commits: send 1 to %d (split bigger batches)", n, api.MaxCommitBatch)
+	}
+	ctx, now := r.Context(), time.Now()
+	ins := make([]meta.CommitInput, n)
+	for i, it := range req.Commits {
+		ins[i] = meta.CommitInput{Session: it.Session, PlanID: it.PlanID, Written: it.Written, Now: now}
+	}
+	held := m.sessionsHeld(ctx, ins) // written.go
+	out := api.CommitBatchAnswer{Commits: make([]api.CommitBatchResult, n)}
+	var wg sync.WaitGroup
+	for i := range ins {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			in := ins[i]
+			in.Held = m.heldHook(ctx, held[i], false)
+			s, err := m.sessions.CommitSession(ctx, in)
+			if err != nil {
+				m.metrics.commitFailures.Inc()
+				out.Commits[i].Error = &api.Error{Error: err.Error(), Code: errs.Code(err)}
+				return
+			}
+			so := m.sessionOut(s)
+			out.Commits[i].Session = &so
+		}()
+	}
+	wg.Wait()
+	return out, nil
 }
 
 // sessionPlacer places the chunks of a gd2fs-format plan's fresh range

@@ -342,28 +342,64 @@ func holeErr(l meta.Layout, i int, r meta.Range, gs, ge int64, server string, pa
 // the fresh range the plan reserved. A plan that is not outstanding is
 // left to the commit (a repeat of an applied commit, or an error).
 func (m *Master) sessionHeld(ctx context.Context, in meta.CommitInput) []*heldFile {
-	rs := in.Saved
-	if !in.Partial {
-		if h := m.planHeld.take(in.PlanID); h != nil {
-			hs := []*heldFile{h}
-			m.askChunks(ctx, hs)
+	return m.sessionsHeld(ctx, []meta.CommitInput{in})[0]
+}
+
+// sessionsHeld is sessionHeld for the commits of a batch at once: the
+// chunks their plans placed are asked about in one parallel round, and
+// those the store must be read for (no placed chunks remembered, or a gap
+// in them) in a second, so a batch costs the servers one question per
+// chunk replica, as each commit alone did, in at most two round trips
+// however many commits it holds. out[i] is what commit i's heldHook looks
+// in; commits of the second round share one list (a range is found in it
+// by its file's path).
+func (m *Master) sessionsHeld(ctx context.Context, ins []meta.CommitInput) [][]*heldFile {
+	out := make([][]*heldFile, len(ins))
+	var placed []*heldFile
+	for i, in := range ins {
+		if !in.Partial {
+			if h := m.planHeld.take(in.PlanID); h != nil {
+				out[i] = []*heldFile{h}
+				placed = append(placed, h)
+			}
+		}
+	}
+	if len(placed) > 0 {
+		m.askChunks(ctx, placed)
+	}
+	var rs []meta.Range
+	var again []int
+	for i, in := range ins {
+		if out[i] != nil {
+			h := out[i][0]
 			if _, _, _, gap := h.gap(h.start, h.end); !gap && h.err == nil {
-				return hs
+				continue
 			}
 			// A refusal is decided on the store's chunks, not on what the
 			// plan placed (a repair may have moved a replica since).
+			out[i] = nil
 		}
-		rs = nil
-		if pr, ok := m.sessions.(meta.PlanReader); ok && in.PlanID > 0 {
-			if fr, err := pr.OutstandingPlan(ctx, in.Session, in.PlanID); err == nil && fr.KVLength > 0 {
-				rs = []meta.Range{fr}
+		r := in.Saved
+		if !in.Partial {
+			r = nil
+			if pr, ok := m.sessions.(meta.PlanReader); ok && in.PlanID > 0 {
+				if fr, err := pr.OutstandingPlan(ctx, in.Session, in.PlanID); err == nil && fr.KVLength > 0 {
+					r = []meta.Range{fr}
+				}
 			}
 		}
+		if len(r) > 0 {
+			rs = append(rs, r...)
+			again = append(again, i)
+		}
 	}
-	if len(rs) == 0 {
-		return nil
+	if len(again) > 0 {
+		hs := m.askHeld(ctx, rs)
+		for _, i := range again {
+			out[i] = hs
+		}
 	}
-	return m.askHeld(ctx, rs)
+	return out
 }
 
 // checkChunksHeld refuses a file commit that grows a chunk past what one of
