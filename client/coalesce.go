@@ -345,12 +345,19 @@ func jsonLen(s string) int {
 const maxPlanBatchBytes = limits.MaxJSONBody / 4
 
 // planSize bounds the bytes p adds to a batch's body: at most 11 a token
-// id (ten digits and a comma), 35 a block hash, and its strings.
+// id (ten digits and a comma), 35 a block hash, its strings and an
+// engine plan's flags.
 func planSize(p planCall) int {
 	r := &p.req
 	n := 256 + len(p.id) + len(r.Model) + 11*len(r.TokenIDs) + 35*len(r.BlockHashes)
 	for _, x := range r.Prefixes {
 		n += len(x) + 3
+	}
+	for k, v := range r.Flags {
+		n += 32 + jsonLen(k) // a number, bool or null fits in 32
+		if s, ok := v.(string); ok {
+			n += jsonLen(s)
+		}
 	}
 	return n
 }
