@@ -220,7 +220,9 @@ func (s *Sessions) PlanEngine(ctx context.Context, id string, req PlanRequest) (
 	if req.Format != "sglang" {
 		req.Format = "vllm"
 	}
-	if co := s.c.co; co != nil && !co.noPlans.Load() {
+	// Flags the master refuses (any size: planSize counts only scalars)
+	// go alone, to their own 400, not into a batch.
+	if co := s.c.co; co != nil && !co.noPlans.Load() && api.CheckEngineFlags(req.Flags) == nil {
 		return co.engines.do(ctx, planCall{id: id, req: req})
 	}
 	return s.engineOne(ctx, id, req)
