@@ -474,3 +474,73 @@ func TestCoalescedEngineOldMaster(t *testing.T) {
 		t.Fatalf("%d engine commit batches tried after the master was found old, want 1", got)
 	}
 }
+
+// TestCoalescedBigEngineCommits: engine commits of many saved segments
+// are batched only as far as a batch's body stays well within the
+// master's body limit (the client counts each segment); the rest go in
+// the next batch (here alone), and each gets the single route's answer.
+func TestCoalescedBigEngineCommits(t *testing.T) {
+	c := start(t, cluster.Config{MemBytes: 64 << 20})
+	cl, err := client.New(client.Config{Master: c.Master.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	single, err := client.New(client.Config{Master: c.Master.URL(), NoCoalesce: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer single.Close()
+	ctx := context.Background()
+	ss := cl.Sessions()
+	if err := ss.SetLayout(ctx, tp2); err != nil {
+		t.Fatal(err)
+	}
+	// Each about 2,500 × 170 bytes = 425 KB of segments in a batch of at
+	// most 1 MiB: two fit. The segments repeat one never written, so each
+	// commit is refused (by the servers' answer), and nothing changes for
+	// the single route asked after.
+	const n, segs = 3, 2500
+	var calls []func() (client.Session, error)
+	var args []struct {
+		id     string
+		planID int64
+		saved  []client.KVRange
+	}
+	for i := 0; i < n; i++ {
+		id := fmt.Sprintf("big%d", i)
+		p, err := single.Sessions().PlanEngine(ctx, id, client.PlanRequest{Model: "tp2", TokenIDs: seq(uint32(i), 32)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		saved := make([]client.KVRange, segs)
+		for k := range saved {
+			saved[k] = p.KVCacheParams.Fresh[0]
+		}
+		args = append(args, struct {
+			id     string
+			planID int64
+			saved  []client.KVRange
+		}{id, p.PlanID, saved})
+		calls = append(calls, func() (client.Session, error) { return ss.CommitSaved(ctx, id, p.PlanID, saved) })
+	}
+	before := masterRequests(t, c)
+	_, cerrs := coalescedBatch(t, cl, func() error {
+		_, err := ss.CommitSaved(ctx, "nobody", 1, nil)
+		if errors.Is(err, errs.ErrExists) || errors.Is(err, errs.ErrNotFound) {
+			return nil
+		}
+		return err
+	}, func(_, cq int) bool { return cq == n }, calls)
+	waitFor(t, "the commits done", func() bool { _, _, cs, _ := client.Coalescing(cl); return cs == 0 })
+	after := masterRequests(t, c)
+	for i, a := range args {
+		_, want := single.Sessions().CommitSaved(ctx, a.id, a.planID, a.saved)
+		if cerrs[i] == nil || want == nil || cerrs[i].Error() != want.Error() {
+			t.Fatalf("big commit %d: coalesced %v, single %v", i, cerrs[i], want)
+		}
+	}
+	if b, one := after[routeSaved]-before[routeSaved], after[routeCommit]-before[routeCommit]; b != 1 || one != 2 {
+		t.Fatalf("%d engine commit batches and %d commits alone; want 1 batch of two and the third alone, beside the lone commit", b, one)
+	}
+}
