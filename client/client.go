@@ -61,16 +61,17 @@ type Config struct {
 	// certificate where servers require one). With TLS nil, an https://
 	// master turns TLS on with the system roots.
 	TLS *tls.Config
-	// NoCoalesce sends every Sessions().Plan and plain commit (Commit,
-	// WriteAndCommit) as its own master request. By default a client's
-	// concurrent plans, and its concurrent commits, go to the master
-	// together in batches (coalesce.go; docs/kv-cache.md, "What a turn
-	// costs").
+	// NoCoalesce sends every Sessions().Plan, PlanEngine and commit
+	// (Commit, WriteAndCommit, CommitSaved) as its own master request. By
+	// default a client's concurrent plans, and its concurrent commits, go
+	// to the master together in batches (coalesce.go; docs/kv-cache.md,
+	// "What a turn costs").
 	NoCoalesce bool
-	// CoalesceInFlight is how many batches of plans (and of commits) a
-	// client keeps in flight to the master before further calls queue for
-	// the next batch: default DefaultCoalesceInFlight; negative: no
-	// coalescing, as NoCoalesce.
+	// CoalesceInFlight is how many batches of each kind (plans, engine
+	// plans, plain commits, engine commits) a client keeps in flight to
+	// the master before further calls of that kind queue for the next
+	// batch: default DefaultCoalesceInFlight; negative: no coalescing, as
+	// NoCoalesce.
 	CoalesceInFlight int
 }
 

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"sync"
 	"sync/atomic"
@@ -32,7 +33,16 @@ import (
 // retries the single call: both batch routes are idempotent (every plan
 // carries a request id; a repeated commit is answered as done).
 //
-// A master from before the batch routes answers them 404 or 405
+// Four kinds: plans (Plan), engine plans (PlanEngine; the same batch
+// route, which answers each plan in its own format), plain commits
+// (Commit, WriteAndCommit) and engine commits (CommitSaved, which carry
+// the segments the engine saved). Engine commits go to a route of their
+// own, POST /v1/sessions/commits/saved: a master from before it refuses
+// an engine item at the plain route (its strict decoder knows no
+// fresh_kvcache) and answers 404 at the new one, so no master records an
+// engine commit as a plain one (api.CommitBatchRequest).
+//
+// A master from before a batch route answers it 404 or 405
 // (api.ErrNoRoute): the client then sends that kind one call at a time,
 // from then on.
 
@@ -201,13 +211,17 @@ func batchContext[In, Out any](batch []*bcall[In, Out]) (context.Context, func()
 	}
 }
 
-// coalescers are a client's batchers: plans and commits.
+// coalescers are a client's batchers: plans, engine plans, plain commits
+// and engine commits.
 type coalescers struct {
 	plans   *batcher[planCall, Plan]
+	engines *batcher[planCall, EnginePlan]
 	commits *batcher[api.CommitBatchItem, Session]
-	// noPlans, noCommits: the master answered a batch route 404 or 405 (a
-	// master from before it): calls of that kind go alone.
-	noPlans, noCommits atomic.Bool
+	saved   *batcher[api.CommitBatchItem, Session]
+	// noPlans, noCommits, noSaved: the master answered a batch route 404
+	// or 405 (a master from before it): calls of that kind (noPlans: both
+	// kinds of plan) go alone.
+	noPlans, noCommits, noSaved atomic.Bool
 }
 
 // planCall is one coalesced plan.
@@ -251,19 +265,78 @@ func newCoalescers(c *Client) *coalescers {
 			}
 			return outs, errs, nil
 		}}
-	co.commits = &batcher[api.CommitBatchItem, Session]{inFlight: k, max: api.MaxCommitBatch,
-		one: ss.commitOne,
-		many: func(ctx context.Context, its []api.CommitBatchItem) ([]Session, []error, error) {
-			if !co.noCommits.Load() {
-				outs, errs, err := ss.commitBatch(ctx, its)
-				if !errors.Is(err, api.ErrNoRoute) {
-					return outs, errs, err
-				}
-				co.noCommits.Store(true)
+	co.engines = &batcher[planCall, EnginePlan]{inFlight: k, max: api.MaxPlanBatch, size: planSize, maxBytes: maxPlanBatchBytes,
+		one: func(ctx context.Context, p planCall) (EnginePlan, error) { return ss.engineOne(ctx, p.id, p.req) },
+		many: func(ctx context.Context, ps []planCall) ([]EnginePlan, []error, error) {
+			one := func(ctx context.Context, p planCall) (EnginePlan, error) { return ss.engineOne(ctx, p.id, p.req) }
+			if co.noPlans.Load() {
+				return alone(ctx, ps, one)
 			}
-			return alone(ctx, its, ss.commitOne)
+			items := make([]PlanBatchItem, len(ps))
+			for i, p := range ps {
+				items[i] = PlanBatchItem{ID: p.id, Request: p.req}
+			}
+			outs, errs := make([]EnginePlan, len(ps)), make([]error, len(ps))
+			err := ss.planBatch(ctx, items, func(i int, raw json.RawMessage) error { return api.DecodeEnginePlan(raw, &outs[i]) },
+				func(i int, err error) { outs[i], errs[i] = EnginePlan{}, err })
+			if errors.Is(err, api.ErrNoRoute) {
+				co.noPlans.Store(true)
+				return alone(ctx, ps, one)
+			}
+			if err != nil {
+				return nil, nil, err
+			}
+			return outs, errs, nil
 		}}
+	commits := func(path string, no *atomic.Bool) *batcher[api.CommitBatchItem, Session] {
+		return &batcher[api.CommitBatchItem, Session]{inFlight: k, max: api.MaxCommitBatch, size: commitSize, maxBytes: maxCommitBatchBytes,
+			one: ss.commitOne,
+			many: func(ctx context.Context, its []api.CommitBatchItem) ([]Session, []error, error) {
+				if !no.Load() {
+					outs, errs, err := ss.commitBatch(ctx, path, its)
+					if !errors.Is(err, api.ErrNoRoute) {
+						return outs, errs, err
+					}
+					no.Store(true)
+				}
+				return alone(ctx, its, ss.commitOne)
+			}}
+	}
+	co.commits = commits("/v1/sessions/commits", &co.noCommits)
+	co.saved = commits("/v1/sessions/commits/saved", &co.noSaved)
 	return co
+}
+
+// maxCommitBatchBytes bounds the body of a batch of coalesced commits, as
+// maxPlanBatchBytes does plans': an engine's commit may carry up to
+// limits.MaxSavedSegments segments, each with its kv_uri.
+const maxCommitBatchBytes = limits.MaxJSONBody / 4
+
+// commitSize bounds the bytes it adds to a batch's body: its strings as
+// JSON may escape them (jsonLen), and at most 100 bytes of keys and
+// figures for the item and each saved segment.
+func commitSize(it api.CommitBatchItem) int {
+	n := 100 + jsonLen(it.Session)
+	if it.Fresh != nil {
+		for _, r := range *it.Fresh {
+			n += 100 + jsonLen(r.KVURI)
+		}
+	}
+	return n
+}
+
+// jsonLen bounds the bytes of s quoted by encoding/json: a byte it may
+// escape as \u00XX, or (not UTF-8) replace by \ufffd, counts 6.
+func jsonLen(s string) int {
+	n := 2
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '<' || c == '>' || c == '&' || c == '"' || c == '\\' {
+			n += 6
+		} else {
+			n++
+		}
+	}
+	return n
 }
 
 // maxPlanBatchBytes bounds the body of a batch of coalesced plans, well
@@ -272,12 +345,19 @@ func newCoalescers(c *Client) *coalescers {
 const maxPlanBatchBytes = limits.MaxJSONBody / 4
 
 // planSize bounds the bytes p adds to a batch's body: at most 11 a token
-// id (ten digits and a comma), 35 a block hash, and its strings.
+// id (ten digits and a comma), 35 a block hash, its strings and an
+// engine plan's flags.
 func planSize(p planCall) int {
 	r := &p.req
 	n := 256 + len(p.id) + len(r.Model) + 11*len(r.TokenIDs) + 35*len(r.BlockHashes)
 	for _, x := range r.Prefixes {
 		n += len(x) + 3
+	}
+	for k, v := range r.Flags {
+		n += 32 + jsonLen(k) // a number, bool or null fits in 32
+		if s, ok := v.(string); ok {
+			n += jsonLen(s)
+		}
 	}
 	return n
 }
@@ -298,11 +378,11 @@ func alone[In, Out any](ctx context.Context, ins []In, one func(context.Context,
 	return outs, errs, nil
 }
 
-// commitBatch commits its items in one master call; the error is the
-// call's, errs[i] item i's own.
-func (s *Sessions) commitBatch(ctx context.Context, items []api.CommitBatchItem) ([]Session, []error, error) {
+// commitBatch commits its items in one master call to path; the error is
+// the call's, errs[i] item i's own.
+func (s *Sessions) commitBatch(ctx context.Context, path string, items []api.CommitBatchItem) ([]Session, []error, error) {
 	var ans api.CommitBatchAnswer
-	if err := s.c.api.Do(ctx, "POST", "/v1/sessions/commits", api.CommitBatchRequest{Commits: items}, &ans); err != nil {
+	if err := s.c.api.Do(ctx, "POST", path, api.CommitBatchRequest{Commits: items}, &ans); err != nil {
 		return nil, nil, err
 	}
 	if len(ans.Commits) != len(items) {

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"encoding/json"
 	"net/url"
 	"strconv"
 	"sync"
@@ -140,11 +141,25 @@ type PlanBatchResult struct {
 // only (PlanEngine for engines); at most api.MaxPlanBatch (256) per call.
 // The error is the call's; each result carries its plan's own.
 func (s *Sessions) PlanBatch(ctx context.Context, items []PlanBatchItem) ([]PlanBatchResult, error) {
-	req := api.PlanBatchRequest{Plans: make([]api.PlanBatchItem, len(items))}
 	for i, it := range items {
 		if f := it.Request.Format; f != "" && f != "gd2fs" {
 			return nil, errs.New(errs.ErrBadRequest, "plan %d asks for format %q: PlanBatch answers gd2fs plans; use PlanEngine", i, f)
 		}
+	}
+	out := make([]PlanBatchResult, len(items))
+	err := s.planBatch(ctx, items, func(i int, raw json.RawMessage) error { return api.DecodePlan(raw, &out[i].Plan) },
+		func(i int, err error) { out[i].Err = err })
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// planBatch sends items as one batch (any format) and gives each plan's
+// bytes to decode, or its error to fail; the error is the call's.
+func (s *Sessions) planBatch(ctx context.Context, items []PlanBatchItem, decode func(i int, raw json.RawMessage) error, fail func(i int, err error)) error {
+	req := api.PlanBatchRequest{Plans: make([]api.PlanBatchItem, len(items))}
+	for i, it := range items {
 		if it.RequestID == "" {
 			it.RequestID = requestID()
 		}
@@ -152,23 +167,22 @@ func (s *Sessions) PlanBatch(ctx context.Context, items []PlanBatchItem) ([]Plan
 	}
 	var ans api.PlanBatchAnswer
 	if err := s.c.api.Do(ctx, "POST", "/v1/sessions/plans", req, &ans); err != nil {
-		return nil, err
+		return err
 	}
 	if len(ans.Plans) != len(items) {
-		return nil, errs.New(errs.ErrInternal, "the master answered %d plans for a batch of %d", len(ans.Plans), len(items))
+		return errs.New(errs.ErrInternal, "the master answered %d plans for a batch of %d", len(ans.Plans), len(items))
 	}
-	out := make([]PlanBatchResult, len(items))
 	for i, r := range ans.Plans {
 		switch {
 		case r.Error != nil:
-			out[i].Err = errs.FromCode(r.Error.Code, r.Error.Error)
+			fail(i, errs.FromCode(r.Error.Code, r.Error.Error))
 		default:
-			if err := api.DecodePlan(r.Plan, &out[i].Plan); err != nil {
-				out[i].Err = errs.New(errs.ErrInternal, "plan %d of the batch: %v", i, err)
+			if err := decode(i, r.Plan); err != nil {
+				fail(i, errs.New(errs.ErrInternal, "plan %d of the batch: %v", i, err))
 			}
 		}
 	}
-	return out, nil
+	return nil
 }
 
 // Commit records plan's fresh range as stored. Write it first (WriteFresh).
@@ -186,10 +200,10 @@ func (s *Sessions) commit(ctx context.Context, it api.CommitBatchItem) (Session,
 	return s.commitOne(ctx, it)
 }
 
-// commitOne is a plain commit by the single route.
+// commitOne is a commit by the single route: plain, or an engine's (Fresh).
 func (s *Sessions) commitOne(ctx context.Context, it api.CommitBatchItem) (Session, error) {
 	var out Session
-	err := s.c.api.Do(ctx, "POST", "/v1/sessions/"+esc(it.Session)+"/commit", api.CommitSessionRequest{PlanID: it.PlanID, Written: it.Written}, &out)
+	err := s.c.api.Do(ctx, "POST", "/v1/sessions/"+esc(it.Session)+"/commit", api.CommitSessionRequest{PlanID: it.PlanID, Written: it.Written, Fresh: it.Fresh}, &out)
 	return out, err
 }
 
@@ -199,10 +213,23 @@ func (s *Sessions) commitOne(ctx context.Context, it api.CommitBatchItem) (Sessi
 //
 // req.Format "sglang" is the same answer for SGLang's explicit-KV cache
 // (which has no flags); anything else is taken as "vllm".
+//
+// Concurrent engine plans of this client go to the master in batches, as
+// Plan's do (a router's chats).
 func (s *Sessions) PlanEngine(ctx context.Context, id string, req PlanRequest) (EnginePlan, error) {
 	if req.Format != "sglang" {
 		req.Format = "vllm"
 	}
+	// Flags the master refuses (any size: planSize counts only scalars)
+	// go alone, to their own 400, not into a batch.
+	if co := s.c.co; co != nil && !co.noPlans.Load() && api.CheckEngineFlags(req.Flags) == nil {
+		return co.engines.do(ctx, planCall{id: id, req: req})
+	}
+	return s.engineOne(ctx, id, req)
+}
+
+// engineOne is PlanEngine by the single route.
+func (s *Sessions) engineOne(ctx context.Context, id string, req PlanRequest) (EnginePlan, error) {
 	var p EnginePlan
 	err := s.c.api.Do(ctx, "POST", planPath(id), req, &p)
 	return p, err
@@ -210,14 +237,18 @@ func (s *Sessions) PlanEngine(ctx context.Context, id string, req PlanRequest) (
 
 // CommitSaved records what the engine saved of plan planID's fresh
 // segments (its answer's fresh_kvcache; empty when it saved nothing). With
-// planID 0 the plan is found by the first saved segment.
+// planID 0 the plan is found by the first saved segment. Concurrent calls
+// of this client go to the master in batches (POST
+// /v1/sessions/commits/saved), as Commit's do.
 func (s *Sessions) CommitSaved(ctx context.Context, id string, planID int64, saved []KVRange) (Session, error) {
-	var out Session
 	if saved == nil {
 		saved = []KVRange{}
 	}
-	err := s.c.api.Do(ctx, "POST", "/v1/sessions/"+esc(id)+"/commit", api.CommitSessionRequest{PlanID: planID, Fresh: &saved}, &out)
-	return out, err
+	it := api.CommitBatchItem{Session: id, PlanID: planID, Fresh: &saved}
+	if co := s.c.co; co != nil && !co.noSaved.Load() {
+		return co.saved.do(ctx, it)
+	}
+	return s.commitOne(ctx, it)
 }
 
 // Fork makes newID a session sharing id's stored ranges, without copying bytes.

@@ -288,6 +288,16 @@ func DecodePlan(raw json.RawMessage, p *Plan) error {
 	return json.Unmarshal(raw, p)
 }
 
+// DecodeEnginePlan decodes an engine-format plan of a PlanBatchAnswer
+// into p (a zero EnginePlan) as json.Unmarshal does, by hand when it is in
+// the plain form (flags are left to encoding/json).
+func DecodeEnginePlan(raw json.RawMessage, p *EnginePlan) error {
+	if p.decodePlain(raw) {
+		return nil
+	}
+	return json.Unmarshal(raw, p)
+}
+
 // plainTime reads a time as encoding/json does: the quoted string handed
 // to time.Time's UnmarshalJSON.
 func plainTime(s *fastjson.Scanner, t *time.Time) {

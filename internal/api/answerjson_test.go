@@ -58,6 +58,9 @@ func FuzzAnswerDecode(f *testing.F) {
 		`{"plans":[{"plan":[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]}]}`, `{"plans":[{"plan":1,"plan":2}]}`, `{"plans":[{"error":{"error":"x","code":"y","z":1}}]}`,
 		`{"commits":[{"session":{"id":"s"},"error":{"error":"e","code":"c"}}]}`, `{"commits":[{"session":null}]}`, `{"commits":[{}],"x":1}`,
 		`{"commits":[{"error":{"Error":"e"}}]}`, `{"plans":[{"plan":{"x":1e5,"y":-0.5,"z":"\u0041"}}]}`,
+		// Engine plans in a batch (a router's coalesced plans).
+		`{"plans":[{"plan":` + enginePlanAnswer + `},{"plan":{"kvcache_params":{"id":"a","flags":{"prefill-only":true}},"plan_id":3}}]}`,
+		`{"plans":[{"plan":{"kvcache_params":{"id":"a","fresh_kvcache":[{"kv_uri":"u","x":1}]}}}]}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -103,6 +106,11 @@ func FuzzAnswerDecode(f *testing.F) {
 			errW, errG := json.Unmarshal(r.Plan, &want), DecodePlan(r.Plan, &got)
 			if (errW == nil) != (errG == nil) || !reflect.DeepEqual(want, got) {
 				t.Fatalf("%q: plan %d: encoding/json decodes %+v (%v), DecodePlan %+v (%v)", b, i, want, errW, got, errG)
+			}
+			var wantE, gotE EnginePlan
+			errW, errG = json.Unmarshal(r.Plan, &wantE), DecodeEnginePlan(r.Plan, &gotE)
+			if (errW == nil) != (errG == nil) || !reflect.DeepEqual(wantE, gotE) {
+				t.Fatalf("%q: plan %d: encoding/json decodes %+v (%v), DecodeEnginePlan %+v (%v)", b, i, wantE, errW, gotE, errG)
 			}
 		}
 		var wantCB, gotCB CommitBatchAnswer

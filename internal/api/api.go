@@ -654,25 +654,34 @@ type PlanBatchResult struct {
 // MaxPlanBatch bounds the plans of one PlanBatchRequest.
 const MaxPlanBatch = 256
 
-// CommitBatchRequest commits many plans in one call (POST
-// /v1/sessions/commits), as a client coalesces the commits of its
-// concurrent turns: each is checked and recorded exactly as POST
-// /v1/sessions/{id}/commit checks and records its plain form (a plan id,
-// written or not), and the commits of a batch share the master's group
-// transactions and one round of questions to the servers. An engine's
-// saved segments (kvcache_params, fresh_kvcache) are not taken here: they
-// come one per engine request, from engines that call the single route.
+// CommitBatchRequest commits many plans in one call, as a client
+// coalesces the commits of its concurrent turns: each is checked and
+// recorded exactly as POST /v1/sessions/{id}/commit checks and records it,
+// and the commits of a batch share the master's group transactions and
+// one round of questions to the servers.
+//
+// Two routes take it. POST /v1/sessions/commits takes plain commits only
+// (a plan id, written or not) and refuses an item with Fresh. POST
+// /v1/sessions/commits/saved takes engine commits too (an item with
+// Fresh: what the engine saved). The split is for masters from before
+// engine items: they decode an item strictly, and would refuse the whole
+// batch at the first route; at the second they answer 404, so a client
+// learns to send its engine commits one at a time, and no master ever
+// records an engine commit as a plain one.
 type CommitBatchRequest struct {
 	Commits []CommitBatchItem `json:"commits"`
 }
 
 // CommitBatchItem is one commit of a batch: session Session's plan PlanID,
 // whose whole fresh range was written (Written: into the chunks of the
-// plan's fresh_files, without a Sync).
+// plan's fresh_files, without a Sync), or — Fresh not nil, at
+// /v1/sessions/commits/saved only — whose engine saved the segments
+// *Fresh (CommitSessionRequest.Fresh; at most limits.MaxSavedSegments).
 type CommitBatchItem struct {
-	Session string `json:"session"`
-	PlanID  int64  `json:"plan_id"`
-	Written bool   `json:"written,omitempty"`
+	Session string     `json:"session"`
+	PlanID  int64      `json:"plan_id"`
+	Written bool       `json:"written,omitempty"`
+	Fresh   *[]KVRange `json:"fresh_kvcache,omitempty"`
 }
 
 // CommitBatchAnswer answers a CommitBatchRequest, one result per commit in

@@ -279,7 +279,14 @@ func appendRequest(b []byte, in any) ([]byte, bool) {
 		return appendPlanBatchRequest(b, &r)
 	case CommitBatchRequest:
 		if b == nil {
-			b = make([]byte, 0, 16+64*len(r.Commits))
+			n := 16
+			for _, c := range r.Commits {
+				n += 64 + len(c.Session)
+				if c.Fresh != nil {
+					n += 160 * len(*c.Fresh)
+				}
+			}
+			b = make([]byte, 0, n)
 		}
 		return appendCommitBatchRequest(b, &r)
 	case CommitSessionRequest:
@@ -394,7 +401,8 @@ func appendPlanBatchRequest(b []byte, r *PlanBatchRequest) ([]byte, bool) {
 	return append(b, ']', '}'), true
 }
 
-// appendCommitBatchRequest appends a batch of plain commits.
+// appendCommitBatchRequest appends a batch of commits, plain or an
+// engine's (fresh_kvcache).
 func appendCommitBatchRequest(b []byte, r *CommitBatchRequest) ([]byte, bool) {
 	if r.Commits == nil {
 		return b, false
@@ -410,6 +418,9 @@ func appendCommitBatchRequest(b []byte, r *CommitBatchRequest) ([]byte, bool) {
 		e.int("plan_id", c.PlanID)
 		if c.Written {
 			e.bool("written", true)
+		}
+		if c.Fresh != nil {
+			e.ranges("fresh_kvcache", *c.Fresh)
 		}
 		if !e.ok {
 			return b, false

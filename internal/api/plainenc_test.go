@@ -104,6 +104,9 @@ func FuzzPlainEncode(f *testing.F) {
 		b, ok = appendRequest(nil, pb)
 		check("plan batch", pb, b, ok)
 		cb := CommitBatchRequest{Commits: []CommitBatchItem{{Session: s, PlanID: n, Written: k&16 != 0}, {Session: "b", PlanID: -n}}}
+		if commit.Fresh != nil { // an engine's commit (a router's coalesced CommitSaved)
+			cb.Commits = append(cb.Commits, CommitBatchItem{Session: s, PlanID: n, Fresh: commit.Fresh})
+		}
 		b, ok = appendRequest(nil, cb)
 		check("commit batch", cb, b, ok)
 		e := &Error{Error: s, Code: "bad_request"}
@@ -149,6 +152,9 @@ func TestPlainEncodeTakesTurns(t *testing.T) {
 	}
 	if _, ok := appendRequest(nil, CommitBatchRequest{Commits: []CommitBatchItem{{Session: "s", PlanID: 1, Written: true}}}); !ok {
 		t.Error("a commit batch is not written by hand")
+	}
+	if _, ok := appendRequest(nil, CommitBatchRequest{Commits: []CommitBatchItem{{Session: "s", PlanID: 1, Fresh: commit.Fresh}}}); !ok || commit.Fresh == nil {
+		t.Error("a commit batch of engine commits is not written by hand")
 	}
 	raw, _ := AppendPlanJSON(nil, &plan)
 	if _, ok := AppendPlanBatchAnswerJSON(nil, &PlanBatchAnswer{Plans: []PlanBatchResult{{Plan: raw}, {Error: &Error{Error: "e", Code: "not_found"}}}}); !ok {

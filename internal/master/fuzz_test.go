@@ -42,9 +42,10 @@ var fuzzRoutes = []string{
 	"GET /v1/list/d?limit={p}&after={p}",
 	"POST /v1/servers/{p}/drain",
 	"POST /v1/servers/{p}/drain?undo={p}",
-	"POST /v1/sessions/plans",   // a batch of plans (27)
-	"POST /v1/rename/{p...}",    // 28
-	"POST /v1/sessions/commits", // a batch of commits (29)
+	"POST /v1/sessions/plans",         // a batch of plans (27)
+	"POST /v1/rename/{p...}",          // 28
+	"POST /v1/sessions/commits",       // a batch of commits (29)
+	"POST /v1/sessions/commits/saved", // a batch with engine commits (30)
 }
 
 // FuzzHandlers sends arbitrary JSON bodies, paths and query figures to every
@@ -152,6 +153,14 @@ func FuzzHandlers(f *testing.F) {
 	seed(29, "", `{"commits":[{"session":"s\u0000","plan_id":9223372036854775807}]}`)
 	seed(29, "", `{"commits":[{"session":"s","plan_id":1,"fresh_kvcache":[]}]}`)
 	seed(29, "", `{"commits":[{"session":"s","plan_id":1}],"x":1}`)
+	// Batches with engine commits: saved segments the servers never saw,
+	// kv_uris of no file or another cluster, too many segments, plain
+	// commits beside them, nulls.
+	seed(30, "", `{"commits":[{"session":"t","plan_id":2,"fresh_kvcache":[{"token_start":0,"token_length":16,"kv_uri":"gd2fs://local/kv-sessions/t/kv-1","kv_start":0,"kv_length":4096}]},{"session":"s","plan_id":1,"written":true},{"session":"t","plan_id":0,"fresh_kvcache":[]}]}`)
+	seed(30, "", `{"commits":[{"session":"t","fresh_kvcache":[{"token_start":-1,"token_length":9223372036854775807,"kv_uri":"gd2fs://other/x","kv_start":9223372036854775807,"kv_length":9223372036854775807}]}]}`)
+	seed(30, "", `{"commits":[{"session":"t","plan_id":2,"fresh_kvcache":null},{"session":"..","fresh_kvcache":[{"kv_uri":"/../x"}]}]}`)
+	seed(30, "", `{"commits":[{"session":"t","plan_id":2,"fresh_kvcache":[{"kv_uri":"gd2fs://local/kv-sessions/t/kv-1","x":1}]}]}`)
+	seed(30, "", `{"commits":[]}`)
 	// variant > 0 sends what a web page could (guard.go): no JSON type, an
 	// Origin of another site, a foreign Host, no server role.
 	do := func(t *testing.T, method, target string, body []byte, variant ...int) int {

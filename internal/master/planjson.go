@@ -255,3 +255,53 @@ func (w *commitWire) decodePlain(b []byte) bool {
 	*w = v
 	return true
 }
+
+// commitBatchWire is api.CommitBatchRequest as the master decodes it.
+type commitBatchWire struct {
+	api.CommitBatchRequest
+}
+
+// decodePlain implements plainDecoder: a batch of commits (a client's
+// coalesced commits), each item's fields as commitWire reads them.
+func (w *commitBatchWire) decodePlain(b []byte) bool {
+	s := fastjson.NewScanner(b)
+	var v commitBatchWire
+	var seen uint64
+	s.Object(func(k []byte) {
+		if string(k) != "commits" {
+			s.Fail()
+			return
+		}
+		s.Seen(&seen, 0)
+		v.Commits = []api.CommitBatchItem{} // present: an empty list, not nil
+		s.Array(func() {
+			v.Commits = append(v.Commits, api.CommitBatchItem{})
+			it := &v.Commits[len(v.Commits)-1]
+			var seen uint64
+			s.Object(func(k []byte) {
+				switch string(k) {
+				case "session":
+					s.Seen(&seen, 0)
+					it.Session = s.String()
+				case "plan_id":
+					s.Seen(&seen, 1)
+					it.PlanID = s.Int()
+				case "written":
+					s.Seen(&seen, 2)
+					it.Written = s.Bool()
+				case "fresh_kvcache":
+					s.Seen(&seen, 3)
+					rs := api.ScanKVRanges(s)
+					it.Fresh = &rs
+				default:
+					s.Fail()
+				}
+			})
+		})
+	})
+	if !s.End() {
+		return false
+	}
+	*w = v
+	return true
+}

@@ -14,7 +14,8 @@ import (
 	"github.com/gd2fs/gd2fs/kvlayout"
 )
 
-// FuzzPlanWire: a plan request (or a batch of them, or a commit request)
+// FuzzPlanWire: a plan request (or a batch of them, a commit request or a
+// batch of them)
 // decodes through the hand parsers of planjson.go exactly as through
 // encoding/json: the same
 // request, or an error where it gave one. The seeds run in every `go test`;
@@ -58,6 +59,11 @@ func FuzzPlanWire(f *testing.F) {
 		`{"plans":[{"session":"a","plan":{"model":"m","flags":{"a":1}}}]}`, `{"plans":[{"session":"a","plan":{"model":"m"},"x":1}]}`,
 		`{"plans":[{"session":"a","plan":{"model":"m"}}],"plans":[]}`, `{"PLANS":[{"session":"a","plan":{"model":"m"}}]}`,
 		`{"plans":[{"session":"a","plan":{"model":"m","token_ids":[1]}},]}`,
+		// Batches of commits, plain and an engine's (commitBatchWire's hand decoder).
+		`{"commits":[{"session":"a","plan_id":7,"written":true},{"session":"b","plan_id":8,"fresh_kvcache":[{"token_start":0,"token_length":16,"kv_uri":"gd2fs://local/kv-sessions/b/kv-1","kv_start":0,"kv_length":4096}]}]}`,
+		`{"commits":[{"session":"a","fresh_kvcache":[]}]}`, `{"commits":[{"session":"a","fresh_kvcache":null}]}`, `{"commits":[]}`, `{"commits":null}`,
+		`{"commits":[{"session":"a","fresh_kvcache":[],"fresh_kvcache":[]}]}`, `{"commits":[{"session":"a","kvcache_params":{}}]}`,
+		`{"commits":[{"session":"a","fresh_kvcache":[{"kv_uri":"u","x":1}]}]}`, `{"commits":[{"session":"a"},]}`, `{"COMMITS":[]}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -88,6 +94,15 @@ func FuzzPlanWire(f *testing.F) {
 		}
 		if errW == nil && !reflect.DeepEqual(wantC, gotC.CommitSessionRequest) {
 			t.Fatalf("%q: encoding/json decodes %+v, commitWire %+v", b, wantC, gotC.CommitSessionRequest)
+		}
+		var wantCB api.CommitBatchRequest
+		var gotCB commitBatchWire
+		errW, errG = decodeStrict(b, &wantCB), decodeStrict(b, &gotCB)
+		if (errW == nil) != (errG == nil) {
+			t.Fatalf("%q: encoding/json says %v, commitBatchWire %v", b, errW, errG)
+		}
+		if errW == nil && !reflect.DeepEqual(wantCB, gotCB.CommitBatchRequest) {
+			t.Fatalf("%q: encoding/json decodes %+v, commitBatchWire %+v", b, wantCB, gotCB.CommitBatchRequest)
 		}
 	})
 }
@@ -192,6 +207,7 @@ func TestPlainRequestsByHand(t *testing.T) {
 		{api.CommitSessionRequest{PlanID: 7, Fresh: &saved}, new(commitWire)},
 		{api.PlanBatchRequest{Plans: []api.PlanBatchItem{{Session: "a", RequestID: "r", Plan: api.PlanRequest{Model: "m", TokenIDs: ids}},
 			{Session: "b", Plan: api.PlanRequest{Model: "m", BlockHashes: kvlayout.BlockHashes(ids, 16)}}}}, new(planBatchWire)},
+		{api.CommitBatchRequest{Commits: []api.CommitBatchItem{{Session: "a", PlanID: 7, Written: true}, {Session: "b", PlanID: 8, Fresh: &saved}}}, new(commitBatchWire)},
 	} {
 		b, err := json.Marshal(c.in)
 		if err != nil {
@@ -208,6 +224,8 @@ func TestPlainRequestsByHand(t *testing.T) {
 			got = w.CommitSessionRequest
 		case *planBatchWire:
 			got = w.request()
+		case *commitBatchWire:
+			got = w.CommitBatchRequest
 		}
 		if !reflect.DeepEqual(got, c.in) {
 			t.Fatalf("%s decoded by hand as %+v", b, got)

@@ -43,7 +43,10 @@ func (m *Master) sessionRoutes(h func(pattern string, fn func(r *http.Request) (
 	h("POST /v1/sessions/{id}/plan", m.plan)
 	h("POST /v1/sessions/plans", m.planBatch)
 	h("POST /v1/sessions/{id}/commit", m.commitSession)
-	h("POST /v1/sessions/commits", m.commitBatch)
+	h("POST /v1/sessions/commits", func(r *http.Request) (any, error) { return m.commitBatch(r, false) })
+	// Batches with engine commits (api.CommitBatchRequest says why a route
+	// of their own).
+	h("POST /v1/sessions/commits/saved", func(r *http.Request) (any, error) { return m.commitBatch(r, true) })
 	h("GET /v1/sessions/{id}/plans/{plan}", m.outstandingPlan) // session_plans.go
 	h("POST /v1/sessions/{id}/fork", func(r *http.Request) (any, error) {
 		var req api.ForkRequest
@@ -336,29 +339,9 @@ func (m *Master) commitSession(r *http.Request) (any, error) {
 	if err := readJSON(r, &wire); err != nil {
 		return nil, err
 	}
-	req := wire.CommitSessionRequest
-	in := meta.CommitInput{Session: r.PathValue("id"), PlanID: req.PlanID, Written: req.Written, Now: time.Now()}
-	var saved []api.KVRange
-	switch {
-	case req.KVCacheParams != nil && req.Fresh != nil:
-		return nil, errs.New(errs.ErrBadRequest, "give kvcache_params or fresh_kvcache, not both")
-	case req.KVCacheParams != nil:
-		if id := req.KVCacheParams.ID; id != "" && id != in.Session {
-			return nil, errs.New(errs.ErrBadRequest, "kvcache_params are of session %q, not %q", id, in.Session)
-		}
-		in.Partial, saved = true, req.KVCacheParams.Fresh
-	case req.Fresh != nil:
-		in.Partial, saved = true, *req.Fresh
-	}
-	if len(saved) > limits.MaxSavedSegments {
-		return nil, errs.New(errs.ErrBadRequest, "%d saved segments: at most %d in one commit; join adjacent segments, or commit in parts", len(saved), limits.MaxSavedSegments)
-	}
-	for i, k := range saved {
-		path, err := m.localPath(k.KVURI)
-		if err != nil {
-			return nil, errs.New(errs.ErrBadRequest, "saved segment %d: kv_uri %q: %w", i, k.KVURI, err)
-		}
-		in.Saved = append(in.Saved, meta.Range{TokenStart: k.TokenStart, TokenLength: k.TokenLength, Path: path, KVStart: k.KVStart, KVLength: k.KVLength})
+	in, err := m.commitInput(r.PathValue("id"), &wire.CommitSessionRequest, time.Now())
+	if err != nil {
+		return nil, err
 	}
 	in.Held = m.heldHook(r.Context(), m.sessionHeld(r.Context(), in), in.Partial) // written.go
 	s, err := m.sessions.CommitSession(r.Context(), in)
@@ -368,38 +351,83 @@ func (m *Master) commitSession(r *http.Request) (any, error) {
 	return m.sessionOut(s), err
 }
 
-// commitBatch answers POST /v1/sessions/commits: every commit of the batch
-// checked and recorded as commitSession does its plain form (a plan id,
-// written or not), all at once, so they share group transactions; the
-// servers are asked about the fresh ranges of the whole batch in one round
+// commitInput checks session id's commit req — a plan id, written or not,
+// or what an engine saved (kvcache_params or fresh_kvcache) — and makes
+// it the store's input, without Held. The single route and every item of
+// a batch go through it, so both check a commit alike.
+func (m *Master) commitInput(id string, req *api.CommitSessionRequest, now time.Time) (meta.CommitInput, error) {
+	in := meta.CommitInput{Session: id, PlanID: req.PlanID, Written: req.Written, Now: now}
+	var saved []api.KVRange
+	switch {
+	case req.KVCacheParams != nil && req.Fresh != nil:
+		return in, errs.New(errs.ErrBadRequest, "give kvcache_params or fresh_kvcache, not both")
+	case req.KVCacheParams != nil:
+		if kid := req.KVCacheParams.ID; kid != "" && kid != in.Session {
+			return in, errs.New(errs.ErrBadRequest, "kvcache_params are of session %q, not %q", kid, in.Session)
+		}
+		in.Partial, saved = true, req.KVCacheParams.Fresh
+	case req.Fresh != nil:
+		in.Partial, saved = true, *req.Fresh
+	}
+	if len(saved) > limits.MaxSavedSegments {
+		return in, errs.New(errs.ErrBadRequest, "%d saved segments: at most %d in one commit; join adjacent segments, or commit in parts", len(saved), limits.MaxSavedSegments)
+	}
+	for i, k := range saved {
+		path, err := m.localPath(k.KVURI)
+		if err != nil {
+			return in, errs.New(errs.ErrBadRequest, "saved segment %d: kv_uri %q: %w", i, k.KVURI, err)
+		}
+		in.Saved = append(in.Saved, meta.Range{TokenStart: k.TokenStart, TokenLength: k.TokenLength, Path: path, KVStart: k.KVStart, KVLength: k.KVLength})
+	}
+	return in, nil
+}
+
+// commitBatch answers POST /v1/sessions/commits (engine false: plain
+// commits only) and POST /v1/sessions/commits/saved (engine commits too):
+// every commit of the batch checked and recorded as commitSession does
+// (commitInput, heldHook), all at once, so they share group transactions;
+// the servers are asked about the ranges of the whole batch in one round
 // (sessionsHeld), before any transaction. Each answers its own error.
-func (m *Master) commitBatch(r *http.Request) (any, error) {
-	var req api.CommitBatchRequest
-	if err := readJSON(r, &req); err != nil {
+func (m *Master) commitBatch(r *http.Request, engine bool) (any, error) {
+	var wire commitBatchWire // planjson.go
+	if err := readJSON(r, &wire); err != nil {
 		return nil, err
 	}
+	req := wire.CommitBatchRequest
 	n := len(req.Commits)
 	if n < 1 || n > api.MaxCommitBatch {
 		return nil, errs.New(errs.ErrBadRequest, "a commit batch of %d commits: send 1 to %d (split bigger batches)", n, api.MaxCommitBatch)
 	}
 	ctx, now := r.Context(), time.Now()
-	ins := make([]meta.CommitInput, n)
+	out := api.CommitBatchAnswer{Commits: make([]api.CommitBatchResult, n)}
+	fail := func(i int, err error) {
+		out.Commits[i].Error = &api.Error{Error: err.Error(), Code: errs.Code(err)}
+	}
+	ins := make([]meta.CommitInput, 0, n)
+	idx := make([]int, 0, n) // the item of each of ins
 	for i, it := range req.Commits {
-		ins[i] = meta.CommitInput{Session: it.Session, PlanID: it.PlanID, Written: it.Written, Now: now}
+		if it.Fresh != nil && !engine {
+			return nil, errs.New(errs.ErrBadRequest, "commit %d of the batch has fresh_kvcache: send engine commits to POST /v1/sessions/commits/saved", i)
+		}
+		in, err := m.commitInput(it.Session, &api.CommitSessionRequest{PlanID: it.PlanID, Written: it.Written, Fresh: it.Fresh}, now)
+		if err != nil {
+			fail(i, err)
+			continue
+		}
+		ins, idx = append(ins, in), append(idx, i)
 	}
 	held := m.sessionsHeld(ctx, ins) // written.go
-	out := api.CommitBatchAnswer{Commits: make([]api.CommitBatchResult, n)}
 	var wg sync.WaitGroup
-	for i := range ins {
+	for k := range ins {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			in := ins[i]
-			in.Held = m.heldHook(ctx, held[i], false)
+			in, i := ins[k], idx[k]
+			in.Held = m.heldHook(ctx, held[k], in.Partial)
 			s, err := m.sessions.CommitSession(ctx, in)
 			if err != nil {
 				m.metrics.commitFailures.Inc()
-				out.Commits[i].Error = &api.Error{Error: err.Error(), Code: errs.Code(err)}
+				fail(i, err)
 				return
 			}
 			so := m.sessionOut(s)

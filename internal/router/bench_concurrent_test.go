@@ -62,8 +62,10 @@ func BenchmarkRouterConcurrentChats(b *testing.B) {
 	if *benchGD2FS != "" {
 		where = "gd2fs up, its own process"
 		var cl *client.Client
-		cl, masterPID = startUp(b, *benchGD2FS, *benchDurability)
+		var master string
+		cl, masterPID, master = startUp(b, *benchGD2FS, *benchDurability)
 		p = startRouterOn(b, cl, l, e, cfg)
+		p.master = master
 	} else {
 		p = startRouter(b, cluster.Config{MemBytes: 64 << 20, DiskBytes: 1 << 30, SessionDurability: *benchDurability}, l, e, cfg)
 	}
@@ -145,6 +147,7 @@ func BenchmarkRouterConcurrentChats(b *testing.B) {
 	}
 	run(0, *benchWarmTurns, false)
 	before := routerCounters(b, p.front.URL)
+	mbefore := masterSessionRequests(b, p.master)
 	e.mu.Lock()
 	e.saves = nil
 	e.mu.Unlock()
@@ -154,6 +157,7 @@ func BenchmarkRouterConcurrentChats(b *testing.B) {
 	b.StopTimer()
 	cpu, mcpu := cpuSeconds(b, 0)-cpu0, cpuSeconds(b, masterPID)-mcpu0
 	after := routerCounters(b, p.front.URL)
+	mafter := masterSessionRequests(b, p.master)
 	q := func(d []time.Duration, p float64) time.Duration {
 		slices.Sort(d)
 		return d[int(p*float64(len(d)-1))]
@@ -182,6 +186,10 @@ func BenchmarkRouterConcurrentChats(b *testing.B) {
 			mean("gd2fs_router_commit_wait_seconds"), mean("gd2fs_router_tokenize_seconds"), mean("gd2fs_router_plan_seconds"))
 	}
 	turns := float64(chats * b.N)
+	md := func(r string) float64 { return float64(mafter[r] - mbefore[r]) }
+	b.Logf("master requests a measured routed turn: plans %.2f alone + %.2f batches, commits %.2f alone + %.2f plain batches + %.2f engine batches",
+		md("POST /v1/sessions/{id}/plan")/turns, md("POST /v1/sessions/plans")/turns,
+		md("POST /v1/sessions/{id}/commit")/turns, md("POST /v1/sessions/commits")/turns, md("POST /v1/sessions/commits/saved")/turns)
 	if masterPID != 0 {
 		b.Logf("CPU per turn (a direct and a routed request): the benchmark's process (chats, engine, router) %.2f ms, gd2fs up (master, servers) %.2f ms", 1e3*cpu/turns, 1e3*mcpu/turns)
 	} else {
@@ -221,6 +229,40 @@ func routerCounters(tb testing.TB, base string) map[string]float64 {
 	return out
 }
 
+// masterSessionRequests reads the master's request counters by route
+// (every status) from its /metrics.
+func masterSessionRequests(tb testing.TB, base string) map[string]int {
+	tb.Helper()
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out := map[string]int{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "gd2fs_master_requests_total{") {
+			continue
+		}
+		_, route, ok := strings.Cut(line, `route="`)
+		j := strings.LastIndexByte(line, ' ')
+		if !ok || j < 0 || strings.IndexByte(route, '"') < 0 {
+			tb.Fatalf("metrics line %q", line)
+		}
+		v, err := strconv.ParseFloat(line[j+1:], 64)
+		if err != nil {
+			tb.Fatalf("metrics line %q: %v", line, err)
+		}
+		out[route[:strings.IndexByte(route, '"')]] += int(v)
+	}
+	if err := sc.Err(); err != nil {
+		tb.Fatal(err)
+	}
+	return out
+}
+
 // cpuSeconds is the user and system CPU time process pid has used (0: this
 // process), from /proc.
 func cpuSeconds(tb testing.TB, pid int) float64 {
@@ -249,8 +291,9 @@ func cpuSeconds(tb testing.TB, pid int) float64 {
 
 // startUp runs `bin up` (a master on SQLite and 3 servers, one process, as
 // a user runs it) with the given session durability and returns a client of
-// it, and the process id, once its servers are up. The process ends with tb.
-func startUp(tb testing.TB, bin, durability string) (*client.Client, int) {
+// it, the process id and the master's URL, once its servers are up. The
+// process ends with tb.
+func startUp(tb testing.TB, bin, durability string) (*client.Client, int, string) {
 	tb.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -288,7 +331,7 @@ func startUp(tb testing.TB, bin, durability string) (*client.Client, int) {
 			}
 		}
 		if n == 3 {
-			return cl, cmd.Process.Pid
+			return cl, cmd.Process.Pid, "http://" + addr
 		}
 		select {
 		case <-ctx.Done():

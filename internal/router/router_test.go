@@ -177,6 +177,9 @@ type parts struct {
 	up    *httptest.Server // the engine
 	u     *url.URL         // up's URL, the router's Upstream
 	front *httptest.Server // the router
+	// master is the master's URL, for its /metrics (startRouter and
+	// BenchmarkRouterConcurrentChats set it).
+	master string
 }
 
 // startRouter starts a cluster with cc (in a temporary folder unless
@@ -196,7 +199,9 @@ func startRouter(tb testing.TB, cc cluster.Config, l client.Layout, e *engine, c
 	tb.Cleanup(func() { c.Close() })
 	cl := c.Client()
 	tb.Cleanup(func() { cl.Close() })
-	return startRouterOn(tb, cl, l, e, cfg)
+	p := startRouterOn(tb, cl, l, e, cfg)
+	p.master = c.Master.URL()
+	return p
 }
 
 // startRouterOn is startRouter on the cluster cl is a client of.
