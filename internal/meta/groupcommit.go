@@ -170,6 +170,25 @@ func (s *sqlStore) runBatch(ops []*groupOp) (err error) {
 		}
 		defer conn.Close()
 	}
+	if conn != nil && !slow {
+		// Only the log, on PostgreSQL: one round trip (oneTrip) when
+		// memory is as the last batch left it.
+		wb.mu.Lock()
+		held = true
+		if term, gen, ok := s.oneTripReady(); ok {
+			s.cache.journal = journal{}
+			lg = s.takeLog()
+			wb.mu.Unlock()
+			held = false
+			if err := s.oneTrip(ctx, conn, lg, term, gen); err != nil { // writebehind.go
+				return err
+			}
+			committed = true
+			return s.flushed(ctx, lg, began, 0, &held)
+		}
+		wb.mu.Unlock()
+		held = false
+	}
 	var tx *sql.Tx
 	if conn != nil {
 		tx, err = conn.BeginTx(ctx, nil)
@@ -252,6 +271,14 @@ func (s *sqlStore) runBatch(ops []*groupOp) (err error) {
 		wb.newTerm = 0
 		wb.bump = false
 	}
+	return s.flushed(ctx, lg, began, ran, &held)
+}
+
+// flushed ends a batch that committed: the write-behind figures, and with
+// GD2FS_META_INVARIANTS the checks of SQL and of memory against it. *held
+// says whether wb.mu is held (the caller's deferred end releases it).
+func (s *sqlStore) flushed(ctx context.Context, lg *wlog, began time.Time, ran int, held *bool) error {
+	wb := &s.wb
 	if lg.ops > 0 {
 		wb.flushes.Add(1)
 		wb.flushed.Add(int64(lg.ops))
@@ -263,9 +290,9 @@ func (s *sqlStore) runBatch(ops []*groupOp) (err error) {
 		if err := s.checkInvariants(ctx); err != nil {
 			return err
 		}
-		if !held {
+		if !*held {
 			wb.mu.Lock()
-			held = true
+			*held = true
 			if len(wb.log.stmts) > 0 {
 				// Answered from memory during the flush: memory is ahead
 				// of SQL, and a later flush compares them.

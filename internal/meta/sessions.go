@@ -218,6 +218,9 @@ var sessionColumns = []struct{ table, column, ddl string }{
 	{"kv_files", "lead_term", "BIGINT NOT NULL DEFAULT 0"},
 }
 
+// lockSessionsSQL takes the sessions lock until the transaction ends.
+const lockSessionsSQL = `SELECT pg_advisory_xact_lock(hashtext(current_schema()), $1)`
+
 // lockSessions serialises the transactions that change sessions on
 // PostgreSQL (SQLite runs one transaction at a time anyway). Plans, commits,
 // quota evictions and deletions read several sessions' rows and files and
@@ -228,7 +231,7 @@ func (s *sqlStore) lockSessions(ctx context.Context, tx *sql.Tx) error {
 	if !s.postgres {
 		return nil
 	}
-	_, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtext(current_schema()), $1)`, sessionsLockKey)
+	_, err := tx.ExecContext(ctx, lockSessionsSQL, sessionsLockKey)
 	return wrapDB(err)
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gd2fs/gd2fs/errs"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
 )
 
@@ -222,6 +223,16 @@ func (l *wlog) live(s *sqlStore) []stmt {
 	return out
 }
 
+// toWrite is live, counted as written and dropped.
+func (l *wlog) toWrite(s *sqlStore) []stmt {
+	stmts := l.live(s)
+	l.written, l.dropped = len(stmts), l.dead
+	if l.reserves > 1 {
+		l.dropped += l.reserves - 1 // a counter update a plan, before
+	}
+	return stmts
+}
+
 // cachedFile is a file a session range or reservation names, as far as
 // the fast path needs it: chunks only ever get longer or appear (a client
 // may write and Sync), so memory may hold less than SQL, never more; a
@@ -348,11 +359,7 @@ func (s *sqlStore) discard() {
 // connection) they go as one pipelined batch: a statement at a time, a
 // flush cost a round trip to the server per statement.
 func (s *sqlStore) writeLog(ctx context.Context, conn *sql.Conn, tx *sql.Tx, lg *wlog) error {
-	stmts := lg.live(s)
-	lg.written, lg.dropped = len(stmts), lg.dead
-	if lg.reserves > 1 {
-		lg.dropped += lg.reserves - 1 // a counter update a plan, before
-	}
+	stmts := lg.toWrite(s)
 	if conn == nil || len(stmts) < 2 {
 		for _, st := range stmts {
 			if _, err := tx.ExecContext(ctx, st.q, st.args...); err != nil {
@@ -372,6 +379,58 @@ func (s *sqlStore) writeLog(ctx context.Context, conn *sql.Conn, tx *sql.Tx, lg 
 		}
 		return c.Conn().SendBatch(ctx, b).Close()
 	}))
+}
+
+// oneTripReady says whether the next log-only flush may be one round
+// trip (oneTrip): memory is on and as the last batch left it, with no new
+// term to take. It returns the term and generation SQL must still hold
+// (wb.mu held).
+func (s *sqlStore) oneTripReady() (term, gen int64, ok bool) {
+	c := &s.cache
+	ok = c.on && c.sessions != nil && !s.wb.bump && s.wb.newTerm == 0 && c.term > 0 && c.term == s.leadTerm.Load()
+	return c.term, c.gen, ok
+}
+
+// oneTripGuard fails (division by zero, SQLSTATE 22012) unless lead_term
+// and sessions_gen are still $1 and $2: the check beginBatch makes, as a
+// statement of the pipeline. The divisor is not constant, so the planner
+// cannot fold it into an error for every call.
+const oneTripGuard = `SELECT 1 / (CASE WHEN count(*) = 2 THEN 1 ELSE 0 END) FROM counters WHERE (k = 'lead_term' AND v = $1) OR (k = 'sessions_gen' AND v = $2)`
+
+// oneTrip writes lg on PostgreSQL in one round trip, with no BEGIN or
+// COMMIT of its own: the sessions lock, a guard that the term and
+// generation memory was built under are still SQL's, and the log's
+// statements go as one pipeline ending in a single Sync, which the server
+// runs as one implicit transaction — committed at the Sync, or rolled back
+// whole when any statement fails. A log-only flush so costs one round trip
+// instead of five (BEGIN, lock, the counters' read, the log, COMMIT): under
+// load each was a wake-up of the server's backend and of the leader. A
+// failed guard reads as a failed flush: memory is dropped and the log's
+// operations run again in SQL (runBatch).
+func (s *sqlStore) oneTrip(ctx context.Context, conn *sql.Conn, lg *wlog, term, gen int64) error {
+	if h := flushHook.Load(); h != nil && len(lg.stmts) > 0 {
+		if err := (*h)(); err != nil {
+			return err
+		}
+	}
+	stmts := lg.toWrite(s)
+	err := conn.Raw(func(dc any) error {
+		c, ok := dc.(*stdlib.Conn)
+		if !ok {
+			return fmt.Errorf("PostgreSQL connection of type %T", dc)
+		}
+		b := &pgx.Batch{}
+		b.Queue(lockSessionsSQL, sessionsLockKey)
+		b.Queue(oneTripGuard, term, gen)
+		for _, st := range stmts {
+			b.Queue(st.q, st.args...)
+		}
+		return c.Conn().SendBatch(ctx, b).Close()
+	})
+	if pe := (*pgconn.PgError)(nil); errors.As(err, &pe) && pe.Code == "22012" {
+		return errs.New(errs.ErrUnavailable, "the sessions changed under this leader (lead term %d or generation %d is no longer SQL's): memory dropped, the operations run again from SQL", term, gen)
+	}
+	return wrapDB(err)
 }
 
 // barrier waits, in window mode, until everything answered so far is in
