@@ -35,6 +35,7 @@ func newBenchTurns() *cobra.Command {
 	var duration time.Duration
 	var oldPath, prefault, coalesce bool
 	var coalesceInFlight int
+	var rate float64
 	var serverMem, durability string
 	cmd := &cobra.Command{
 		Use:   "turns",
@@ -43,11 +44,16 @@ func newBenchTurns() *cobra.Command {
   ./gd2fs-bench turns --sessions 100000 --concurrency 64 --turn-tokens 200 --duration 30s
   ./gd2fs-bench turns --meta 'postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable'
   # the leader answering turns at once and writing them just behind
-  ./gd2fs-bench turns --sessions 10000 --session-durability window`,
+  ./gd2fs-bench turns --sessions 10000 --session-durability window
+  # latency at a given load rather than at saturation: 500 turns started a second
+  ./gd2fs-bench turns --sessions 10000 --rate 500`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if sessions < 1 || conc < 1 || turnTokens < 1 || servers < 1 || duration <= 0 {
 				return fmt.Errorf("--sessions, --concurrency, --turn-tokens, --servers and --duration must be positive")
+			}
+			if rate < 0 || rate > 1e6 {
+				return fmt.Errorf("--rate %g: give turns started a second, 0 (every chat starts its next turn at once) up to 1000000", rate)
 			}
 			if _, err := parseSize(serverMem); err != nil {
 				return fmt.Errorf("--server-mem: %w", err)
@@ -57,7 +63,7 @@ func newBenchTurns() *cobra.Command {
 				masterArgs = []string{"--session-durability", durability}
 			}
 			ccfg := client.Config{NoCoalesce: !coalesce, CoalesceInFlight: coalesceInFlight}
-			return benchTurns(context.Background(), metaDSN, serverMem, sessions, conc, servers, turnTokens, duration, oldPath, prefault, masterArgs, ccfg)
+			return benchTurns(context.Background(), metaDSN, serverMem, sessions, conc, servers, turnTokens, duration, oldPath, prefault, masterArgs, ccfg, rate)
 		},
 	}
 	f := cmd.Flags()
@@ -72,6 +78,7 @@ func newBenchTurns() *cobra.Command {
 	f.BoolVar(&prefault, "server-prefault", true, "start the servers with --mem-prefault and measure once their DRAM tiers are resident, as on a server that has run until its tiers were full (false: pages are faulted in by the measured writes; needed for a gd2fs binary from before the flag)")
 	f.BoolVar(&coalesce, "coalesce", !(client.Config{}).NoCoalesce, "send the client's concurrent plans, and its concurrent commits, to the master in batches (client.Config.NoCoalesce; default: the client's default); false: every call its own request")
 	f.IntVar(&coalesceInFlight, "coalesce-inflight", 0, "batches of each kind in flight before calls queue for the next (client.Config.CoalesceInFlight; 0: the client's default)")
+	f.Float64Var(&rate, "rate", 0, "turns started a second (open loop: a turn starts on schedule when one of the --concurrency chats is idle, else it is counted as missed); 0: every chat starts its next turn as soon as one ends (saturation)")
 	f.BoolVar(&oldPath, "sync-path", false, "write with WriteFresh (open, write, Sync) and Commit, the turn before WriteAndCommit, for comparison")
 	return cmd
 }
@@ -80,7 +87,7 @@ func newBenchTurns() *cobra.Command {
 // benchmark measures the turn's shape, not the bytes moved.
 var turnsLayout = client.Layout{Model: "bench-small", Layers: 2, KVHeads: 1, HeadDim: 32, DType: "fp16", PageTokens: 16, Order: "layer_first"}
 
-func benchTurns(ctx context.Context, metaDSN, serverMem string, sessions, conc, servers int, turnTokens int64, duration time.Duration, oldPath, prefault bool, masterArgs []string, ccfg client.Config) error {
+func benchTurns(ctx context.Context, metaDSN, serverMem string, sessions, conc, servers int, turnTokens int64, duration time.Duration, oldPath, prefault bool, masterArgs []string, ccfg client.Config, rate float64) error {
 	dir, err := os.MkdirTemp("", "gd2fs-benchturns-")
 	if err != nil {
 		return err
@@ -183,6 +190,15 @@ func benchTurns(ctx context.Context, metaDSN, serverMem string, sessions, conc, 
 	for _, p := range procs[1:] {
 		meters[2].pids = append(meters[2].pids, p.Process.Pid)
 	}
+	var pgm *pgMeter
+	if engineName(metaDSN) == "PostgreSQL" {
+		if pm, err := postmasterOf(ctx, metaDSN); err != nil {
+			return fmt.Errorf("find the PostgreSQL server's processes: %w", err)
+		} else if pm > 0 {
+			pgm = &pgMeter{postmaster: pm}
+			pgm.Start()
+		}
+	}
 	for _, m := range meters {
 		m.Start()
 	}
@@ -192,9 +208,41 @@ func benchTurns(ctx context.Context, metaDSN, serverMem string, sessions, conc, 
 	w0, r0, wb0, ioOK := procIO(procs[0].Process.Pid)
 	var mu sync.Mutex
 	var plans, commits []time.Duration
-	var failed atomic.Int64
+	var failed, missed atomic.Int64
 	deadline := time.Now().Add(duration)
 	t0 := time.Now()
+	// With --rate a scheduler hands each turn to an idle chat at its time
+	// (an unbuffered send succeeds only if one waits); without, each chat
+	// starts its next turn as soon as one ends.
+	var sched chan struct{}
+	if rate > 0 {
+		sched = make(chan struct{})
+		go func() {
+			defer close(sched)
+			iv := time.Duration(float64(time.Second) / rate)
+			for k := int64(0); ; k++ {
+				due := t0.Add(time.Duration(k) * iv)
+				if !due.Before(deadline) {
+					return
+				}
+				if d := time.Until(due); d > 0 {
+					time.Sleep(d)
+				}
+				select {
+				case sched <- struct{}{}:
+				default:
+					missed.Add(1)
+				}
+			}
+		}()
+	}
+	next := func() bool {
+		if sched == nil {
+			return time.Now().Before(deadline)
+		}
+		_, ok := <-sched
+		return ok
+	}
 	var wg sync.WaitGroup
 	for w := 0; w < conc; w++ {
 		wg.Add(1)
@@ -203,7 +251,7 @@ func benchTurns(ctx context.Context, metaDSN, serverMem string, sessions, conc, 
 			r := rand.New(rand.NewPCG(uint64(w), 20))
 			var ps, cs []time.Duration
 			var kv []byte
-			for time.Now().Before(deadline) {
+			for next() {
 				p, c, err := turn(r.IntN(sessions), &kv)
 				if err != nil {
 					if failed.Add(1) == 1 {
@@ -224,6 +272,10 @@ func benchTurns(ctx context.Context, metaDSN, serverMem string, sessions, conc, 
 	for i, m := range meters {
 		cpu[i] = m.total() - m.start
 	}
+	var pgCPU time.Duration
+	if pgm != nil {
+		pgCPU = pgm.total()
+	}
 	w1, r1, wb1, ioOK1 := procIO(procs[0].Process.Pid)
 	after, err := masterRequests(ctx, url)
 	if err != nil {
@@ -234,12 +286,20 @@ func benchTurns(ctx context.Context, metaDSN, serverMem string, sessions, conc, 
 		return fmt.Errorf("no turn completed in %s (%d failed)", duration, failed.Load())
 	}
 	fmt.Printf("  %d turns in %s: %.0f turns/s, %d failed; load average %s\n", n, el.Round(time.Millisecond), float64(n)/el.Seconds(), failed.Load(), loadAvg())
+	if rate > 0 {
+		fmt.Printf("  offered %.0f turns/s: %d turns missed their start (all %d chats busy)\n", rate, missed.Load(), conc)
+	}
 	fmt.Printf("  plan:           p50 %s, p99 %s\n", dur(pct(plans, 50)), dur(pct(plans, 99)))
 	fmt.Printf("  write + commit: p50 %s, p99 %s\n", dur(pct(commits, 50)), dur(pct(commits, 99)))
 	per := func(d time.Duration) float64 { return d.Seconds() * 1000 / float64(n) }
 	fmt.Printf("  master CPU: %.2f s per 1,000 turns\n", per(cpu[1]))
 	fmt.Printf("  CPU per 1,000 turns: client %.2f s, master %.2f s, %d servers %.2f s; all %.2f s (%.2f cores busy)\n",
 		per(cpu[0]), per(cpu[1]), len(procs)-1, per(cpu[2]), per(cpu[0]+cpu[1]+cpu[2]), (cpu[0]+cpu[1]+cpu[2]).Seconds()/el.Seconds())
+	if pgm != nil {
+		all := cpu[0] + cpu[1] + cpu[2] + pgCPU
+		fmt.Printf("  PostgreSQL on this machine (postmaster %d and all its processes, other databases' work included): %.2f s per 1,000 turns; with it all %.2f s (%.2f cores busy)\n",
+			pgm.postmaster, per(pgCPU), per(all), all.Seconds()/el.Seconds())
+	}
 	if ioOK && ioOK1 {
 		fmt.Printf("  master system calls per turn (files and sockets): %.1f writes of %.1f KiB, %.1f reads\n",
 			float64(w1-w0)/float64(n), float64(wb1-wb0)/1024/float64(n), float64(r1-r0)/float64(n))

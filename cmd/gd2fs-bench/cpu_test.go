@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"database/sql"
 	"os"
 	"testing"
 	"time"
@@ -22,5 +24,41 @@ func TestProcCPU(t *testing.T) {
 	}
 	if after <= before {
 		t.Fatalf("CPU time did not grow: %v -> %v (%d)", before, after, x)
+	}
+}
+
+// TestPGMeter: the turns bench finds a PostgreSQL server on this machine
+// by its backend's parent and counts the CPU of its processes, which
+// grows while a backend works.
+func TestPGMeter(t *testing.T) {
+	dsn := os.Getenv("GD2FS_TEST_POSTGRES")
+	if dsn == "" {
+		t.Skip("set GD2FS_TEST_POSTGRES (scripts/test.sh starts a server)")
+	}
+	ctx := context.Background()
+	pm, err := postmasterOf(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pm <= 0 {
+		t.Fatalf("postmaster pid %d for a server on this machine", pm)
+	}
+	m := &pgMeter{postmaster: pm}
+	m.Start()
+	if len(m.start) < 2 {
+		t.Fatalf("found %d processes of postmaster %d, want it and its children", len(m.start), pm)
+	}
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var n int64
+	// A quarter of a second of a backend's CPU: more than a 10 ms clock tick.
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM generate_series(1, 5000000)`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if d := m.total(); d <= 0 {
+		t.Fatalf("PostgreSQL's CPU did not grow while a backend counted %d rows: %v", n, d)
 	}
 }

@@ -1,0 +1,97 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
+)
+
+// A master on PostgreSQL hands part of each turn's work to the database's
+// own processes, which the master's CPU time does not include. When the
+// server runs on this machine, pgMeter counts them too (the postmaster and
+// every process it started: backends, WAL writer, checkpointer), so the
+// CPU a turn costs is compared whole with SQLite's, which runs inside the
+// master.
+
+// postmasterOf returns the pid of the PostgreSQL postmaster dsn reaches,
+// if it runs on this machine (0 and no error when it does not).
+func postmasterOf(ctx context.Context, dsn string) (int, error) {
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		return 0, err
+	}
+	defer db.Close()
+	var backend int
+	if err := db.QueryRowContext(ctx, `SELECT pg_backend_pid()`).Scan(&backend); err != nil {
+		return 0, err
+	}
+	pp, err := procParent(backend)
+	if err != nil {
+		return 0, nil // another machine's pid (or another pid namespace)
+	}
+	return pp, nil
+}
+
+// procParent is field 4 of /proc/<pid>/stat.
+func procParent(pid int) (int, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: no command name", pid)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 2 {
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f)+2)
+	}
+	return strconv.Atoi(f[1])
+}
+
+// pgMeter measures the CPU time of a postmaster and its children between
+// Start and total: a backend started in between counts from zero, one that
+// ended in between is missed (a pooled master keeps its connections).
+type pgMeter struct {
+	postmaster int
+	start      map[int]time.Duration
+}
+
+func (m *pgMeter) sample() map[int]time.Duration {
+	out := map[int]time.Duration{}
+	if d, err := procCPU(m.postmaster); err == nil {
+		out[m.postmaster] = d
+	}
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return out
+	}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if pp, err := procParent(pid); err == nil && pp == m.postmaster {
+			if d, err := procCPU(pid); err == nil {
+				out[pid] = d
+			}
+		}
+	}
+	return out
+}
+
+func (m *pgMeter) Start() { m.start = m.sample() }
+
+func (m *pgMeter) total() time.Duration {
+	var sum time.Duration
+	for pid, d := range m.sample() {
+		sum += d - m.start[pid]
+	}
+	return sum
+}
