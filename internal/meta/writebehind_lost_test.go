@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -300,5 +301,65 @@ func TestBarrierWaitsForFlushInFlight(t *testing.T) {
 	case err := <-read:
 		close(release)
 		t.Fatalf("window mode: plan %d was answered, and a read during its flush did not wait for it (%v)", p.ID, err)
+	}
+}
+
+// TestOneTripAllOrNothing (PostgreSQL): a log-only flush is one pipeline
+// with no BEGIN or COMMIT of its own; the server runs it as one implicit
+// transaction, so a statement that fails, or the guard on the term and
+// generation, leaves none of the statements before it in SQL.
+func TestOneTripAllOrNothing(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, PostgresDSNForTest(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	a := s.(*sqlStore)
+	counter := func(k string) int64 {
+		var v int64
+		if err := a.db.QueryRowContext(ctx, `SELECT v FROM counters WHERE k = $1`, k).Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	term, gen := counter("lead_term"), counter("sessions_gen")
+	flush := func(term, gen int64, stmts ...string) error {
+		conn, err := a.db.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		lg := newLog()
+		for _, q := range stmts {
+			lg.add(a, q)
+		}
+		return a.oneTrip(ctx, conn, lg, term, gen)
+	}
+	bump := `UPDATE counters SET v = v + 7 WHERE k = 'epoch'`
+	epoch := counter("epoch")
+	if err := flush(term, gen, bump); err != nil {
+		t.Fatal(err)
+	}
+	if got := counter("epoch"); got != epoch+7 {
+		t.Fatalf("epoch %d after a flush that added 7 to %d", got, epoch)
+	}
+	epoch += 7
+	// A later statement fails (the key exists): the first is rolled back.
+	if err := flush(term, gen, bump, `INSERT INTO counters (k, v) VALUES ('epoch', 0)`); err == nil {
+		t.Fatal("a flush with a failing statement succeeded")
+	}
+	if got := counter("epoch"); got != epoch {
+		t.Fatalf("epoch %d after a failed flush, want %d: the statements before the failure stayed", got, epoch)
+	}
+	// Another writer took a term, or changed sessions: the guard fails.
+	for _, tg := range [][2]int64{{term + 1, gen}, {term, gen + 1}} {
+		err := flush(tg[0], tg[1], bump)
+		if !errors.Is(err, errs.ErrUnavailable) || !strings.Contains(err.Error(), "sessions changed under this leader") {
+			t.Fatalf("flush under term %d generation %d (SQL %d, %d): %v, want the guard's error", tg[0], tg[1], term, gen, err)
+		}
+		if got := counter("epoch"); got != epoch {
+			t.Fatalf("epoch %d after a guarded flush, want %d", got, epoch)
+		}
 	}
 }
