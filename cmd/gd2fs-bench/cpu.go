@@ -19,24 +19,33 @@ import (
 // which Linux fixes at 100 on every architecture gd2fs runs on.
 const clockTick = 10 * time.Millisecond
 
+// procStat is the fields of /proc/<pid>/stat from field 3 (state) on. The
+// command name (field 2) is in parentheses and may hold spaces: fields are
+// counted from the last ')'.
+func procStat(pid int) ([]string, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil, err
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return nil, fmt.Errorf("/proc/%d/stat: no command name", pid)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return nil, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f)+2)
+	}
+	return f, nil
+}
+
 // procCPU is the user+sys CPU time pid has used so far, all its threads
 // (os.Getpid() for this process).
 func procCPU(pid int) (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	f, err := procStat(pid)
 	if err != nil {
 		return 0, err
 	}
-	// The command name (field 2) is in parentheses and may hold spaces:
-	// count fields from the last ')'.
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 {
-		return 0, fmt.Errorf("/proc/%d/stat: no command name", pid)
-	}
-	f := strings.Fields(string(b[i+1:]))
-	// f[0] is field 3 (state); utime and stime are fields 14 and 15.
-	if len(f) < 13 {
-		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f)+2)
-	}
+	// utime and stime are fields 14 and 15.
 	ut, err1 := strconv.ParseInt(f[11], 10, 64)
 	st, err2 := strconv.ParseInt(f[12], 10, 64)
 	if err1 != nil || err2 != nil {

@@ -3,10 +3,8 @@ package main
 import (
 	"context"
 	"database/sql"
-	"fmt"
 	"os"
 	"strconv"
-	"strings"
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
@@ -40,17 +38,9 @@ func postmasterOf(ctx context.Context, dsn string) (int, error) {
 
 // procParent is field 4 of /proc/<pid>/stat.
 func procParent(pid int) (int, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	f, err := procStat(pid)
 	if err != nil {
 		return 0, err
-	}
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 {
-		return 0, fmt.Errorf("/proc/%d/stat: no command name", pid)
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 2 {
-		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f)+2)
 	}
 	return strconv.Atoi(f[1])
 }
