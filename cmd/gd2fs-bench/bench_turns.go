@@ -320,6 +320,18 @@ func benchTurns(ctx context.Context, metaDSN, serverMem string, sessions, conc, 
 		ops := after["flushed"] - before["flushed"]
 		fmt.Printf("  answered from memory: %.0f%% of plans and commits; %.0f flushes, %.1f operations and %.1f ms each on average\n",
 			100*mem/float64(2*n), fl, ops/max(fl, 1), 1000*(after["flush_s"]-before["flush_s"])/max(fl, 1))
+		var slow []string
+		for k, v := range after {
+			if rest, ok := strings.CutPrefix(k, "sql "); ok {
+				if d := v - before[k]; d > 0 {
+					slow = append(slow, fmt.Sprintf("%s %.2f%%", rest, 100*d/float64(n)))
+				}
+			}
+		}
+		if len(slow) > 0 { // a master from before the count prints nothing
+			sort.Strings(slow)
+			fmt.Printf("  ran in SQL, by why, per 100 turns: %s\n", strings.Join(slow, ", "))
+		}
 		if st := after["stmts"] - before["stmts"]; st > 0 { // a master from before the count prints nothing
 			fmt.Printf("  flushes wrote %.2f SQL statements an operation (%.2f left out: overwritten in the same flush)\n",
 				st/max(ops, 1), (after["dropped"]-before["dropped"])/max(ops, 1))
@@ -504,6 +516,15 @@ func masterRequests(ctx context.Context, url string) (map[string]float64, error)
 				out[k], _ = strconv.ParseFloat(v, 64)
 			}
 		}
+		if rest, ok := strings.CutPrefix(line, "gd2fs_master_session_ops_in_sql_total{"); ok {
+			// {op="plan",reason="chunk"} 12 -> "sql plan chunk"
+			labels, v, _ := strings.Cut(rest, "} ")
+			op, reason := promLabel(labels, "op"), promLabel(labels, "reason")
+			if f, err := strconv.ParseFloat(v, 64); err == nil && op != "" && reason != "" {
+				out["sql "+op+" "+reason] = f
+			}
+			continue
+		}
 		if !strings.HasPrefix(line, "gd2fs_master_requests_total{") {
 			continue
 		}
@@ -539,4 +560,15 @@ func loadAvg() string {
 		return "unknown"
 	}
 	return strings.Fields(string(b))[0]
+}
+
+// promLabel is the value of label name in a Prometheus sample's labels
+// (`op="plan",reason="chunk"`), "" if absent.
+func promLabel(labels, name string) string {
+	for _, kv := range strings.Split(labels, ",") {
+		if v, ok := strings.CutPrefix(kv, name+`="`); ok {
+			return strings.TrimSuffix(v, `"`)
+		}
+	}
+	return ""
 }

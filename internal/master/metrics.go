@@ -83,6 +83,14 @@ func newMetrics(m *Master) *metrics {
 		} {
 			x.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: c.name, Help: c.help}, func() float64 { return float64(c.v(st.WriteBehindStats())) }))
 		}
+		for op, name := range []string{"plan", "commit"} {
+			for r, reason := range meta.SlowReasonNames {
+				x.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "gd2fs_master_session_ops_in_sql_total",
+					Help:        "Session plans and commits the leader ran in SQL instead of answering from memory, by why (docs/kv-cache.md, write-behind).",
+					ConstLabels: prometheus.Labels{"op": name, "reason": reason}},
+					func() float64 { return float64(st.WriteBehindStats().Slow[op][r]) }))
+			}
+		}
 		x.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "gd2fs_master_session_flush_seconds_total",
 			Help: "Time spent in flushes of session operations answered from memory (a crash in window mode loses about two flushes' worth)."},
 			func() float64 { return st.WriteBehindStats().FlushTime.Seconds() }))

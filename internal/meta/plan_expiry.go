@@ -27,11 +27,17 @@ import (
 // expirePlansC is expirePlansTx through the session cache: the leader
 // knows its outstanding plans and their oldest, so most plans run no
 // expiry statement at all. When some plan expires, the expiry runs in SQL
-// as before and the cache forgets its sessions and plans (they reload).
+// as before and the cache forgets what it changed: the sessions of the
+// expired plans (their last use), the files it removed and their owners
+// (whose next plan starts a new file), the expired plans, and the quota's
+// total. Forgetting every session instead, as it once did, made each
+// abandoned plan's expiry a storm of reloads: every session's next plan
+// and commit ran in SQL (gd2fs-bench turns, "ran in SQL, by why").
 func (s *sqlStore) expirePlansC(ctx context.Context, tx *sql.Tx, dir string, before int64) error {
 	c := &s.cache
 	if !c.on {
-		return s.expirePlansTx(ctx, tx, dir, before)
+		_, err := s.expirePlansTx(ctx, tx, dir, before)
+		return err
 	}
 	if err := s.loadPlans(ctx, tx); err != nil {
 		return err
@@ -39,39 +45,62 @@ func (s *sqlStore) expirePlansC(ctx context.Context, tx *sql.Tx, dir string, bef
 	if len(c.plans) == 0 || c.oldest >= before {
 		return nil
 	}
-	if err := s.expirePlansTx(ctx, tx, dir, before); err != nil {
+	owners, err := s.expirePlansTx(ctx, tx, dir, before)
+	if err != nil {
 		return err
 	}
-	c.sessions = map[string]*cachedSession{}
-	c.files = map[string]*cachedFile{}
+	// Only the entries: a session's other plans are outstanding still.
+	forget := func(id string) {
+		c.touchSession(id)
+		delete(c.sessions, id)
+	}
+	for id, p := range c.plans {
+		if p.created < before {
+			forget(p.session)
+			c.removePlan(id)
+		}
+	}
+	for path, owner := range owners {
+		forget(owner)
+		c.journal.files = append(c.journal.files, path)
+		delete(c.files, path)
+	}
 	c.totalKnown = false
-	c.dropPlans()
-	return s.loadPlans(ctx, tx)
+	c.oldest = 0
+	first := true
+	for _, p := range c.plans {
+		if first || p.created < c.oldest {
+			c.oldest, first = p.created, false
+		}
+	}
+	return nil
 }
 
 // expirePlansTx deletes the plans created before before (Unix ns) and
 // removes the session files they leave unused; dir is where session files
-// live (PlanInput.Dir).
-func (s *sqlStore) expirePlansTx(ctx context.Context, tx *sql.Tx, dir string, before int64) error {
+// live (PlanInput.Dir). It returns the files removed, each with the
+// session that owned it.
+func (s *sqlStore) expirePlansTx(ctx context.Context, tx *sql.Tx, dir string, before int64) (map[string]string, error) {
 	paths, err := s.queryStrings(ctx, tx, `SELECT DISTINCT path FROM kv_plans WHERE created < ? AND path <> ''`, before)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	removed := map[string]string{}
 	// A plan wrote no last_used of its own (lastUsedCol): its session
 	// keeps the plan's time as its last use when the plan goes, so the
 	// quota's LRU order is the one it was while the plan was outstanding.
 	if _, err := tx.ExecContext(ctx, s.q(`UPDATE kv_sessions SET last_used = (SELECT MAX(created) FROM kv_plans WHERE session_id = kv_sessions.id AND created < ?)
 		WHERE id IN (SELECT session_id FROM kv_plans WHERE created < ?)
 		AND last_used < (SELECT MAX(created) FROM kv_plans WHERE session_id = kv_sessions.id AND created < ?)`), before, before, before); err != nil {
-		return wrapDB(err)
+		return nil, wrapDB(err)
 	}
 	if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM kv_plans WHERE created < ?`), before); err != nil {
-		return wrapDB(err)
+		return nil, wrapDB(err)
 	}
 	for _, p := range paths {
 		var used int64
 		if err := tx.QueryRowContext(ctx, s.q(`SELECT (SELECT COUNT(*) FROM kv_ranges WHERE path = ?) + (SELECT COUNT(*) FROM kv_plans WHERE path = ?)`), p, p).Scan(&used); err != nil {
-			return wrapDB(err)
+			return nil, wrapDB(err)
 		}
 		if used > 0 {
 			continue
@@ -83,21 +112,22 @@ func (s *sqlStore) expirePlansTx(ctx context.Context, tx *sql.Tx, dir string, be
 			continue // gone with its session
 		}
 		if err != nil {
-			return wrapDB(err)
+			return nil, wrapDB(err)
 		}
 		if err := s.dropKVFileTx(ctx, tx, p); err != nil {
-			return err
+			return nil, err
 		}
 		if err := s.removeFileTx(ctx, tx, p); err != nil && !errors.Is(err, errs.ErrNotFound) {
-			return err
+			return nil, err
 		}
+		removed[p] = owner
 		if sessionFile(dir, owner, seq) == p { // its current file: the next plan starts a new one
 			if _, err := tx.ExecContext(ctx, s.q(`UPDATE kv_sessions SET file_seq = 0 WHERE id = ?`), owner); err != nil {
-				return wrapDB(err)
+				return nil, wrapDB(err)
 			}
 		}
 	}
-	return nil
+	return removed, nil
 }
 
 // PlanReader is implemented by stores that can show an outstanding plan's

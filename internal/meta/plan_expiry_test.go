@@ -97,3 +97,59 @@ func TestPlanExpiry(t *testing.T) {
 		})
 	}
 }
+
+// TestExpiryKeepsSessionsInMemory: the leader forgets only what an
+// expiry changed. Session x's first plan is abandoned; the next plan of
+// another session expires it, removing x's file (x's next plan starts a new
+// one). Sessions a and b stay in memory: b's next turn is answered from it,
+// where once every session reloaded from SQL after any expiry. The cache
+// is compared with SQL after every batch (checks), which fails if x's
+// entry is kept.
+func TestExpiryKeepsSessionsInMemory(t *testing.T) {
+	for name, open := range engines(t) {
+		t.Run(name, func(t *testing.T) {
+			s := inMode(open, DurabilityFlush)(t).(*sqlStore)
+			s.checks = true
+			ctx := context.Background()
+			if err := s.PutLayout(ctx, wbLayout); err != nil {
+				t.Fatal(err)
+			}
+			ids := seqIDs(1, 20)
+			for _, id := range []string{"a", "b"} {
+				wbTurn(t, s, id, ids, true)
+				wbTurn(t, s, id, ids, true) // the file and its chunk exist: from memory from now on
+			}
+			// x's first plan, two hours ago, never committed.
+			first, err := s.PlanSession(ctx, PlanInput{Session: "x", Model: "m", TokenIDs: ids, DecodeTokens: 4, Dir: "/kv-sessions", Pool: "perf",
+				ChunkSize: 1 << 20, PlanTTL: time.Hour, Now: time.Now().Add(-2 * time.Hour), Place: wbPlace, Quota: 1 << 30})
+			if err != nil {
+				t.Fatal(err)
+			}
+			before := s.WriteBehindStats()
+			wbTurn(t, s, "a", ids, true) // its plan expires x's
+			mid := s.WriteBehindStats()
+			if got := mid.Slow[0][SlowExpiry] - before.Slow[0][SlowExpiry]; got != 1 {
+				t.Fatalf("a's plan ran the expiry %d times, want 1", got)
+			}
+			wbTurn(t, s, "b", ids, true)
+			after := s.WriteBehindStats()
+			if got := after.Fast - mid.Fast; got != 2 {
+				t.Fatalf("b's turn after the expiry: %d of its plan and commit answered from memory, want 2 (in SQL, by why: %v)", got, after.Slow)
+			}
+			x, err := s.Session(ctx, "x")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if x.Tokens != 0 || len(x.Ranges) != 0 {
+				t.Fatalf("x after its only plan expired: %+v", x)
+			}
+			p := wbTurn(t, s, "x", ids, true)
+			if len(p.Fresh) == 0 || len(first.Fresh) == 0 || p.Fresh[0].Path == first.Fresh[0].Path {
+				t.Fatalf("x's next plan wrote %+v, its expired plan %+v: want a new file (the first was removed)", p.Fresh, first.Fresh)
+			}
+			if _, err := s.File(ctx, first.Fresh[0].Path); !errors.Is(err, errs.ErrNotFound) {
+				t.Fatalf("x's first file after its plan expired: %v, want it removed", err)
+			}
+		})
+	}
+}

@@ -119,6 +119,9 @@ type writeBehind struct {
 	// written counts the statements flushes wrote; dropped those a later
 	// statement of their log made useless (wlog).
 	written, dropped atomic.Int64
+	// slow counts the plans ([0]) and commits ([1]) that ran in SQL, by
+	// why memory could not answer them.
+	slow [2][SlowReasons]atomic.Int64
 	// mu guards the session cache against operations answered from
 	// memory, and the log. The group runner holds it while it runs
 	// operations in SQL, so they and the fast path see one history.
@@ -262,14 +265,52 @@ type WriteBehindStats struct {
 	// Statements the flushes wrote, and statements they left out because
 	// a later one of the same log overwrote them (wlog).
 	Statements, Dropped int64
+	// Slow counts the plans ([0]) and commits ([1]) that ran in SQL, by
+	// reason.
+	Slow [2][SlowReasons]int64
+}
+
+// SlowReason says why a plan or a commit ran in SQL instead of being
+// answered from the leader's memory (WriteBehindStats.Slow).
+type SlowReason int
+
+// The reasons, in the order of the checks.
+const (
+	SlowNotReady    SlowReason = iota // memory off: not leading, after a failed flush, plans not loaded, sync mode
+	SlowLost                          // answered from memory, its log lost: run again
+	SlowExpiry                        // a plan old enough to expire
+	SlowNotInMemory                   // the session, its layout or the plan not in memory
+	SlowFile                          // a first or new session file, or one made under another lead term
+	SlowChunk                         // a chunk to allocate (the fresh range enters one never allocated)
+	SlowReach                         // a server holding the range unknown or down
+	SlowQuota                         // an eviction to make room
+	SlowIDs                           // a new block of plan ids to persist
+	SlowOther                         // what the slow path decides or refuses (content, sizes, repeats)
+	SlowReasons                       // the number of reasons
+)
+
+// SlowReasonNames are the reasons as /metrics labels them.
+var SlowReasonNames = [SlowReasons]string{"not_ready", "lost", "expiry", "not_in_memory", "file", "chunk", "reachability", "quota", "plan_ids", "other"}
+
+// slow counts an operation (0 plan, 1 commit) that memory could not answer
+// and returns false, the fast path's answer.
+func (s *sqlStore) slow(op int, r SlowReason) bool {
+	s.wb.slow[op][r].Add(1)
+	return false
 }
 
 // WriteBehindStatser is implemented by stores with write-behind.
 type WriteBehindStatser interface{ WriteBehindStats() WriteBehindStats }
 
 func (s *sqlStore) WriteBehindStats() WriteBehindStats {
-	return WriteBehindStats{Fast: s.wb.fast.Load(), Flushes: s.wb.flushes.Load(), Flushed: s.wb.flushed.Load(), FlushTime: time.Duration(s.wb.flushNanos.Load()),
+	st := WriteBehindStats{Fast: s.wb.fast.Load(), Flushes: s.wb.flushes.Load(), Flushed: s.wb.flushed.Load(), FlushTime: time.Duration(s.wb.flushNanos.Load()),
 		Statements: s.wb.written.Load(), Dropped: s.wb.dropped.Load()}
+	for op := range st.Slow {
+		for r := range st.Slow[op] {
+			st.Slow[op][r] = s.wb.slow[op][r].Load()
+		}
+	}
+	return st
 }
 
 // fastReady says whether memory may answer now (wb.mu held).
@@ -479,7 +520,7 @@ func (s *sqlStore) planFast(in PlanInput) (Plan, bool, error) {
 	wb.mu.Lock()
 	if !s.fastReady() {
 		wb.mu.Unlock()
-		return Plan{}, false, nil
+		return Plan{}, s.slow(0, SlowNotReady), nil
 	}
 	p, ok := s.planMem(in)
 	if !ok {
@@ -495,6 +536,9 @@ func (s *sqlStore) planFast(in PlanInput) (Plan, bool, error) {
 	}
 	wb.fast.Add(1)
 	ok, err := s.answered(lg)
+	if !ok {
+		s.slow(0, SlowLost)
+	}
 	return p, ok, err
 }
 
@@ -504,12 +548,12 @@ func (s *sqlStore) planMem(in PlanInput) (Plan, bool) {
 	var p Plan
 	now := in.Now.UnixNano()
 	if len(c.plans) > 0 && c.oldest < in.Now.Add(-in.PlanTTL).UnixNano() {
-		return p, false // some plan expires: the slow path does it
+		return p, s.slow(0, SlowExpiry) // some plan expires: the slow path does it
 	}
 	if in.RequestID != "" {
 		if id, ok := c.byRequest[in.Session+"\x00"+in.RequestID]; ok {
 			if json.Unmarshal([]byte(c.plans[id].answer), &p) != nil {
-				return Plan{}, false
+				return Plan{}, s.slow(0, SlowOther)
 			}
 			p.Repeat = true
 			return p, true
@@ -517,15 +561,15 @@ func (s *sqlStore) planMem(in PlanInput) (Plan, bool) {
 	}
 	l, ok := c.layouts[in.Model]
 	if !ok {
-		return p, false
+		return p, s.slow(0, SlowNotInMemory)
 	}
 	pr, checked, err := promptOf(in, l)
 	if err != nil {
-		return p, false
+		return p, s.slow(0, SlowOther)
 	}
 	e, ok := c.sessions[in.Session]
 	if !ok || e.row.model != in.Model {
-		return p, false
+		return p, s.slow(0, SlowNotInMemory)
 	}
 	sess, ranges := e.row, e.ranges
 	n, pt := in.PromptTokens, int64(l.PageTokens)
@@ -538,7 +582,7 @@ func (s *sqlStore) planMem(in PlanInput) (Plan, bool) {
 			return down, nil
 		})
 		if !known {
-			return p, false
+			return p, s.slow(0, SlowReach)
 		}
 	}
 	planCounts(&p, in)
@@ -554,17 +598,17 @@ func (s *sqlStore) planMem(in PlanInput) (Plan, bool) {
 			fr.KVLength += part.KVLength
 		}
 		if sess.fileSeq == 0 || in.NewFile {
-			return p, false
+			return p, s.slow(0, SlowFile)
 		}
 		fr.Path = sessionFile(in.Dir, in.Session, sess.fileSeq)
 		// Only a file this leader created: an earlier leader may have
 		// handed out bytes past what SQL says it reserved.
 		if f = c.files[fr.Path]; f == nil || f.owner != in.Session || f.term != c.term {
-			return p, false
+			return p, s.slow(0, SlowFile)
 		}
 		if in.Reachable != nil && f.reserved > 0 {
 			if down, ok := c.unreachable(in.Reachable, Range{Path: fr.Path, KVStart: f.reserved - 1, KVLength: 1}); !ok || down {
-				return p, false
+				return p, s.slow(0, SlowReach)
 			}
 		}
 		fr.KVStart = f.reserved
@@ -572,16 +616,16 @@ func (s *sqlStore) planMem(in PlanInput) (Plan, bool) {
 		if in.Place != nil {
 			cs, ok := f.under(fr.KVStart, fr.KVLength)
 			if !ok {
-				return p, false // a chunk to allocate: in SQL, by the slow path
+				return p, s.slow(0, SlowChunk) // a chunk to allocate: in SQL, by the slow path
 			}
 			p.FreshFile, p.FreshChunks = f.file, cs
 		}
 	}
 	if in.Quota > 0 && (!c.totalKnown || c.total+fr.KVLength > in.Quota) {
-		return p, false // an eviction: the slow path picks the victims
+		return p, s.slow(0, SlowQuota) // an eviction: the slow path picks the victims
 	}
 	if c.ids.next >= c.ids.end {
-		return p, false
+		return p, s.slow(0, SlowIDs)
 	}
 	// Every check passed: from here on nothing fails.
 	p.ID = c.ids.next
@@ -595,7 +639,7 @@ func (s *sqlStore) planMem(in PlanInput) (Plan, bool) {
 		a, err := json.Marshal(p)
 		if err != nil {
 			c.ids.next--
-			return Plan{}, false
+			return Plan{}, s.slow(0, SlowOther)
 		}
 		answer = string(a)
 	}
@@ -670,7 +714,7 @@ func (s *sqlStore) commitFast(in CommitInput) (Session, bool, error) {
 	wb.mu.Lock()
 	if !s.fastReady() {
 		wb.mu.Unlock()
-		return Session{}, false, nil
+		return Session{}, s.slow(1, SlowNotReady), nil
 	}
 	ops := wb.log.ops
 	out, ok, err := s.commitMem(in)
@@ -686,6 +730,9 @@ func (s *sqlStore) commitFast(in CommitInput) (Session, bool, error) {
 	}
 	wb.fast.Add(1)
 	ok, err = s.answered(lg)
+	if !ok {
+		s.slow(1, SlowLost)
+	}
 	return out, ok, err
 }
 
@@ -695,21 +742,21 @@ func (s *sqlStore) commitMem(in CommitInput) (Session, bool, error) {
 	id, planID := in.Session, in.PlanID
 	e, ok := c.sessions[id]
 	if !ok || planID == 0 {
-		return Session{}, false, nil
+		return Session{}, s.slow(1, SlowNotInMemory), nil
 	}
 	cp, ok := c.plans[planID]
 	if !ok {
 		if e.lastPlan == planID { // a repeat of this very commit
 			return e.session(id), true, nil
 		}
-		return Session{}, false, nil
+		return Session{}, s.slow(1, SlowNotInMemory), nil
 	}
 	if cp.session != id || e.row.version != cp.base {
-		return Session{}, false, nil
+		return Session{}, s.slow(1, SlowOther), nil
 	}
 	l, ok := c.layouts[e.row.model]
 	if !ok {
-		return Session{}, false, nil
+		return Session{}, s.slow(1, SlowNotInMemory), nil
 	}
 	fresh := in.Saved
 	if !in.Partial {
@@ -718,33 +765,33 @@ func (s *sqlStore) commitMem(in CommitInput) (Session, bool, error) {
 			fresh = splitFresh(l, cp.fr, cp.split)
 		}
 	} else if checkSaved(l, cp.fr, cp.split, fresh) != nil {
-		return Session{}, false, nil
+		return Session{}, s.slow(1, SlowOther), nil
 	}
 	for _, r := range fresh {
 		f := c.files[r.Path]
 		if f == nil {
-			return Session{}, false, nil
+			return Session{}, s.slow(1, SlowNotInMemory), nil
 		}
 		end := r.KVStart + r.KVLength
 		if in.Written {
 			if f.file.Sealed || r.KVLength < 1 {
-				return Session{}, false, nil
+				return Session{}, s.slow(1, SlowOther), nil
 			}
 			if _, ok := f.under(r.KVStart, r.KVLength); !ok {
-				return Session{}, false, nil
+				return Session{}, s.slow(1, SlowChunk), nil
 			}
 		} else if f.file.Size < end {
-			return Session{}, false, nil // perhaps a Sync memory did not see
+			return Session{}, s.slow(1, SlowOther), nil // perhaps a Sync memory did not see
 		}
 	}
 	hs, err := decodeHashes(cp.hashes)
 	if err != nil {
-		return Session{}, false, nil
+		return Session{}, s.slow(1, SlowOther), nil
 	}
 	pc := planContent{from: cp.hashFrom, planned: cp.planned, hashes: hs}
 	ch, err := computeCommit(l, e, cp.fr.TokenStart, fresh, pc)
 	if err != nil {
-		return Session{}, false, nil
+		return Session{}, s.slow(1, SlowOther), nil
 	}
 	if in.Held != nil && len(fresh) > 0 {
 		if err := in.Held(l, fresh); err != nil {
