@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"sync"
@@ -20,7 +21,11 @@ import (
 
 func startKV(t *testing.T, servers int) *Cluster {
 	t.Helper()
-	c, err := Start(context.Background(), Config{Dir: t.TempDir(), Servers: servers, MemBytes: 8 << 20, KVMemBytes: 32 << 20, DownAfter: time.Second})
+	cfg := Config{Dir: t.TempDir(), Servers: servers, MemBytes: 8 << 20, KVMemBytes: 32 << 20, DownAfter: time.Second}
+	if kvDebug { // the master's and servers' log: membership changes and why
+		cfg.Log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}
+	c, err := Start(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,6 +209,16 @@ type keyModel struct {
 	mu     sync.Mutex
 	states [][]byte
 	gen    int
+	trace  []string // with KVDEBUG: what each call did, for the failure report
+}
+
+var kvDebug = os.Getenv("KVDEBUG") != ""
+
+// note records one call's outcome in m's trace (KVDEBUG only).
+func (m *keyModel) note(format string, args ...any) {
+	if kvDebug {
+		m.trace = append(m.trace, time.Now().Format("15:04:05.000000 ")+fmt.Sprintf(format, args...))
+	}
 }
 
 func (m *keyModel) allows(v []byte) bool {
@@ -256,7 +271,11 @@ func membershipUnderLoad(t *testing.T, pool string) {
 				m := models[i]
 				m.mu.Lock()
 				err := step(ctx, kv, key, m, r.IntN(10))
-				if err != nil && os.Getenv("KVDEBUG") != "" {
+				if err != nil && kvDebug {
+					t.Logf("failed: %v", err)
+					for _, line := range m.trace {
+						t.Logf("  trace %s", line)
+					}
 					for _, s := range c.Servers {
 						var got string
 						s.KVGetLocal(pool, []byte(key), func(bufs [][]byte, n int) error {
@@ -264,8 +283,14 @@ func membershipUnderLoad(t *testing.T, pool string) {
 							got = string(b[300:])
 							return nil
 						})
-						ms := s.Membership()
-						t.Logf("%s epoch %d holds %q; model %d states, gen %d; moves %+v", s.ID(), ms.Epoch, got, len(m.states), m.gen, s.KVMoves())
+						var epoch int64
+						var members, prev string
+						if ms := s.Membership(); ms != nil {
+							epoch = ms.Epoch
+							members = fmt.Sprint(ms.Members, " draining ", ms.Draining)
+							prev = fmt.Sprint(ms.Previous)
+						}
+						t.Logf("%s epoch %d members %s previous %s holds %q; model %d states, gen %d; moves %+v", s.ID(), epoch, members, prev, got, len(m.states), m.gen, s.KVMoves())
 					}
 				}
 				m.mu.Unlock()
@@ -341,6 +366,7 @@ func step(ctx context.Context, kv *client.KV, key string, m *keyModel, op int) e
 		m.gen++
 		v := blockOf(key, m.gen)
 		existed, err := kv.PutWith(ctx, key, v, client.PutOptions{Overwrite: op == 3})
+		m.note("put #%d overwrite=%v: existed=%v err=%v", m.gen, op == 3, existed, err)
 		switch {
 		case err != nil:
 			// May or may not have landed: either state stands.
@@ -371,13 +397,18 @@ func step(ctx context.Context, kv *client.KV, key string, m *keyModel, op int) e
 			m.states = kept
 		}
 	case op == 4:
-		if err := kv.Delete(ctx, key); err != nil {
+		err := kv.Delete(ctx, key)
+		m.note("delete: err=%v", err)
+		if err != nil {
 			m.states = append(m.states, nil)
 		} else {
 			m.states = [][]byte{nil}
 		}
 	default:
 		v, err := kv.Get(ctx, key)
+		if kvDebug {
+			m.note("get: %q err=%v", string(v[min(len(v), 300):]), err)
+		}
 		switch {
 		case errors.Is(err, errs.ErrNotFound):
 			if !m.allows(nil) {
