@@ -7,6 +7,10 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -15,6 +19,7 @@ import (
 
 	"github.com/gd2fs/gd2fs/client"
 	"github.com/gd2fs/gd2fs/errs"
+	"github.com/gd2fs/gd2fs/internal/node"
 	"github.com/gd2fs/gd2fs/internal/placement"
 	"github.com/gd2fs/gd2fs/internal/testutil"
 )
@@ -624,4 +629,105 @@ func TestKVPrefetch(t *testing.T) {
 			t.Fatalf("%s: wrong bytes after prefetch", chain[i])
 		}
 	}
+}
+
+// TestKVJoinBeforeFirstMap: a joining server that the master already lists
+// but whose first heartbeat reply (its membership map) has not come back yet
+// must not serve its keys as a standalone server would (owning everything,
+// with no earlier owners to ask): its gets would miss blocks that wait at
+// their earlier owners, and write-once puts would land as new. The reply is
+// held back by a proxy between the server and the master, so the window is
+// as wide as the test needs; under load it is a slow heartbeat
+// (TestKVMembershipUnderLoad failed so under other tests' load).
+func TestKVJoinBeforeFirstMap(t *testing.T) {
+	ctx := context.Background()
+	c := startKV(t, 3)
+	cl := c.Client()
+	defer cl.Close()
+	kv := cl.KV("perf")
+	var keys []string
+	var vals [][]byte
+	for i := 0; i < 300; i++ {
+		keys = append(keys, fmt.Sprintf("f/%d", i))
+		vals = append(vals, blockOf(keys[i], 0))
+	}
+	if err := kv.BatchPut(ctx, keys, vals); err != nil {
+		t.Fatal(err)
+	}
+
+	// The new server's master is a proxy that passes its first heartbeat
+	// to the master (which lists it up from then on) and holds the reply.
+	target, err := url.Parse(c.Master.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var first atomic.Bool
+	held, release := make(chan struct{}), make(chan struct{})
+	rp := httputil.NewSingleHostReverseProxy(target)
+	rp.ModifyResponse = func(r *http.Response) error {
+		if r.Request.URL.Path == "/v1/servers/heartbeat" && first.CompareAndSwap(false, true) {
+			close(held)
+			select {
+			case <-release:
+			case <-r.Request.Context().Done():
+			}
+		}
+		return nil
+	}
+	px := httptest.NewServer(rp)
+	t.Cleanup(px.Close)
+	var once sync.Once
+	releaseReply := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(releaseReply) // before px.Close, which waits for the held handler
+
+	s, err := node.NewServer(node.Server{ID: "server-3", Listen: "127.0.0.1:0", Master: px.URL, Mem: c.cfg.MemBytes,
+		KVMem: c.cfg.KVMemBytes, Heartbeat: c.heartbeat(), Log: c.cfg.Log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Run(context.Background())
+	c.Servers = append(c.Servers, s) // closed with the cluster
+	select {
+	case <-held:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the new server sent no heartbeat")
+	}
+	if err := c.WaitServers(ctx, 4); err != nil {
+		t.Fatal(err)
+	}
+	if s.Membership() != nil {
+		t.Fatal("the new server has a map: the proxy did not hold its first reply")
+	}
+
+	// A client that fetches the map now sends a quarter of the keys to the
+	// new server.
+	cl2 := c.Client()
+	defer cl2.Close()
+	kv2 := cl2.KV("perf")
+	for i, k := range keys {
+		v, err := kv2.Get(ctx, k)
+		if err != nil {
+			_, held := s.KVExistsLocal("perf", []byte(k))
+			t.Fatalf("key %s: %v (on the new server: %v; its map: %v)", k, err, held, s.Membership() != nil)
+		}
+		if !bytes.Equal(v, vals[i]) {
+			t.Fatalf("key %s: wrong bytes", k)
+		}
+	}
+	for i, k := range keys {
+		existed, err := kv2.PutWith(ctx, k, blockOf(k, 1), client.PutOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !existed {
+			t.Fatalf("key %s: a write-once put found no block", k)
+		}
+		if v, err := kv2.Get(ctx, k); err != nil || !bytes.Equal(v, vals[i]) {
+			t.Fatalf("key %s: after a write-once put: %v, same bytes %v", k, err, bytes.Equal(v, vals[i]))
+		}
+	}
+	if s.KVMoves().Moved == 0 {
+		t.Fatalf("the new server moved nothing: %+v", s.KVMoves())
+	}
+	releaseReply()
 }

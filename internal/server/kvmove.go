@@ -59,9 +59,10 @@ func (m *kvMoves) stripe(key []byte) *sync.Mutex {
 	return &m.stripes[maphash.Bytes(m.seed, key)%uint64(len(m.stripes))]
 }
 
-// kvMapChanged is called after each heartbeat stored a map: start the mover
-// once, and wake it.
-func (s *Server) kvMapChanged() {
+// kvMoverInit starts the mover once. The heartbeat calls it before it
+// stores the first map: with a map and no mover state, kvSources would
+// answer "no earlier owners" and a miss here would not be asked there.
+func (s *Server) kvMoverInit() {
 	if s.kv == nil {
 		return
 	}
@@ -75,6 +76,14 @@ func (s *Server) kvMapChanged() {
 		}
 		s.kvm.started.Store(true)
 	})
+}
+
+// kvMapChanged is called after each heartbeat stored a map: wake the mover.
+func (s *Server) kvMapChanged() {
+	if s.kv == nil {
+		return
+	}
+	s.kvMoverInit()
 	if ms := s.membership(); ms != nil && len(ms.Previous) > 0 {
 		select {
 		case s.kvm.kick <- struct{}{}:
