@@ -731,3 +731,94 @@ func TestKVJoinBeforeFirstMap(t *testing.T) {
 	}
 	releaseReply()
 }
+
+// failHeldGets fails the first two held gets of one key in the perf pool
+// (the first key asked once armed), as an earlier owner that does not
+// answer in time under load would. Two: a mover may meet the key under
+// both earlier member lists in one pass.
+type failHeldGets struct {
+	client.PeerTransport
+	st *failState
+}
+
+type failState struct {
+	mu    sync.Mutex
+	armed bool
+	key   string
+	left  int
+}
+
+func (f failHeldGets) KVGetHeld(ctx context.Context, addr string, ref client.KVRef, epoch int64) ([]byte, error) {
+	f.st.mu.Lock()
+	if f.st.armed && ref.Pool == "perf" && f.st.key == "" {
+		f.st.key, f.st.left = string(ref.Key), 2
+	}
+	fail := f.st.key == string(ref.Key) && f.st.left > 0
+	if fail {
+		f.st.left--
+	}
+	f.st.mu.Unlock()
+	if fail {
+		return nil, errs.New(errs.ErrUnavailable, "injected: the earlier owner did not answer")
+	}
+	return f.PeerTransport.KVGetHeld(ctx, addr, ref, epoch)
+}
+
+// TestKVMoveRetriesAFailedCopy: a background move whose copy of one block
+// fails (the earlier owner did not answer) must not count that member list
+// as moved: the server would then stop asking the earlier owner, and the
+// block, still there, would be hidden for good (misses, and write-once puts
+// landing as new). The mover tries again and the block reaches its owner.
+func TestKVMoveRetriesAFailedCopy(t *testing.T) {
+	ctx := context.Background()
+	st := &failState{}
+	c, err := Start(ctx, Config{Dir: t.TempDir(), Servers: 3, MemBytes: 8 << 20, KVMemBytes: 32 << 20, DownAfter: time.Second,
+		Transport: func() client.PeerTransport {
+			return failHeldGets{client.NewTCPPeerTransport(client.TCPOptions{Name: "fail-held"}), st}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	cl := c.Client()
+	defer cl.Close()
+	kv := cl.KV("perf")
+	var keys []string
+	var vals [][]byte
+	for i := 0; i < 300; i++ {
+		keys = append(keys, fmt.Sprintf("r/%d", i))
+		vals = append(vals, blockOf(keys[i], 0))
+	}
+	if err := kv.BatchPut(ctx, keys, vals); err != nil {
+		t.Fatal(err)
+	}
+	// Blocks a server took before its first maps settled have moved.
+	testutil.Eventually(t, 30*time.Second, func() (bool, string) { return placedRight(ctx, c, "perf", keys) })
+	st.mu.Lock()
+	st.armed = true
+	st.mu.Unlock()
+	if _, err := c.AddServer(3); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WaitServers(ctx, 4); err != nil {
+		t.Fatal(err)
+	}
+	// No reads meanwhile: only the background move brings blocks over.
+	testutil.Eventually(t, 30*time.Second, func() (bool, string) { return placedRight(ctx, c, "perf", keys) })
+	st.mu.Lock()
+	key, left := st.key, st.left
+	st.mu.Unlock()
+	if key == "" {
+		t.Fatal("no held get failed: the test did not test")
+	}
+	t.Logf("the copy of %s failed %d times", key, 2-left)
+	got, err := kv.BatchGet(ctx, keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, k := range keys {
+		if !bytes.Equal(got[i], vals[i]) {
+			t.Fatalf("key %s: a miss or wrong bytes after the move (len %d)", k, len(got[i]))
+		}
+	}
+}
