@@ -31,7 +31,20 @@ const keepPast = 2
 
 // note records out's member list (when it differs from the last one seen)
 // and fills in out.Previous and out.Draining. Called with Master.mu held.
+//
+// A new list is shown only under a newer epoch than the last list's. Every
+// change of the list is followed by an epoch bump, but after a store write
+// (a drain saves the history first; a join writes the server first) that a
+// slow store makes long: meanwhile the last list is shown at its epoch.
+// Servers learn that the map changed by comparing epochs (a peer moving a
+// block away asks with its epoch, kvCatchUp); a new list under an old epoch
+// left the old owner serving the key, and answering a miss for a block the
+// new owner had moved away (TestMemberListChangesWithEpoch; found by
+// TestKVMembershipUnderLoad beside a busy disk).
 func (h *kvHistory) note(out *api.Membership, servers map[string]*liveServer) {
+	if !slices.Equal(h.last, out.Members) && h.last != nil && out.Epoch <= h.lastEpoch {
+		out.Members = slices.Clone(h.last)
+	}
 	if !slices.Equal(h.last, out.Members) {
 		if h.last != nil {
 			h.prev = append([]api.PastMembers{{Epoch: h.lastEpoch, Members: h.last}}, h.prev...)
@@ -47,7 +60,7 @@ func (h *kvHistory) note(out *api.Membership, servers map[string]*liveServer) {
 	for id := range h.draining {
 		// presumed: a new leader has not heard from it yet (it was draining
 		// under the last one); its blocks are still there to be moved.
-		if s := servers[id]; s != nil && (s.up || s.presumed) {
+		if s := servers[id]; s != nil && (s.up || s.presumed) && !slices.ContainsFunc(out.Members, func(m placement.Member) bool { return m.ID == id }) {
 			out.Draining = append(out.Draining, placement.Member{ID: id, Addr: s.info.Addr})
 		}
 	}

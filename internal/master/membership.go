@@ -36,7 +36,7 @@ func (m *Master) bumpEpoch(ctx context.Context) {
 		return
 	}
 	m.mu.Lock()
-	m.epoch = e
+	m.epoch = max(m.epoch, e) // two bumps may finish in either order
 	m.mu.Unlock()
 }
 

@@ -55,6 +55,7 @@ func (s *Server) heartbeat(ctx context.Context) error {
 		s.mu.Unlock()
 		return err
 	}
+	s.kvMoverInit()
 	s.ms.Store(&reply.Membership)
 	s.health.beat(time.Now())
 	s.kvMapChanged()

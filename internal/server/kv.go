@@ -49,11 +49,26 @@ func (s *Server) membership() *api.Membership { return s.ms.Load() }
 // checkOwner answers errs.ErrMoved when this server is not among the key's
 // owners in its membership map. A client with a newer epoch than ours makes
 // us fetch the map first, so a freshly added server is not refused.
+//
+// Only a server without a master owns every key. One with a master and no
+// map yet (its first heartbeat reply has not come back, though the master
+// lists it and clients already send it keys) fetches the map first too,
+// and answers "moved" if it still has none: owning everything meanwhile, it
+// would not ask the keys' earlier owners, so its gets would miss blocks
+// waiting there and write-once puts would land as new
+// (TestKVJoinBeforeFirstMap).
 func (s *Server) checkOwner(ref wire.KVRef, clientEpoch int64) error {
+	if s.master == nil {
+		return nil // standalone: own everything
+	}
 	for attempt := 0; ; attempt++ {
 		ms := s.membership()
 		if ms == nil || len(ms.Members) == 0 {
-			return nil // standalone: own everything
+			if attempt == 0 {
+				s.refreshMembership(max(clientEpoch, 1))
+				continue
+			}
+			return errs.New(errs.ErrMoved, "server %s has no membership map from the master yet: refresh the membership map and retry", s.cfg.ID)
 		}
 		n := ms.Replicas(ref.Pool)
 		if n == 0 {
@@ -62,7 +77,7 @@ func (s *Server) checkOwner(ref wire.KVRef, clientEpoch int64) error {
 		if placement.Owns(ref.Key, ms.Members, n, s.cfg.ID) {
 			return nil
 		}
-		if attempt == 0 && clientEpoch > ms.Epoch && s.master != nil {
+		if attempt == 0 && clientEpoch > ms.Epoch {
 			s.refreshMembership(clientEpoch)
 			continue
 		}

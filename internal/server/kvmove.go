@@ -59,9 +59,10 @@ func (m *kvMoves) stripe(key []byte) *sync.Mutex {
 	return &m.stripes[maphash.Bytes(m.seed, key)%uint64(len(m.stripes))]
 }
 
-// kvMapChanged is called after each heartbeat stored a map: start the mover
-// once, and wake it.
-func (s *Server) kvMapChanged() {
+// kvMoverInit starts the mover once. The heartbeat calls it before it
+// stores the first map: with a map and no mover state, kvSources would
+// answer "no earlier owners" and a miss here would not be asked there.
+func (s *Server) kvMoverInit() {
 	if s.kv == nil {
 		return
 	}
@@ -75,6 +76,14 @@ func (s *Server) kvMapChanged() {
 		}
 		s.kvm.started.Store(true)
 	})
+}
+
+// kvMapChanged is called after each heartbeat stored a map: wake the mover.
+func (s *Server) kvMapChanged() {
+	if s.kv == nil {
+		return
+	}
+	s.kvMoverInit()
 	if ms := s.membership(); ms != nil && len(ms.Previous) > 0 {
 		select {
 		case s.kvm.kick <- struct{}{}:
@@ -142,7 +151,8 @@ func (s *Server) kvSources(ms *api.Membership, ref wire.KVRef) (srcs []kvSource,
 // is here already, and removes it there; it reports whether the block is
 // here now. size is the block's size when known, for the mover's pacing.
 func (s *Server) kvPull(ms *api.Membership, ref wire.KVRef) (found bool, size int) {
-	return s.kvPullFrom(ms, ref, false)
+	found, size, _ = s.kvPullFrom(ms, ref, false)
+	return found, size
 }
 
 // kvPullFrom is kvPull; with tidy, a block already here is also removed from
@@ -150,13 +160,18 @@ func (s *Server) kvPull(ms *api.Membership, ref wire.KVRef) (found bool, size in
 // several copies a new owner often has the block already (a forwarded
 // write), and a copy left on a server that is no longer an owner would be
 // stale by the time that server owns the key again.
-func (s *Server) kvPullFrom(ms *api.Membership, ref wire.KVRef, tidy bool) (found bool, size int) {
+//
+// unanswered is the error of an earlier owner that did not say whether it
+// holds the block (unreachable, timed out, behind on the map), when the
+// block is not here: it may still be there. The mover then does not count
+// the list as moved (kvMoveFrom); a get or a put just goes on without it.
+func (s *Server) kvPullFrom(ms *api.Membership, ref wire.KVRef, tidy bool) (found bool, size int, unanswered error) {
 	srcs, lost := s.kvSources(ms, ref)
 	if len(srcs) == 0 {
 		if lost {
 			s.kvm.lost.Add(1)
 		}
-		return false, 0
+		return false, 0, nil
 	}
 	key := kvKey(ref)
 	mu := s.kvm.stripe(key)
@@ -166,7 +181,7 @@ func (s *Server) kvPullFrom(ms *api.Membership, ref wire.KVRef, tidy bool) (foun
 		if tidy {
 			s.kvDropOld(ms, ref, srcs)
 		}
-		return true, 0
+		return true, 0, nil
 	}
 	for i, src := range srcs {
 		// Its pin, priority and TTL first, then its bytes: a block that
@@ -178,30 +193,34 @@ func (s *Server) kvPullFrom(ms *api.Membership, ref wire.KVRef, tidy bool) (foun
 			// blocks without pins or TTLs: move the bytes all the same.
 			ret, err = wire.Retain{TTL: -1}, nil
 		}
-		if err != nil {
-			continue // not there, or unreachable: the next earlier owner
+		if err == nil {
+			ctx, cancel := context.WithTimeout(s.life, s.cfg.ForwardTimeout)
+			var v []byte
+			v, err = s.peers.KVGetHeld(ctx, src.Addr, wire.KVRef{Pool: ref.Pool, Key: ref.Key}, ms.Epoch)
+			cancel()
+			if err == nil {
+				if _, err := s.kv.Put(key, v, false); err != nil {
+					s.log.Warn("kv move: cannot store a moved block", "err", err)
+					return false, 0, nil
+				}
+				s.kvApplyRetention(key, ret)
+				s.kvm.moved.Add(1)
+				// Every earlier owner that is not an owner now drops its
+				// copy: the block has one home again, and no stale copy is
+				// left to be found.
+				s.kvDropOld(ms, ref, srcs[i:])
+				return true, len(v), nil
+			}
 		}
-		ctx, cancel := context.WithTimeout(s.life, s.cfg.ForwardTimeout)
-		v, err := s.peers.KVGetHeld(ctx, src.Addr, wire.KVRef{Pool: ref.Pool, Key: ref.Key}, ms.Epoch)
-		cancel()
-		if err != nil {
-			continue // not there, or unreachable: the next earlier owner
+		if !errors.Is(err, errs.ErrNotFound) {
+			unanswered = err
 		}
-		if _, err := s.kv.Put(key, v, false); err != nil {
-			s.log.Warn("kv move: cannot store a moved block", "err", err)
-			return false, 0
-		}
-		s.kvApplyRetention(key, ret)
-		s.kvm.moved.Add(1)
-		// Every earlier owner that is not an owner now drops its copy: the
-		// block has one home again, and no stale copy is left to be found.
-		s.kvDropOld(ms, ref, srcs[i:])
-		return true, len(v)
+		// Not there, or no answer: the next earlier owner.
 	}
 	if lost {
 		s.kvm.lost.Add(1)
 	}
-	return false, 0
+	return false, 0, unanswered
 }
 
 // kvDropOld deletes ref at those of srcs that are not owners now. The
@@ -444,7 +463,14 @@ func (s *Server) kvMoveFrom(ms *api.Membership, past api.PastMembers) bool {
 					if cur := s.membership(); cur == nil || cur.Epoch != ms.Epoch {
 						return false // a newer map: start over with it
 					}
-					_, size := s.kvPullFrom(ms, wire.KVRef{Pool: pool.Name, Key: kb}, true)
+					_, size, err := s.kvPullFrom(ms, wire.KVRef{Pool: pool.Name, Key: kb}, true)
+					if err != nil {
+						// The block may still be at src: settling this list
+						// now would stop every later miss from asking there
+						// and hide it for good. The mover tries again.
+						s.log.Debug("kv move: an earlier owner did not answer", "server", src.ID, "err", err)
+						ok = false
+					}
 					bytes += int64(size)
 					// Pace: never ahead of rate bytes per second since start.
 					if ahead := time.Duration(float64(bytes)/float64(rate)*float64(time.Second)) - time.Since(start); ahead > 0 {
