@@ -489,8 +489,9 @@ func readFile(fs tier.FS, name string, max int64) ([]byte, error) {
 	return b, nil
 }
 
-// loadRetention applies retain.snap to the blocks loaded and removes it: a
-// crash after this start must not bring back what was true at the last stop.
+// loadRetention applies retain.snap to the blocks loaded and removes it,
+// durably: a crash or power loss after this start must not bring back what
+// was true at the last stop.
 func (s *Store) loadRetention() {
 	fs := s.disk.FS()
 	p := filepath.Join(s.cfg.Dir, snapName)
@@ -500,6 +501,11 @@ func (s *Store) loadRetention() {
 	}
 	if err == nil {
 		err = fs.Remove(p)
+	}
+	if err == nil {
+		// The removal must be durable: the store syncs nothing else, and
+		// a power loss could otherwise undo it (TestRetentionSnapshotGoneAfterPowerLoss).
+		err = fs.SyncDir(s.cfg.Dir)
 	}
 	var recs []snapRec
 	if err == nil {
