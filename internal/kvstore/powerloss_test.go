@@ -79,11 +79,17 @@ func (m *kvModel) set(v []byte, has bool) {
 // last said or as a miss, also across a restart without a power loss. The
 // invariants are checked after every step.
 func TestKVPowerLossModel(t *testing.T) {
-	seeds := uint64(6)
+	seeds := []uint64{1, 2, 3, 4, 5, 6}
 	if n, err := strconv.ParseUint(os.Getenv("GD2FS_POWERLOSS_SEEDS"), 10, 64); err == nil {
-		seeds = n // a longer run: GD2FS_POWERLOSS_SEEDS=100
+		seeds = nil // a longer run: GD2FS_POWERLOSS_SEEDS=400
+		for seed := uint64(1); seed <= n; seed++ {
+			seeds = append(seeds, seed)
+		}
 	}
-	for seed := uint64(1); seed <= seeds; seed++ {
+	if n, err := strconv.ParseUint(os.Getenv("GD2FS_POWERLOSS_SEED"), 10, 64); err == nil {
+		seeds = []uint64{n} // one seed, to replay a failure
+	}
+	for _, seed := range seeds {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
 			// Odd seeds without DRAM (every put goes straight to disk),
 			// even ones with a DRAM tier of 6 pages (1 to 2 a block) (write-behind:
@@ -466,4 +472,59 @@ func exists(fs *memfs.FS, name string) bool {
 	}
 	f.Close()
 	return true
+}
+
+// record is a segment record of key and value (nil: a tombstone), as
+// writeOut writes it.
+func record(key string, v []byte) []byte {
+	h := make([]byte, recHeader)
+	encodeHeader(h, key, int64(len(v)), crc32c.Checksum(v), v == nil)
+	return append(append(h, key...), v...)
+}
+
+// TestNoAppendAfterSkippedBytes: a header the start-up scan skipped because
+// its record ran past the end of the file (torn) must stay skipped. Were the
+// store to append to that segment, the file would grow under the claimed
+// record, the next scan would take it and jump over the records after it:
+// a restart with no power loss would bring back an older value of a key
+// (found by TestKVPowerLossModel: 2 of 300 seeds failed, a key reading an
+// older value after a clean restart).
+func TestNoAppendAfterSkippedBytes(t *testing.T) {
+	dir := t.TempDir()
+	old, newer := val("old", 3000), val("new", 3000)
+	var seg []byte
+	seg = append(seg, record("a", old)...)
+	torn := record("z", val("z", 20000))[:recHeader+1+100] // a header, its key, a little of its value
+	seg = append(seg, torn...)
+	seg = append(seg, record("b", val("b", 500))...)
+	seg = append(seg, record("a", newer)...)
+	if err := os.WriteFile(dir+"/seg-0000000000000000.kv", seg, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Dir: dir, DiskBytes: 4 << 20, SegmentSize: 1 << 20, MaxValue: 64 << 10}
+	s, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _, err := get(s, "a"); err != nil || !bytes.Equal(got, newer) {
+		t.Fatalf("a: err %v, newer value %v", err, bytes.Equal(got, newer))
+	}
+	// Enough bytes that the segment, appended to, would reach past z's
+	// claimed end.
+	mustPut(t, s, "c", val("c", 30000))
+	if err := s.checkInvariants(); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s = open(t, cfg)
+	got, _, err := get(s, "a")
+	if err != nil {
+		t.Fatalf("a after a restart: %v (it was on disk and nothing deleted it)", err)
+	}
+	if !bytes.Equal(got, newer) {
+		t.Fatalf("a after a restart reads its older value (%v): the scan took the torn record it had skipped", bytes.Equal(got, old))
+	}
+	if got, _, err := get(s, "c"); err != nil || !bytes.Equal(got, val("c", 30000)) {
+		t.Fatalf("c after a restart: err %v", err)
+	}
 }
