@@ -272,7 +272,12 @@ func (s *Store) scan(g *segment, fileSize int64) {
 	}
 	if end < fileSize {
 		s.log.Warn("KV segment ends in a torn record; cutting it off", "segment", g.path, "offset", end, "size", fileSize)
-		g.f.Truncate(end)
+		if err := g.f.Truncate(end); err != nil {
+			// Its torn bytes stay after end: appends would overwrite
+			// them in part only where a write fails (see sealed).
+			s.log.Warn("cannot cut a KV segment's torn tail; appending to a new segment", "segment", g.path, "err", err)
+			g.sealed = true
+		}
 	}
 	g.size = end
 }
