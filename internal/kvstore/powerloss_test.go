@@ -79,7 +79,9 @@ func (m *kvModel) set(v []byte, has bool) {
 // last said or as a miss, also across a restart without a power loss. The
 // invariants are checked after every step.
 func TestKVPowerLossModel(t *testing.T) {
-	seeds := []uint64{1, 2, 3, 4, 5, 6}
+	// Seeds 1 to 6, and 86: without the fix of TestNoAppendAfterSkippedBytes
+	// a deleted key comes back after a clean restart in it.
+	seeds := []uint64{1, 2, 3, 4, 5, 6, 86}
 	if n, err := strconv.ParseUint(os.Getenv("GD2FS_POWERLOSS_SEEDS"), 10, 64); err == nil {
 		seeds = nil // a longer run: GD2FS_POWERLOSS_SEEDS=400
 		for seed := uint64(1); seed <= n; seed++ {
@@ -488,7 +490,7 @@ func record(key string, v []byte) []byte {
 // record, the next scan would take it and jump over the records after it:
 // a restart with no power loss would bring back an older value of a key
 // (found by TestKVPowerLossModel: 2 of 300 seeds failed, a key reading an
-// older value after a clean restart).
+// older value after a clean restart; seed 86 fails so now).
 func TestNoAppendAfterSkippedBytes(t *testing.T) {
 	dir := t.TempDir()
 	old, newer := val("old", 3000), val("new", 3000)
