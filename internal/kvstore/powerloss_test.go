@@ -62,8 +62,8 @@ func (m *kvModel) set(v []byte, has bool) {
 }
 
 // TestKVPowerLossModel runs random puts (overwriting or not), gets,
-// deletes, pins, flushes, Exists and restarts over a store on memfs with segments and
-// tiers small enough that demotions, segment rotation, eviction and moves
+// deletes, pins, flushes, Exists and restarts over a store on memfs with
+// segments and tiers small enough that demotions, segment rotation, eviction and moves
 // out of evicted segments happen all the time, and at random steps loses
 // power: memfs drops, keeps or tears (4 KiB pages, any subset) every write
 // and every name change since the last sync, and the store never syncs, so
@@ -71,7 +71,7 @@ func (m *kvModel) set(v []byte, has bool) {
 // with pages of zeros, or not at all, and an evicted one may come back.
 // Some power losses strike in the middle of an operation (its later record
 // writes never happen). After each the store must open; then every key is
-// read and must be a miss, a clean ErrNotFound, or byte-identical to a
+// read and must be a miss (a clean ErrNotFound) or byte-identical to a
 // value once stored under that key (kvModel.all: after a power loss an
 // older value or a deleted one may come back; a cache may lose anything,
 // but a hit with bytes that were never that key's value is the failure
@@ -94,8 +94,8 @@ func TestKVPowerLossModel(t *testing.T) {
 	for _, seed := range seeds {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
 			// Odd seeds without DRAM (every put goes straight to disk),
-			// even ones with a DRAM tier of 6 pages (1 to 2 a block) (write-behind:
-			// demotions, promotions of ghosts, Flush).
+			// even ones with a DRAM tier of 6 pages, 1 or 2 a block
+			// (write-behind: demotions, promotions of ghosts, Flush).
 			cfg := Config{Dir: "/srv/kv", DiskBytes: 160 << 10, SegmentSize: 32 << 10, MaxValue: 20 << 10}
 			if seed%2 == 0 {
 				cfg.MemBytes = 96 << 10
