@@ -84,6 +84,8 @@ type Config struct {
 	// Prefault makes the DRAM tier resident in the background at start
 	// (tier.DRAM.Prefault), so puts do not pay its first-touch faults.
 	Prefault bool
+
+	fs tier.FS // the disk tier's file system; nil means the operating system's (tests: tier/memfs)
 }
 
 // Policies are the values of Config.Policy.
@@ -223,7 +225,7 @@ func Open(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.arena, s.disk = a, tier.NewDisk(cfg.Dir, cfg.DiskBytes, nil)
+	s.arena, s.disk = a, tier.NewDisk(cfg.Dir, cfg.DiskBytes, cfg.fs)
 	if cfg.Prefault {
 		a.Prefault(cfg.Log, "kv")
 	}

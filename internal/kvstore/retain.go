@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/gd2fs/gd2fs/internal/bufpool"
 	"github.com/gd2fs/gd2fs/internal/crc32c"
 	"github.com/gd2fs/gd2fs/internal/limits"
+	"github.com/gd2fs/gd2fs/internal/tier"
 )
 
 // This file holds what keeps a block beside its use (issue 23 item 4):
@@ -416,6 +418,14 @@ func parseSnap(b []byte) ([]snapRec, error) {
 	return recs, nil
 }
 
+// snapMaxBytes bounds retain.snap: one record (at most 12+MaxKey bytes)
+// per block the tiers can hold, each block costing at least a record
+// header and an index entry on disk, or a page in DRAM.
+func (s *Store) snapMaxBytes() int64 {
+	blocks := s.disk.Cap()/(recHeader+entryRAM) + s.arena.Cap()/PageSize
+	return int64(len(snapMagic)+1+4) + blocks*(12+MaxKey)
+}
+
 // saveRetention writes the retention of every block that has one to
 // retain.snap (Flush: a graceful stop).
 func (s *Store) saveRetention() error {
@@ -427,30 +437,75 @@ func (s *Store) saveRetention() error {
 		}
 	}
 	s.mu.Unlock()
+	fs := s.disk.FS()
 	p := filepath.Join(s.cfg.Dir, snapName)
 	if len(recs) == 0 {
-		if err := os.Remove(p); err != nil && !os.IsNotExist(err) {
+		if err := fs.Remove(p); err != nil && !os.IsNotExist(err) {
 			return err
 		}
 		return nil
 	}
 	tmp := p + ".tmp"
-	if err := os.WriteFile(tmp, encodeSnap(recs), 0o600); err != nil {
+	if err := writeFile(fs, tmp, encodeSnap(recs)); err != nil {
 		return fmt.Errorf("kvstore: write %s: %w", tmp, err)
 	}
-	return os.Rename(tmp, p)
+	return fs.Rename(tmp, p)
 }
 
-// loadRetention applies retain.snap to the blocks loaded and removes it: a
-// crash after this start must not bring back what was true at the last stop.
+// writeFile is os.WriteFile on fs. Nothing is synced: like the segments,
+// the snapshot may be lost or torn by a power loss, and its checksum makes
+// a torn one "no retention" (loadRetention).
+func writeFile(fs tier.FS, name string, b []byte) error {
+	f, err := fs.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteAt(b, 0); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// readFile is os.ReadFile on fs, bounded by max: a file larger than that
+// is refused before anything is allocated for it.
+func readFile(fs tier.FS, name string, max int64) ([]byte, error) {
+	f, err := fs.OpenFile(name, os.O_RDONLY, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	n, err := f.Size()
+	if err != nil {
+		return nil, err
+	}
+	if n > max {
+		return nil, fmt.Errorf("%s is %d bytes, more than the %d a snapshot of this store can take", name, n, max)
+	}
+	b := make([]byte, n)
+	if _, err := f.ReadAt(b, 0); err != nil && !(errors.Is(err, io.EOF) && n == 0) {
+		return nil, err
+	}
+	return b, nil
+}
+
+// loadRetention applies retain.snap to the blocks loaded and removes it,
+// durably: a crash or power loss after this start must not bring back what
+// was true at the last stop.
 func (s *Store) loadRetention() {
+	fs := s.disk.FS()
 	p := filepath.Join(s.cfg.Dir, snapName)
-	b, err := os.ReadFile(p)
+	b, err := readFile(fs, p, s.snapMaxBytes())
 	if os.IsNotExist(err) {
 		return
 	}
 	if err == nil {
-		err = os.Remove(p)
+		err = fs.Remove(p)
+	}
+	if err == nil {
+		// The removal must be durable: the store syncs nothing else, and
+		// a power loss could otherwise undo it (TestRetentionSnapshotGoneAfterPowerLoss).
+		err = fs.SyncDir(s.cfg.Dir)
 	}
 	var recs []snapRec
 	if err == nil {

@@ -43,6 +43,12 @@ type segment struct {
 	keys   []string
 	refs   int
 	gone   bool
+	// sealed: the start-up scan skipped damaged bytes in it, so nothing
+	// is appended to it. A header skipped because its record ran past the
+	// end of the file would, once the file grew, read as a whole record to
+	// the next scan, which would take it and jump over the records after
+	// it, bringing older values back (TestNoAppendAfterSkippedBytes).
+	sealed bool
 }
 
 func encodeHeader(h []byte, key string, vlen int64, vcrc uint32, tomb bool) {
@@ -63,7 +69,7 @@ func encodeHeader(h []byte, key string, vlen int64, vcrc uint32, tomb bool) {
 
 // activeLocked returns the segment to append need bytes to, starting a new one when full.
 func (s *Store) activeLocked(need int64) (*segment, error) {
-	if n := len(s.segs); n > 0 && s.segs[n-1].size+need <= s.cfg.SegmentSize {
+	if n := len(s.segs); n > 0 && !s.segs[n-1].sealed && s.segs[n-1].size+need <= s.cfg.SegmentSize {
 		return s.segs[n-1], nil
 	}
 	g, err := s.openSegment(s.nextSeg, true)
@@ -169,8 +175,8 @@ func (g *segment) readRecord(off int64, key []byte, size int64, want uint32) (bu
 	return buf, val, nil
 }
 
-// load scans segments oldest first; a record whose header fails ends the
-// scan of that segment (a torn tail after a crash).
+// load scans segments oldest first; a record whose header fails is skipped
+// up to the next valid one (scan), and a torn tail is cut off.
 func (s *Store) load() error {
 	fs := s.disk.FS()
 	if err := fs.MkdirAll(s.cfg.Dir, 0o700); err != nil {
@@ -244,6 +250,7 @@ func (s *Store) scan(g *segment, fileSize int64) {
 			}
 			s.corruptRecs.Add(1)
 			s.log.Warn("skipping a damaged KV record", "segment", g.path, "offset", off, "next", next)
+			g.sealed = true
 			off = next
 			continue
 		}
@@ -265,7 +272,12 @@ func (s *Store) scan(g *segment, fileSize int64) {
 	}
 	if end < fileSize {
 		s.log.Warn("KV segment ends in a torn record; cutting it off", "segment", g.path, "offset", end, "size", fileSize)
-		g.f.Truncate(end)
+		if err := g.f.Truncate(end); err != nil {
+			// Its torn bytes stay after end: appends would overwrite
+			// them in part only where a write fails (see sealed).
+			s.log.Warn("cannot cut a KV segment's torn tail; appending to a new segment", "segment", g.path, "err", err)
+			g.sealed = true
+		}
 	}
 	g.size = end
 }

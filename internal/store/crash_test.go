@@ -12,6 +12,7 @@ import (
 	"github.com/gd2fs/gd2fs/errs"
 	"github.com/gd2fs/gd2fs/internal/crc32c"
 	"github.com/gd2fs/gd2fs/internal/limits"
+	"github.com/gd2fs/gd2fs/internal/tier/memfs"
 )
 
 // crashModel is what a chunk may look like after a power loss.
@@ -64,8 +65,8 @@ func (m *crashModel) inherit(old *crashModel) {
 	m.maySeal = m.maySeal || old.maySeal
 }
 
-// TestPowerLossModel writes random chunks through a store on memFS, syncs
-// and seals some, deletes some, and at random points loses power (memFS
+// TestPowerLossModel writes random chunks through a store on memfs.FS, syncs
+// and seals some, deletes some, and at random points loses power (memfs
 // drops or tears every unsynced write), reopens the store and checks: a
 // chunk synced since its last write is there, byte-identical, sealed if it
 // was sealed; a chunk synced and then written again keeps, byte-identical,
@@ -105,8 +106,8 @@ func TestPowerLossModelCatchesNoSync(t *testing.T) {
 
 func runPowerLoss(t *testing.T, seed uint64, mem int64, noSync bool, steps int) error {
 	r := rand.New(rand.NewPCG(seed, 77))
-	fs := newMemFS()
-	fs.noSync = noSync
+	fs := memfs.New()
+	fs.NoSync = noSync
 	cfg := Config{MemBytes: mem, Dir: "/srv/disk", DiskBytes: 1 << 30, fs: fs}
 	s, err := Open(cfg)
 	if err != nil {
@@ -210,7 +211,7 @@ func runPowerLoss(t *testing.T, seed uint64, mem int64, noSync bool, steps int) 
 		default: // power loss
 			crashes++
 			s.Close()
-			fs.crash(r)
+			fs.Crash(r)
 			if s, err = Open(cfg); err != nil {
 				return fmt.Errorf("step %d: reopen after power loss: %v", step, err)
 			}
@@ -268,7 +269,7 @@ func runPowerLoss(t *testing.T, seed uint64, mem int64, noSync bool, steps int) 
 	if crashes == 0 {
 		return fmt.Errorf("no power loss in %d steps", steps)
 	}
-	t.Logf("seed %d: %d steps, %d power losses, %d syncs", seed, steps, crashes, fs.syncs)
+	t.Logf("seed %d: %d steps, %d power losses, %d syncs", seed, steps, crashes, fs.Syncs())
 	return nil
 }
 

@@ -8,7 +8,7 @@ import (
 )
 
 // FS is what a disk tier needs from the operating system. The stores use
-// OS; the chunk store's power-loss tests use an in-memory file system that
+// OS; their power-loss tests use an in-memory file system (tier/memfs) that
 // remembers which writes reached the disk (were synced) and can crash,
 // dropping or tearing the rest. It is an interface because it has those two
 // implementations.

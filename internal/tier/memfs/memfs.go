@@ -1,4 +1,8 @@
-package store
+// Package memfs is an in-memory tier.FS that knows what a power loss keeps,
+// for the power-loss model tests of the disk tiers (internal/store's
+// TestPowerLossModel, internal/kvstore's TestKVPowerLossModel). It is test
+// support: no product code imports it.
+package memfs
 
 import (
 	"io"
@@ -12,25 +16,28 @@ import (
 	"github.com/gd2fs/gd2fs/internal/tier"
 )
 
-// memFS is an in-memory file system that knows what a power loss keeps, as
+// FS is an in-memory file system that knows what a power loss keeps, as
 // bbolt's failpoint tests model it: every file has the bytes the page cache
 // holds (what reads see) and the bytes the disk holds (as of its last
 // fdatasync), and the names likewise (as of each directory's last fsync).
-// crash throws the page cache away: each write since the file's last sync
+// Crash throws the page cache away: each write since the file's last sync
 // is dropped, kept, or kept in part (page by page, any subset, in any
 // order), and each name created, renamed or removed since its directory's
 // last sync is either as it was or as it is. Directories themselves are
 // durable when made (the store syncs its parent directories; that part is
 // not modelled).
-type memFS struct {
+//
+// Every method is safe for concurrent use.
+type FS struct {
 	mu    sync.Mutex
 	files map[string]*memFile // names as the running system sees them
 	disk  map[string]*memFile // names as the disk has them
 	dirs  map[string]bool
 
-	// noSync makes fdatasync and directory fsync do nothing: a store
-	// that never syncs, for the test that the model check catches it.
-	noSync bool
+	// NoSync makes fdatasync and directory fsync do nothing: a store
+	// that never syncs, for the test that the model check catches it. Set
+	// it before the FS is used.
+	NoSync bool
 	syncs  int
 }
 
@@ -48,29 +55,36 @@ type memWrite struct {
 
 const memPage = 4096
 
-func newMemFS() *memFS {
-	return &memFS{files: map[string]*memFile{}, disk: map[string]*memFile{}, dirs: map[string]bool{"/": true}}
+// New returns an empty file system holding only the directory "/".
+func New() *FS {
+	return &FS{files: map[string]*memFile{}, disk: map[string]*memFile{}, dirs: map[string]bool{"/": true}}
 }
 
 func notExist(op, name string) error {
 	return &os.PathError{Op: op, Path: name, Err: syscall.ENOENT}
 }
 
-func (m *memFS) OpenFile(name string, flag int, _ os.FileMode) (tier.File, error) {
+func (m *FS) OpenFile(name string, flag int, _ os.FileMode) (tier.File, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	f := m.files[name]
-	if f == nil {
+	switch {
+	case f == nil:
 		if flag&os.O_CREATE == 0 || !m.dirs[filepath.Dir(name)] {
 			return nil, notExist("open", name)
 		}
 		f = &memFile{}
 		m.files[name] = f
+	case flag&(os.O_CREATE|os.O_EXCL) == os.O_CREATE|os.O_EXCL:
+		return nil, &os.PathError{Op: "open", Path: name, Err: syscall.EEXIST}
+	case flag&os.O_TRUNC != 0 && len(f.data) > 0:
+		f.data = f.data[:0]
+		f.pending = append(f.pending, memWrite{off: 0, trunc: true})
 	}
 	return &memHandle{m: m, f: f}, nil
 }
 
-func (m *memFS) MkdirAll(path string, _ os.FileMode) error {
+func (m *FS) MkdirAll(path string, _ os.FileMode) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for p := path; !m.dirs[p]; p = filepath.Dir(p) {
@@ -79,7 +93,7 @@ func (m *memFS) MkdirAll(path string, _ os.FileMode) error {
 	return nil
 }
 
-func (m *memFS) Remove(name string) error {
+func (m *FS) Remove(name string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.files[name] == nil {
@@ -89,7 +103,7 @@ func (m *memFS) Remove(name string) error {
 	return nil
 }
 
-func (m *memFS) Rename(oldpath, newpath string) error {
+func (m *FS) Rename(oldpath, newpath string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	f := m.files[oldpath]
@@ -101,7 +115,7 @@ func (m *memFS) Rename(oldpath, newpath string) error {
 	return nil
 }
 
-func (m *memFS) ReadDir(dir string) ([]tier.DirEntry, error) {
+func (m *FS) ReadDir(dir string) ([]tier.DirEntry, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var out []tier.DirEntry
@@ -124,10 +138,10 @@ func (m *memFS) ReadDir(dir string) ([]tier.DirEntry, error) {
 	return out, nil
 }
 
-func (m *memFS) SyncDir(dir string) error {
+func (m *FS) SyncDir(dir string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.noSync {
+	if m.NoSync {
 		return nil
 	}
 	m.syncs++
@@ -144,9 +158,18 @@ func (m *memFS) SyncDir(dir string) error {
 	return nil
 }
 
-// crash loses the page cache (see memFS) and leaves what the disk holds,
-// which then is both views.
-func (m *memFS) crash(r *rand.Rand) {
+// Syncs is how many fdatasyncs and directory fsyncs took effect.
+func (m *FS) Syncs() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.syncs
+}
+
+// Crash loses the page cache (see FS) and leaves what the disk holds,
+// which then is both views; r decides each unsynced write's fate, so a
+// seeded r replays the same crash. Files open before it must not be used
+// after it: reopen them.
+func (m *FS) Crash(r *rand.Rand) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	names := map[string]*memFile{}
@@ -212,7 +235,7 @@ func writeAt(b []byte, off int64, p []byte) []byte {
 }
 
 type memHandle struct {
-	m *memFS
+	m *FS
 	f *memFile
 }
 
@@ -248,7 +271,7 @@ func (h *memHandle) WriteVAt(bufs [][]byte, off int64) (int, error) {
 func (h *memHandle) Datasync() error {
 	h.m.mu.Lock()
 	defer h.m.mu.Unlock()
-	if h.m.noSync {
+	if h.m.NoSync {
 		return nil
 	}
 	h.m.syncs++
