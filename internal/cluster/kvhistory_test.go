@@ -31,15 +31,7 @@ func TestKVHistorySurvivesMasterRestart(t *testing.T) {
 	cl := c.Client()
 	defer cl.Close()
 	kv := cl.KV("perf")
-	var keys []string
-	var vals [][]byte
-	for i := 0; i < 400; i++ {
-		keys = append(keys, fmt.Sprintf("h/%d", i))
-		vals = append(vals, blockOf(keys[i], 0))
-	}
-	if err := kv.BatchPut(ctx, keys, vals); err != nil {
-		t.Fatal(err)
-	}
+	keys, vals := putBlocks(ctx, t, kv, "h", 400)
 	if _, err := c.AddServer(3); err != nil {
 		t.Fatal(err)
 	}

@@ -49,6 +49,22 @@ func blockOf(key string, gen int) []byte {
 	return append(testutil.RandomBytes(300, uint64(len(key))*7919+uint64(gen)), fmt.Sprintf("%s#%d", key, gen)...)
 }
 
+// putBlocks puts n blocks of generation 0, keys prefix/0 up to prefix/n-1,
+// in one batch, and returns the keys and their bytes.
+func putBlocks(ctx context.Context, t *testing.T, kv *client.KV, prefix string, n int) ([]string, [][]byte) {
+	t.Helper()
+	keys := make([]string, n)
+	vals := make([][]byte, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("%s/%d", prefix, i)
+		vals[i] = blockOf(keys[i], 0)
+	}
+	if err := kv.BatchPut(ctx, keys, vals); err != nil {
+		t.Fatal(err)
+	}
+	return keys, vals
+}
+
 // placedRight reports whether every key is held exactly by its owners under
 // the cluster's current map and by no other server.
 func placedRight(ctx context.Context, c *Cluster, pool string, keys []string) (bool, string) {
@@ -520,15 +536,7 @@ func TestKVGracefulRestartKeepsDRAMBlocks(t *testing.T) {
 	cl := c.Client()
 	defer cl.Close()
 	kv := cl.KV("perf")
-	var keys []string
-	var vals [][]byte
-	for i := 0; i < 300; i++ {
-		keys = append(keys, fmt.Sprintf("g/%d", i))
-		vals = append(vals, blockOf(keys[i], 0))
-	}
-	if err := kv.BatchPut(ctx, keys, vals); err != nil {
-		t.Fatal(err)
-	}
+	keys, vals := putBlocks(ctx, t, kv, "g", 300)
 	st := c.Servers[1].KV().Stats()
 	if st.Keys == 0 || st.DiskUsed != 0 {
 		t.Fatalf("server-1 before the stop: %+v (want DRAM-only blocks)", st)
@@ -656,15 +664,7 @@ func TestKVJoinBeforeFirstMap(t *testing.T) {
 	cl := c.Client()
 	defer cl.Close()
 	kv := cl.KV("perf")
-	var keys []string
-	var vals [][]byte
-	for i := 0; i < 300; i++ {
-		keys = append(keys, fmt.Sprintf("f/%d", i))
-		vals = append(vals, blockOf(keys[i], 0))
-	}
-	if err := kv.BatchPut(ctx, keys, vals); err != nil {
-		t.Fatal(err)
-	}
+	keys, vals := putBlocks(ctx, t, kv, "f", 300)
 
 	// The new server's master is a proxy that passes its first heartbeat
 	// to the master (which lists it up from then on) and holds the reply.
@@ -794,15 +794,7 @@ func TestKVMoveRetriesAFailedCopy(t *testing.T) {
 	cl := c.Client()
 	defer cl.Close()
 	kv := cl.KV("perf")
-	var keys []string
-	var vals [][]byte
-	for i := 0; i < 300; i++ {
-		keys = append(keys, fmt.Sprintf("r/%d", i))
-		vals = append(vals, blockOf(keys[i], 0))
-	}
-	if err := kv.BatchPut(ctx, keys, vals); err != nil {
-		t.Fatal(err)
-	}
+	keys, vals := putBlocks(ctx, t, kv, "r", 300)
 	// Blocks a server took before its first maps settled have moved.
 	testutil.Eventually(t, 30*time.Second, func() (bool, string) { return placedRight(ctx, c, "perf", keys) })
 	st.mu.Lock()
