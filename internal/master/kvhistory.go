@@ -115,7 +115,7 @@ func (k *kvSaver) run(ctx context.Context, m *Master) {
 		m.mu.Lock()
 		owed := m.kvHist.held && m.epoch <= m.kvHist.lastEpoch
 		m.mu.Unlock()
-		if owed && m.leader.Load() {
+		if owed && m.leader.Load() && ctx.Err() == nil { // not while stopping
 			m.bumpEpoch(sctx)
 		}
 		cancel()
