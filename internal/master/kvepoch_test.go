@@ -3,6 +3,8 @@ package master
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
 	"path/filepath"
 	"slices"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/gd2fs/gd2fs/internal/api"
 	"github.com/gd2fs/gd2fs/internal/meta"
+	"github.com/gd2fs/gd2fs/internal/testutil"
 )
 
 // heldKVSave is a metadata store whose KV history saves wait, once armed,
@@ -127,4 +130,69 @@ func TestMemberListChangesWithEpoch(t *testing.T) {
 	if len(after.Previous) == 0 || !slices.Equal(after.Previous[0].Members, before.Members) {
 		t.Fatalf("after the drain: previous %+v, want the 3 members first", after.Previous)
 	}
+}
+
+// failingBump is a metadata store whose epoch bumps fail while armed (a
+// store error, or a caller's cancelled context).
+type failingBump struct {
+	meta.Store
+	armed *atomic.Bool
+}
+
+func (f failingBump) BumpEpoch(ctx context.Context) (int64, error) {
+	if f.armed.Load() {
+		return 0, errors.New("test: the epoch bump fails")
+	}
+	return f.Store.BumpEpoch(ctx)
+}
+
+// TestHeldMemberListIsShownAfterAFailedBump: a drain whose epoch bump fails
+// (it is only logged) leaves the new member list held back; it must not stay
+// held until some other change bumps the epoch. Repeating the drain is no
+// change, so nothing else would bump it: the drained server stayed a member
+// for good and gd2fs server drain waited for ever. The master bumps the
+// epoch itself at the next heartbeat.
+func TestHeldMemberListIsShownAfterAFailedBump(t *testing.T) {
+	ctx := context.Background()
+	ms, err := meta.Open(ctx, "sqlite://"+filepath.Join(t.TempDir(), "meta.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var armed atomic.Bool
+	store := failingBump{Store: ms, armed: &armed}
+	// No server is declared down (another bump) however slow the machine.
+	m, err := New(ctx, Config{Listen: "127.0.0.1:0", Meta: store, DownAfter: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { m.Run(rctx); close(done) }()
+	t.Cleanup(func() { cancel(); m.Close(); <-done; ms.Close() })
+
+	for _, id := range []string{"s1", "s2", "s3"} {
+		beat(t, m, id)
+	}
+	before := members(t, m)
+	if len(before.Members) != 3 {
+		t.Fatalf("members before the drain: %+v", before)
+	}
+	armed.Store(true)
+	want(t, m, 200, "POST", "/v1/servers/s1/drain", "")
+	want(t, m, 200, "POST", "/v1/servers/s1/drain", "") // no change: no bump
+	during := members(t, m)
+	if !slices.Equal(during.Members, before.Members) && during.Epoch <= before.Epoch {
+		t.Fatalf("the member list changed from %v to %v under epoch %d", before.Members, during.Members, during.Epoch)
+	}
+	armed.Store(false)
+	beat(t, m, "s2")
+	// The saver bumps the epoch in the background; then the map shows the
+	// new list (nothing else bumps it: no server changes).
+	testutil.Eventually(t, 30*time.Second, func() (bool, string) {
+		after := members(t, m)
+		if len(after.Members) != 2 || after.Epoch <= before.Epoch {
+			return false, fmt.Sprintf("epoch %d (before %d), members %v: the drained server stays in the member list", after.Epoch, before.Epoch, after.Members)
+		}
+		return true, ""
+	})
 }

@@ -57,7 +57,9 @@ func (m *Master) saveKVHistory(ctx context.Context) error {
 }
 
 // kvSaver saves the KV membership history in the background after a
-// heartbeat or a members request computed a new member list: the save is a
+// heartbeat or a members request computed a new member list, and bumps the
+// epoch when a new list is held back for a bump that did not land
+// (kvHistory.note): the save is a
 // metadata write, and heartbeats waiting on it under load would make
 // servers look down, change the list again and ask for another save. A
 // master that dies between handing out a list and saving it loses that one
@@ -105,6 +107,16 @@ func (k *kvSaver) run(ctx context.Context, m *Master) {
 		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		if err := m.saveKVHistory(sctx); err != nil && ctx.Err() == nil {
 			m.log.Warn("saving the KV membership history failed; retried at the next change or heartbeat", "err", err)
+		}
+		// A new list held back for its epoch bump (kvHistory.note), and the
+		// bump has not landed: make it here, after the save (the order a
+		// drain keeps). A bump that fails is tried again at the next kick
+		// (heartbeat or members request) while the list is still held.
+		m.mu.Lock()
+		owed := m.kvHist.held && m.epoch <= m.kvHist.lastEpoch
+		m.mu.Unlock()
+		if owed && m.leader.Load() && ctx.Err() == nil { // not while stopping
+			m.bumpEpoch(sctx)
 		}
 		cancel()
 	}

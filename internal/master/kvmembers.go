@@ -23,6 +23,10 @@ type kvHistory struct {
 	draining  map[string]bool
 	seq       int64 // bumped on every change worth saving
 	savedSeq  int64 // the seq the store holds
+	// held: the last map computed showed h.last in place of a new list
+	// (note). The epoch bump that shows the new list is owed; the saver
+	// makes it if it has not landed (kvSaver.run).
+	held bool
 }
 
 // keepPast is how many earlier member lists a membership map carries: two
@@ -41,9 +45,19 @@ const keepPast = 2
 // left the old owner serving the key, and answering a miss for a block the
 // new owner had moved away (TestMemberListChangesWithEpoch; found by
 // TestKVMembershipUnderLoad beside a busy disk).
+//
+// The bump is owed by whoever changed the list, and it can fail (a store
+// error, or the request's context cancelled by a caller that gave up on a
+// slow store) or never come (a join whose server write failed is not new at
+// its next heartbeat; a drain repeated after a failed save is no change):
+// the new list would then be held back until some other change. So a held
+// list is marked, and the saver bumps the epoch itself (kvSaver.run,
+// TestHeldMemberListIsShownAfterAFailedBump).
 func (h *kvHistory) note(out *api.Membership, servers map[string]*liveServer) {
+	h.held = false
 	if !slices.Equal(h.last, out.Members) && h.last != nil && out.Epoch <= h.lastEpoch {
 		out.Members = slices.Clone(h.last)
+		h.held = true
 	}
 	if !slices.Equal(h.last, out.Members) {
 		if h.last != nil {

@@ -121,11 +121,12 @@ func (m *Master) membership(ctx context.Context) (api.Membership, error) {
 	}
 	sort.Slice(out.Members, func(i, j int) bool { return out.Members[i].ID < out.Members[j].ID })
 	m.kvHist.note(&out, m.servers)
-	dirty := m.kvHist.seq != m.kvHist.savedSeq
+	dirty := m.kvHist.seq != m.kvHist.savedSeq || m.kvHist.held
 	m.mu.Unlock()
 	if dirty {
 		// A new member list: saved in the background (kvhistory.go), so a
-		// slow metadata store never delays heartbeats.
+		// slow metadata store never delays heartbeats. A list held back
+		// for its epoch bump: the saver makes the bump if it is still owed.
 		m.kvSave.kick(m)
 	}
 	return out, nil

@@ -49,6 +49,7 @@ func (s *Server) heartbeat(ctx context.Context) error {
 		ServedBytes: s.servedBytes.Load(), ColdBytes: s.coldBytes.Load(), KV: s.kvStats(), Unhealthy: s.unhealthy()},
 		Deleted: acked, Held: held}
 	var reply api.HeartbeatReply
+	seq := s.hbSent.Add(1)
 	if err := s.master.Do(ctx, "POST", "/v1/servers/heartbeat", hb, &reply); err != nil {
 		s.mu.Lock()
 		s.deleted = append(s.deleted, acked...)
@@ -56,7 +57,20 @@ func (s *Server) heartbeat(ctx context.Context) error {
 		return err
 	}
 	s.kvMoverInit()
-	s.ms.Store(&reply.Membership)
+	// The loop's heartbeat and a refresh (refreshMembership, on a client's
+	// or a peer's newer epoch) run at once, and their replies may come back
+	// in either order: a reply to an earlier heartbeat with an older epoch
+	// than the map stored is stale and dropped. Stored, it would take the
+	// server back to the old map after kvCatchUp told a peer it had the new
+	// one, and it would serve (miss, or take writes of) keys the peer is
+	// moving away (TestHeartbeatRepliesOutOfOrder). A later heartbeat's
+	// reply is stored even with a lower epoch: a master on a new store.
+	s.mu.Lock()
+	if cur := s.ms.Load(); seq > s.msSeq || cur == nil || reply.Membership.Epoch >= cur.Epoch {
+		s.msSeq = max(s.msSeq, seq)
+		s.ms.Store(&reply.Membership)
+	}
+	s.mu.Unlock()
 	s.health.beat(time.Now())
 	s.kvMapChanged()
 	if reply.Reconciled {

@@ -103,6 +103,8 @@ type Server struct {
 	health                 health // what /readyz answers from (health.go)
 
 	ms          atomic.Pointer[api.Membership]
+	hbSent      atomic.Uint64      // heartbeats sent, numbering them (heartbeat.go)
+	msSeq       uint64             // the number of the heartbeat whose reply ms is; under mu
 	guesses     *authlimit.Limiter // hellos with a wrong token, by address
 	kvm         kvMoves            // KV blocks moving after membership changes (kvmove.go)
 	warm        chunkWarm          // chunk prefetches in flight (chunkprefetch.go)
