@@ -359,10 +359,22 @@ func (s *Server) kvKick() {
 	}
 }
 
+// kvMoveRetryMax bounds the wait between tries of a move whose earlier
+// owner did not answer (kvMover).
+const kvMoveRetryMax = time.Minute
+
 // kvMover moves blocks after membership changes until the server closes.
 func (s *Server) kvMover() {
 	defer s.wg.Done()
 	var retry <-chan time.Time
+	// A move whose earlier owner did not answer is tried again after wait:
+	// 1 s, doubling up to kvMoveRetryMax while the map stays the same (a
+	// heartbeat wakes the mover every time, so without notBefore a source
+	// that keeps failing would be rescanned at every one), back to 1 s when
+	// the map changes.
+	wait := time.Second
+	var notBefore time.Time
+	var epoch int64
 	for {
 		select {
 		case <-s.life.Done():
@@ -376,6 +388,13 @@ func (s *Server) kvMover() {
 			continue
 		}
 		s.kvDrainQueue(ms)
+		if ms.Epoch != epoch {
+			epoch, wait, notBefore = ms.Epoch, time.Second, time.Time{}
+		}
+		if d := time.Until(notBefore); d > 0 {
+			retry = time.After(d)
+			continue
+		}
 		done := true
 		for _, past := range ms.Previous {
 			s.kvm.mu.Lock()
@@ -393,7 +412,16 @@ func (s *Server) kvMover() {
 			s.kvm.mu.Unlock()
 		}
 		if !done && s.life.Err() == nil {
-			retry = time.After(time.Second) // an earlier owner did not answer, or the map moved on
+			// An earlier owner did not answer, or the map moved on. A
+			// source that keeps failing (down for long, a block it cannot
+			// read) is asked again less and less often: each try rescans
+			// the earlier owners of the list. Until then its blocks are
+			// still found there by the misses' fallback (kvSources).
+			notBefore = time.Now().Add(wait)
+			retry = time.After(wait)
+			wait = min(2*wait, kvMoveRetryMax)
+		} else {
+			wait, notBefore = time.Second, time.Time{}
 		}
 	}
 }
