@@ -53,6 +53,36 @@ func members(t *testing.T, m *Master) api.Membership {
 	return ms
 }
 
+// threeMembers runs a master on a SQLite store that wrap wraps (cfg's
+// Meta and Listen are set here), makes s1, s2 and s3 members by their
+// heartbeats, and returns it with its membership map.
+func threeMembers(t *testing.T, cfg Config, wrap func(meta.Store) meta.Store) (*Master, api.Membership) {
+	t.Helper()
+	ctx := context.Background()
+	ms, err := meta.Open(ctx, "sqlite://"+filepath.Join(t.TempDir(), "meta.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Listen, cfg.Meta = "127.0.0.1:0", wrap(ms)
+	m, err := New(ctx, cfg)
+	if err != nil {
+		ms.Close()
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { m.Run(rctx); close(done) }()
+	t.Cleanup(func() { cancel(); m.Close(); <-done; ms.Close() })
+	for _, id := range []string{"s1", "s2", "s3"} {
+		beat(t, m, id)
+	}
+	before := members(t, m)
+	if len(before.Members) != 3 {
+		t.Fatalf("members before the drain: %+v", before)
+	}
+	return m, before
+}
+
 // TestMemberListChangesWithEpoch: a membership map never shows a new member
 // list under the epoch of an earlier one. Servers compare epochs to learn
 // that the map changed (a peer's held request with a newer epoch makes a
@@ -63,21 +93,9 @@ func members(t *testing.T, m *Master) api.Membership {
 // bumps the epoch: with the save held, the map must still be the old list
 // at the old epoch.
 func TestMemberListChangesWithEpoch(t *testing.T) {
-	ctx := context.Background()
-	ms, err := meta.Open(ctx, "sqlite://"+filepath.Join(t.TempDir(), "meta.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var armed atomic.Bool
-	store := heldKVSave{Store: ms, armed: &armed, entered: make(chan struct{}, 1), release: make(chan struct{})}
-	m, err := New(ctx, Config{Listen: "127.0.0.1:0", Meta: store})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { m.Run(rctx); close(done) }()
-	t.Cleanup(func() { cancel(); m.Close(); <-done; ms.Close() })
+	store := heldKVSave{armed: &armed, entered: make(chan struct{}, 1), release: make(chan struct{})}
+	m, before := threeMembers(t, Config{}, func(ms meta.Store) meta.Store { store.Store = ms; return store })
 	var released atomic.Bool
 	release := func() {
 		if released.CompareAndSwap(false, true) {
@@ -85,14 +103,6 @@ func TestMemberListChangesWithEpoch(t *testing.T) {
 		}
 	}
 	t.Cleanup(release) // before the master closes (cleanups run last first)
-
-	for _, id := range []string{"s1", "s2", "s3"} {
-		beat(t, m, id)
-	}
-	before := members(t, m)
-	if len(before.Members) != 3 {
-		t.Fatalf("members before the drain: %+v", before)
-	}
 	armed.Store(true)
 	drained := make(chan int, 1)
 	go func() {
@@ -153,30 +163,9 @@ func (f failingBump) BumpEpoch(ctx context.Context) (int64, error) {
 // for good and gd2fs server drain waited for ever. The master bumps the
 // epoch itself at the next heartbeat.
 func TestHeldMemberListIsShownAfterAFailedBump(t *testing.T) {
-	ctx := context.Background()
-	ms, err := meta.Open(ctx, "sqlite://"+filepath.Join(t.TempDir(), "meta.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var armed atomic.Bool
-	store := failingBump{Store: ms, armed: &armed}
 	// No server is declared down (another bump) however slow the machine.
-	m, err := New(ctx, Config{Listen: "127.0.0.1:0", Meta: store, DownAfter: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { m.Run(rctx); close(done) }()
-	t.Cleanup(func() { cancel(); m.Close(); <-done; ms.Close() })
-
-	for _, id := range []string{"s1", "s2", "s3"} {
-		beat(t, m, id)
-	}
-	before := members(t, m)
-	if len(before.Members) != 3 {
-		t.Fatalf("members before the drain: %+v", before)
-	}
+	m, before := threeMembers(t, Config{DownAfter: time.Hour}, func(ms meta.Store) meta.Store { return failingBump{Store: ms, armed: &armed} })
 	armed.Store(true)
 	want(t, m, 200, "POST", "/v1/servers/s1/drain", "")
 	want(t, m, 200, "POST", "/v1/servers/s1/drain", "") // no change: no bump
