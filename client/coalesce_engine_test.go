@@ -107,16 +107,8 @@ func renumber(answers [][]string) [][]string {
 // them in batches.
 func TestCoalescedEngineTurns(t *testing.T) {
 	c := start(t, cluster.Config{MemBytes: 64 << 20})
-	cl, err := client.New(client.Config{Master: c.Master.URL(), CoalesceInFlight: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	single, err := client.New(client.Config{Master: c.Master.URL(), NoCoalesce: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer single.Close()
+	cl := dial(t, c, client.Config{CoalesceInFlight: 1})
+	single := dial(t, c, client.Config{NoCoalesce: true})
 	ctx := context.Background()
 	if err := cl.Sessions().SetLayout(ctx, tp2); err != nil {
 		t.Fatal(err)
@@ -197,16 +189,8 @@ func TestCoalescedEngineTurns(t *testing.T) {
 // TP rank), and the others succeed.
 func TestCoalescedEngineErrors(t *testing.T) {
 	c := start(t, cluster.Config{MemBytes: 64 << 20})
-	cl, err := client.New(client.Config{Master: c.Master.URL()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	single, err := client.New(client.Config{Master: c.Master.URL(), NoCoalesce: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer single.Close()
+	cl := dial(t, c, client.Config{})
+	single := dial(t, c, client.Config{NoCoalesce: true})
 	ctx := context.Background()
 	ss := cl.Sessions()
 	if err := ss.SetLayout(ctx, tp2); err != nil {
@@ -331,11 +315,7 @@ func TestCoalescedEngineErrors(t *testing.T) {
 // never sent.
 func TestCoalescedEngineCancel(t *testing.T) {
 	c := start(t, cluster.Config{})
-	cl, err := client.New(client.Config{Master: c.Master.URL()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := dial(t, c, client.Config{})
 	ctx := context.Background()
 	ss := cl.Sessions()
 	if err := ss.SetLayout(ctx, tp2); err != nil {
@@ -481,16 +461,8 @@ func TestCoalescedEngineOldMaster(t *testing.T) {
 // the next batch (here alone), and each gets the single route's answer.
 func TestCoalescedBigEngineCommits(t *testing.T) {
 	c := start(t, cluster.Config{MemBytes: 64 << 20})
-	cl, err := client.New(client.Config{Master: c.Master.URL()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	single, err := client.New(client.Config{Master: c.Master.URL(), NoCoalesce: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer single.Close()
+	cl := dial(t, c, client.Config{})
+	single := dial(t, c, client.Config{NoCoalesce: true})
 	ctx := context.Background()
 	ss := cl.Sessions()
 	if err := ss.SetLayout(ctx, tp2); err != nil {

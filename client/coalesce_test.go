@@ -66,6 +66,18 @@ func masterRequests(t *testing.T, c *cluster.Cluster) map[string]int {
 	return out
 }
 
+// dial is a client of c's master with cfg, closed when the test ends.
+func dial(t *testing.T, c *cluster.Cluster, cfg client.Config) *client.Client {
+	t.Helper()
+	cfg.Master = c.Master.URL()
+	cl, err := client.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Close() })
+	return cl
+}
+
 // waitFor spins until cond holds (the coalescing state it looks at changes
 // as the goroutines under test reach it; no sleeping).
 func waitFor(t *testing.T, what string, cond func() bool) {
@@ -86,11 +98,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // than there were calls.
 func TestCoalescedTurns(t *testing.T) {
 	c := start(t, cluster.Config{MemBytes: 64 << 20})
-	cl, err := client.New(client.Config{Master: c.Master.URL(), CoalesceInFlight: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := dial(t, c, client.Config{CoalesceInFlight: 1})
 	ctx := context.Background()
 	ss := cl.Sessions()
 	if err := ss.SetLayout(ctx, tiny); err != nil {
@@ -200,16 +208,8 @@ func coalescedBatch[T any](t *testing.T, cl *client.Client, lone func() error, q
 // others succeed.
 func TestCoalescedErrors(t *testing.T) {
 	c := start(t, cluster.Config{MemBytes: 64 << 20})
-	cl, err := client.New(client.Config{Master: c.Master.URL()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	single, err := client.New(client.Config{Master: c.Master.URL(), NoCoalesce: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer single.Close()
+	cl := dial(t, c, client.Config{})
+	single := dial(t, c, client.Config{NoCoalesce: true})
 	ctx := context.Background()
 	ss := cl.Sessions()
 	if err := ss.SetLayout(ctx, tiny); err != nil {
@@ -347,11 +347,7 @@ func TestCoalescedErrors(t *testing.T) {
 // returns the context's error and is never sent.
 func TestCoalescedCancel(t *testing.T) {
 	c := start(t, cluster.Config{})
-	cl, err := client.New(client.Config{Master: c.Master.URL()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := dial(t, c, client.Config{})
 	ctx := context.Background()
 	ss := cl.Sessions()
 	if err := ss.SetLayout(ctx, tiny); err != nil {
@@ -495,11 +491,7 @@ func TestCoalescingOldMaster(t *testing.T) {
 // the next batch (here alone), and each gets its plan.
 func TestCoalescedBigPlans(t *testing.T) {
 	c := start(t, cluster.Config{MemBytes: 64 << 20})
-	cl, err := client.New(client.Config{Master: c.Master.URL()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := dial(t, c, client.Config{})
 	ctx := context.Background()
 	ss := cl.Sessions()
 	if err := ss.SetLayout(ctx, tiny); err != nil {
