@@ -315,6 +315,16 @@ func runSessionProperty(t *testing.T, s Store, plans, workers int, seed uint64) 
 		plans, checked, rewinds, edits, forks, deletes, evicted, refused, abandoned, recreated int
 		modes                                                                                  [3]int
 	}
+	// covered: every kind of traffic the test must exercise has happened.
+	// A worker goes on past its share of plans (up to 4 times it) until
+	// then: which kinds a run draws depends on how the workers interleave,
+	// and a short run under load could draw none of one (0 edits in 117
+	// plans, once, in CI).
+	covered := func() bool {
+		stats.Lock()
+		defer stats.Unlock()
+		return stats.rewinds > 0 && stats.edits > 0 && !slices.Contains(stats.modes[:], 0) && stats.forks > 0 && stats.evicted > 0 && stats.refused > 0
+	}
 	errc := make(chan error, workers)
 	var wg sync.WaitGroup
 	for w := 0; w < workers; w++ {
@@ -335,7 +345,7 @@ func runSessionProperty(t *testing.T, s Store, plans, workers int, seed uint64) 
 			var nextID uint64 = uint64(w) << 26 // token ids are uint32
 			token := func() uint64 { nextID++; return nextID }
 			done := 0
-			for step := 0; done < plans/workers && step < 20*plans; step++ {
+			for step := 0; (done < plans/workers || (done < 4*plans/workers && !covered())) && step < 20*plans; step++ {
 				// Pick or make a session.
 				var id string
 				if len(names) == 0 || r.IntN(8) == 0 {
