@@ -90,6 +90,16 @@ connected" until 'gd2fs umount MOUNTPOINT' (or fusermount3 -u) clears it.`,
 					return fmt.Errorf("%s is a file: mount a folder", args[0])
 				}
 				o.Client, o.Root, o.Source, o.Log, o.Debug = c, p, args[0], g.logger(), g.debug && os.Getenv("GD2FS_FUSE_DEBUG") != ""
+				// SIGHUP too: a foreground daemon whose terminal closes
+				// would otherwise die with its mount left in the mount
+				// table ("Transport endpoint is not connected"). Caught
+				// before mounting, so a signal sent as soon as "mounted"
+				// is logged (or during the mount) still unmounts; it used
+				// to be registered after the log line, and an early
+				// SIGHUP killed the daemon.
+				sig := make(chan os.Signal, 1)
+				signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+				defer signal.Stop(sig)
 				m, err := mount.Mount(args[1], o)
 				if err != nil {
 					return err
@@ -100,12 +110,6 @@ connected" until 'gd2fs umount MOUNTPOINT' (or fusermount3 -u) clears it.`,
 				} else {
 					o.Log.Info("mounted", "source", args[0], "mountpoint", m.Dir(), "passthrough", "off", "why", why, "cache", cacheDir)
 				}
-				// SIGHUP too: a foreground daemon whose terminal closes
-				// would otherwise die with its mount left in the mount
-				// table ("Transport endpoint is not connected").
-				sig := make(chan os.Signal, 1)
-				signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
-				defer signal.Stop(sig)
 				done := make(chan struct{})
 				go func() { m.Wait(); close(done) }()
 				for {

@@ -129,7 +129,19 @@ func (d *dirNode) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
 	return fs.NewListDirStream(out), 0
 }
 
+// uninterrupted is the context of a change to the namespace (mkdir,
+// unlink, rmdir, rename, create): it ends with the mount, not when the
+// kernel interrupts the request. The kernel interrupts a request whenever
+// the calling thread takes any signal (a Go program's threads take SIGURG
+// for preemption many times a second), and by then the master may have
+// made the change: answering EINTR would make the program's retry (os.Rename
+// retries EINTR) see ENOENT or EEXIST for a change that happened. A local
+// file system does not interrupt these either; the client's own timeouts
+// still bound a dead master.
+func (m *FS) uninterrupted() context.Context { return m.ctx }
+
 func (d *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	ctx = d.m.uninterrupted()
 	p := d.child(name)
 	if _, err := d.m.cl.Stat(ctx, p); err == nil {
 		return nil, syscall.EEXIST
@@ -149,6 +161,7 @@ func (d *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse
 // of them closes it: POSIX readers of an unlinked file keep reading, and
 // the servers free a removed file's chunks at their next heartbeat.
 func (d *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
+	ctx = d.m.uninterrupted()
 	p := d.child(name)
 	if ch := d.GetChild(name); ch != nil {
 		if n, ok := ch.Operations().(*fileNode); ok && n.unlinkLater(p) {
@@ -159,6 +172,7 @@ func (d *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
 }
 
 func (d *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
+	ctx = d.m.uninterrupted()
 	return errno(d.m.cl.Remove(ctx, d.child(name)))
 }
 
@@ -177,6 +191,7 @@ func (d *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
 // returns, so a program that closes a file and renames over it would get
 // EBUSY at random.
 func (d *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	ctx = d.m.uninterrupted()
 	if flags&^uint32(unix.RENAME_NOREPLACE) != 0 {
 		return syscall.EINVAL
 	}
@@ -236,6 +251,7 @@ func (d *dirNode) Mknod(ctx context.Context, name string, mode uint32, dev uint3
 
 // Create makes a new file, open for sequential writing (write.go).
 func (d *dirNode) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	ctx = d.m.uninterrupted()
 	p := d.child(name)
 	if err := d.m.removeHidden(ctx, p); err != nil { // the name is free now: its readers here lose the old file
 		return nil, nil, 0, errno(err)

@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 
 	"github.com/gd2fs/gd2fs/client"
@@ -239,5 +240,42 @@ func TestFillOfReplacedFile(t *testing.T) {
 	}
 	if now, err := e.cl.Stat(ctx, "/h/org/m/w.bin"); err != nil || now.Attrs["sha256"] != "" {
 		t.Fatalf("the new file got a sha256 from the old one's fill: %v %v", now.Attrs, err)
+	}
+}
+
+// TestChangesIgnoreInterrupts: the kernel interrupts a FUSE request when
+// the calling thread takes any signal (a Go program's threads take SIGURG
+// many times a second), and go-fuse then cancels the request's context. A
+// change to the namespace must still be made and answered as made: an
+// EINTR for a rename the master already did sends os.Rename's retry to
+// ENOENT. Each change here runs with its request's context already
+// cancelled.
+func TestChangesIgnoreInterrupts(t *testing.T) {
+	e := setup(t, nil)
+	ctx := context.Background()
+	e.put(t, "/i/a", []byte("a"))
+	e.put(t, "/i/gone", []byte("g"))
+	m, _ := e.mountFS(t, Options{Root: "/i"})
+	interrupted, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, errno := m.root.Mkdir(interrupted, "d", 0o755, &fuse.EntryOut{}); errno != 0 {
+		t.Fatalf("mkdir, interrupted: %v", errno)
+	}
+	if errno := m.root.Rename(interrupted, "a", m.root, "b", 0); errno != 0 {
+		t.Fatalf("rename, interrupted: %v", errno)
+	}
+	if errno := m.root.Unlink(interrupted, "gone"); errno != 0 {
+		t.Fatalf("unlink, interrupted: %v", errno)
+	}
+	if errno := m.root.Rmdir(interrupted, "d"); errno != 0 {
+		t.Fatalf("rmdir, interrupted: %v", errno)
+	}
+	if got := e.sdkBytes(t, "/i/b"); string(got) != "a" {
+		t.Fatalf("the renamed file reads %q", got)
+	}
+	for _, p := range []string{"/i/a", "/i/gone", "/i/d"} {
+		if _, err := e.cl.Stat(ctx, p); !errors.Is(err, errs.ErrNotFound) {
+			t.Errorf("%s after the interrupted changes: %v, want not found", p, err)
+		}
 	}
 }
