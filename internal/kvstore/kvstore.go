@@ -186,6 +186,12 @@ type Store struct {
 	demotions, promotions, evictions, corruptRecs atomic.Uint64
 
 	closed bool // guarded by mu
+
+	// Reservations (reserve.go), guarded by mu: their bytes, how many are
+	// open, and the DRAM tier Close left for the last of them to unmap.
+	reserved        int64
+	filling         int
+	arenaAfterFills *tier.DRAM
 }
 
 // Open opens a store; with a disk tier it loads the segments, keeping every
@@ -254,6 +260,12 @@ func (s *Store) Close() error {
 		g.f.Close()
 	}
 	s.segs = nil
+	if s.filling > 0 {
+		// Reservations may still be filling their pages from a socket:
+		// the last to end unmaps the tier (reserve.go).
+		s.arenaAfterFills, s.arena = s.arena, nil
+		return nil
+	}
 	err := s.arena.Close()
 	s.arena = nil
 	return err
@@ -329,8 +341,17 @@ func (s *Store) PutChecked(key []byte, value []byte, crc uint32, overwrite bool)
 		s.arena.CopyIn(e.pages, 0, value)
 	}
 	s.mu.Lock()
+	return s.insertLocked(key, e, ok, value, overwrite)
+}
+
+// insertLocked makes e, whose bytes are in its DRAM pages (inDRAM) or in
+// value, key's block; without overwrite a block already there wins and e
+// is freed. It is called with mu held and returns with it released.
+func (s *Store) insertLocked(key []byte, e *entry, inDRAM bool, value []byte, overwrite bool) (existed bool, err error) {
+	ok := inDRAM
 	if old := s.liveLocked(key); old != nil {
 		if !overwrite { // another put won the race
+			s.touchLocked(old, false)
 			s.freeLocked(e)
 			s.mu.Unlock()
 			s.existed.Add(1)

@@ -12,6 +12,7 @@ import (
 	"github.com/gd2fs/gd2fs/errs"
 	"github.com/gd2fs/gd2fs/internal/bufpool"
 	"github.com/gd2fs/gd2fs/internal/crc32c"
+	"github.com/gd2fs/gd2fs/internal/kvstore"
 )
 
 // Backend is the key space the RESP server serves. Misses are
@@ -39,6 +40,19 @@ type Backend interface {
 	Prefetch(ctx context.Context, key []byte) error
 }
 
+// reserver is a Backend that can take a large SET's value straight into a
+// local store's DRAM pages (Cluster with a Local): the reader asks Reserve
+// for pages before the value's bytes arrive, reads them there from the
+// socket, and set stores them with PutReserved. One copy, the kernel's.
+type reserver interface {
+	// Reserve returns pages for a value of size bytes under key, or nil
+	// where the value should be read and Put the ordinary way.
+	Reserve(ctx context.Context, key []byte, size int64) (*kvstore.Reservation, error)
+	// PutReserved is Put for a filled reservation, crc the CRC32C of its
+	// bytes; it ends the reservation.
+	PutReserved(ctx context.Context, key []byte, r *kvstore.Reservation, crc uint32, overwrite bool) (existed bool, err error)
+}
+
 // Local is a data server in the same process (internal/server.Server):
 // keys it owns alone are served from its tiers directly, values sent from
 // its DRAM pages without a copy.
@@ -47,6 +61,8 @@ type Local interface {
 	KVOwner(pool string, key []byte) bool
 	KVGetLocal(pool string, key []byte, fn func(bufs [][]byte, size int) error) error
 	KVPutLocal(pool string, key, value []byte, crc uint32, overwrite bool) (existed bool, err error)
+	KVReserveLocal(pool string, key []byte, size int64) (*kvstore.Reservation, error)
+	KVCommitReserved(pool string, key []byte, r *kvstore.Reservation, crc uint32, overwrite bool) (existed bool, moved []byte, err error)
 	KVStatLocal(pool string, key []byte) (size int64, found bool)
 	KVDeleteLocal(pool string, key []byte) (bool, error)
 }
@@ -140,6 +156,29 @@ func (c *Cluster) Put(ctx context.Context, key, value []byte, overwrite bool) (b
 		// The map moved the key while this put landed (undone): its owner now.
 	}
 	existed, err := c.kv.PutWith(ctx, string(key), value, client.PutOptions{Overwrite: overwrite})
+	c.unreachable(err)
+	return existed, err
+}
+
+// Reserve returns pages of the local server's DRAM tier for a key it
+// serves (nil for every other key, and where the local store has no room
+// to spare: the value is then put the ordinary way).
+func (c *Cluster) Reserve(ctx context.Context, key []byte, size int64) (*kvstore.Reservation, error) {
+	c.init()
+	if !c.local(ctx, key) {
+		return nil, nil
+	}
+	return c.Local.KVReserveLocal(c.Pool, key, size)
+}
+
+// PutReserved stores a filled reservation on the local server, or, when
+// the key's owner changed since Reserve, sends the value to its owner now.
+func (c *Cluster) PutReserved(ctx context.Context, key []byte, r *kvstore.Reservation, crc uint32, overwrite bool) (bool, error) {
+	existed, moved, err := c.Local.KVCommitReserved(c.Pool, key, r, crc, overwrite)
+	if !errors.Is(err, errs.ErrMoved) || moved == nil {
+		return existed, err
+	}
+	existed, err = c.kv.PutWith(ctx, string(key), moved, client.PutOptions{Overwrite: overwrite})
 	c.unreachable(err)
 	return existed, err
 }

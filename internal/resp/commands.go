@@ -117,6 +117,9 @@ func (c *conn) exec(cmd *command) (quit bool, err error) {
 		msg = "ERR value of " + strconv.FormatInt(cmd.skipped, 10) + " bytes is over this server's limit of " +
 			strconv.FormatInt(c.s.cfg.Limits.MaxValue, 10) + " bytes (gd2fs server --kv-max-value)"
 	}
+	if cmd.res != nil && msg == "" && (c.multi != nil || sp.name != "set") {
+		cmd.materialize() // only set itself takes a value from reserved pages
+	}
 	if c.multi != nil && (sp == nil || !sp.txControl) {
 		// Inside MULTI: queue (Redis answers +QUEUED), or remember that
 		// the transaction is doomed (EXECABORT at EXEC).
@@ -137,7 +140,9 @@ func (c *conn) exec(cmd *command) (quit bool, err error) {
 		c.w.error(msg)
 		return false, nil
 	}
+	c.res, c.resCRC = cmd.res, cmd.resCRC
 	err = sp.fn(c, cmd.args)
+	c.res = nil
 	if errors.Is(err, errQuit) {
 		return true, nil
 	}
@@ -334,7 +339,17 @@ func (c *conn) set(args [][]byte) error {
 		}
 		keep = r
 	}
-	existed, err := c.s.cfg.Backend.Put(c.s.ctx, key, val, !nx)
+	var existed bool
+	var err error
+	size := int64(len(val))
+	if c.res != nil {
+		// The value is in the store's pages already (reader.direct).
+		size = c.res.Size()
+		existed, err = c.s.cfg.Backend.(reserver).PutReserved(c.s.ctx, key, c.res, c.resCRC, !nx)
+		c.s.setsIntoDRAM.Add(1)
+	} else {
+		existed, err = c.s.cfg.Backend.Put(c.s.ctx, key, val, !nx)
+	}
 	switch {
 	case err != nil:
 		c.backendError(err)
@@ -359,7 +374,7 @@ func (c *conn) set(args [][]byte) error {
 			return nil
 		}
 	}
-	c.s.bytesIn.Add(int64(len(val)))
+	c.s.bytesIn.Add(size)
 	c.w.simple("OK")
 	return nil
 }

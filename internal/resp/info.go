@@ -181,7 +181,7 @@ func (c *conn) config(args [][]byte) error {
 	case "set":
 		c.w.error("ERR CONFIG SET is not supported by gd2fs: configure the server with its flags (gd2fs server --help)")
 	case "resetstat":
-		for _, n := range []*atomic.Int64{&c.s.cmds, &c.s.hits, &c.s.misses, &c.s.unreachable, &c.s.bytesIn, &c.s.bytesOut, &c.s.protoErrors, &c.s.refusedValues, &c.s.rejected, &c.s.connsTotal} {
+		for _, n := range []*atomic.Int64{&c.s.cmds, &c.s.hits, &c.s.misses, &c.s.unreachable, &c.s.bytesIn, &c.s.bytesOut, &c.s.protoErrors, &c.s.refusedValues, &c.s.rejected, &c.s.connsTotal, &c.s.setsIntoDRAM} {
 			n.Store(0)
 		}
 		c.w.simple("OK")
@@ -250,6 +250,7 @@ func (c *conn) info(args [][]byte) error {
 		kv("gd2fs_value_bytes_in", s.bytesIn.Load())
 		kv("gd2fs_value_bytes_out", s.bytesOut.Load())
 		kv("gd2fs_refused_values", s.refusedValues.Load())
+		kv("gd2fs_sets_into_dram", s.setsIntoDRAM.Load())
 		kv("total_error_replies_protocol", s.protoErrors.Load())
 		kv("gd2fs_http_requests_refused", s.httpRefused.Load())
 	}

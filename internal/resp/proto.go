@@ -5,10 +5,15 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"slices"
 	"strconv"
 
+	"github.com/gd2fs/gd2fs/errs"
 	"github.com/gd2fs/gd2fs/internal/bufpool"
+	"github.com/gd2fs/gd2fs/internal/crc32c"
+	"github.com/gd2fs/gd2fs/internal/kvstore"
 	"github.com/gd2fs/gd2fs/internal/limits"
+	"github.com/gd2fs/gd2fs/internal/wire"
 )
 
 // Limits bound what one request may make the server hold. Every length is
@@ -53,16 +58,43 @@ type command struct {
 	bufs    []*[]byte
 	skipped int64 // > 0: an argument of that many bytes was over MaxValue and skipped
 	inline  bool  // sent as a line of words, not a multibulk array
+
+	// res holds the value of a plain SET read straight into the store's
+	// DRAM pages (reader.direct); args[2] is then empty and only set
+	// (through conn.res) or value() may take the value. resCRC is its
+	// CRC32C, computed as the bytes arrived.
+	res    *kvstore.Reservation
+	resCRC uint32
 }
 
 func (c *command) release() {
 	for _, b := range c.bufs {
 		bufpool.Put(b)
 	}
+	if c.res != nil {
+		c.res.Release() // nothing after its Commit
+		c.res = nil
+	}
 	c.bufs = c.bufs[:0]
 	c.args = c.args[:0]
 	c.skipped = 0
 	c.inline = false
+}
+
+// materialize copies a reserved value into args[2] and gives the pages
+// back: for any use of the command other than a plain SET's own put (a
+// SET queued in MULTI keeps its arguments).
+func (c *command) materialize() {
+	if c.res == nil {
+		return
+	}
+	v := make([]byte, 0, c.res.Size())
+	for _, b := range c.res.Views() {
+		v = append(v, b...)
+	}
+	c.args[2] = v
+	c.res.Release()
+	c.res = nil
 }
 
 // reader parses requests: RESP arrays of bulk strings, as every client
@@ -72,10 +104,19 @@ type reader struct {
 	lim    Limits
 	authed bool
 	small  []byte // backing store of small arguments, reused per command
+
+	// direct, when set, is asked for DRAM pages to read the value of a
+	// plain SET (SET key value, nothing after) of at least LargeArgBuffer
+	// bytes into; nil: read it the ordinary way. wr reads into them:
+	// readv(2) from the socket past what br holds.
+	direct func(key []byte, n int64) *kvstore.Reservation
+	wr     *wire.Reader
+	sums   []uint32 // the views' CRCs, reused
 }
 
 func newReader(r io.Reader, lim Limits) *reader {
-	return &reader{br: bufio.NewReaderSize(r, 64<<10), lim: lim}
+	br := bufio.NewReaderSize(r, 64<<10)
+	return &reader{br: br, lim: lim, wr: wire.NewBufferedReader(br, r, wire.Limits{})}
 }
 
 // line reads one CRLF-terminated line (without the CRLF), at most max bytes.
@@ -190,11 +231,55 @@ func (r *reader) multibulk(c *command) error {
 		if total > r.lim.MaxCommand {
 			return protoError("command of more than " + strconv.FormatInt(r.lim.MaxCommand, 10) + " bytes")
 		}
+		if n == 3 && i == 2 && r.direct != nil && blen >= r.lim.LargeArgBuffer && blen <= r.lim.MaxValue && lowerIs(c.args[0], "set") {
+			if res := r.direct(c.args[1], blen); res != nil {
+				if err := r.reserved(c, res); err != nil {
+					return err
+				}
+				continue
+			}
+		}
 		if err := r.bulk(c, blen); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// reserved reads a SET's value into res's pages, then its CRLF.
+func (r *reader) reserved(c *command, res *kvstore.Reservation) error {
+	c.res = res // released with the command, whatever happens here
+	views := res.Views()
+	r.sums = slices.Grow(r.sums[:0], len(views))[:len(views)]
+	if err := r.wr.ReadRawInto(views, r.sums); err != nil {
+		if errors.Is(err, errs.ErrBadRequest) { // wire's word for a stream that ended early
+			return io.ErrUnexpectedEOF
+		}
+		return err
+	}
+	var crc uint32
+	for i, v := range views {
+		crc = crc32c.Combine(crc, r.sums[i], int64(len(v)))
+	}
+	c.resCRC = crc
+	if err := r.crlf(res.Size()); err != nil {
+		return err
+	}
+	c.args = append(c.args, []byte{})
+	return nil
+}
+
+// lowerIs reports whether b, lower-cased, is the lower-case word w.
+func lowerIs(b []byte, w string) bool {
+	if len(b) != len(w) {
+		return false
+	}
+	for i := range len(b) {
+		if b[i]|0x20 != w[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // bulk reads one argument of n bytes and its CRLF.
@@ -230,6 +315,15 @@ func (r *reader) bulk(c *command, n int64) error {
 			return noEOF(err)
 		}
 	}
+	if err := r.crlf(n); err != nil {
+		return err
+	}
+	c.args = append(c.args, arg)
+	return nil
+}
+
+// crlf reads the CRLF after a bulk string of n bytes.
+func (r *reader) crlf(n int64) error {
 	var crlf [2]byte
 	if _, err := io.ReadFull(r.br, crlf[:]); err != nil {
 		return noEOF(err)
@@ -237,7 +331,6 @@ func (r *reader) bulk(c *command, n int64) error {
 	if crlf != [2]byte{'\r', '\n'} {
 		return protoError("expected CRLF after a bulk string of " + strconv.FormatInt(n, 10) + " bytes")
 	}
-	c.args = append(c.args, arg)
 	return nil
 }
 

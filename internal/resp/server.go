@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gd2fs/gd2fs/internal/authlimit"
+	"github.com/gd2fs/gd2fs/internal/kvstore"
 	"github.com/gd2fs/gd2fs/internal/netguard"
 )
 
@@ -69,6 +70,7 @@ type Server struct {
 	hits, misses, unreachable, bytesIn   atomic.Int64
 	bytesOut, protoErrors, refusedValues atomic.Int64
 	httpRefused                          atomic.Int64 // connections that spoke HTTP
+	setsIntoDRAM                         atomic.Int64 // SET values read straight into the store's pages
 }
 
 // looksHTTP: the command is the start of an HTTP request: "POST" or
@@ -214,6 +216,8 @@ func (s *Server) Close() error {
 // conn is one client.
 type conn struct {
 	s      *Server
+	res    *kvstore.Reservation // the running SET's value, read into the store's pages (reader.direct)
+	resCRC uint32
 	nc     net.Conn
 	r      *reader
 	w      *writer
@@ -232,6 +236,18 @@ func newConn(s *Server, nc net.Conn) *conn {
 	c := &conn{s: s, nc: nc, r: newReader(nc, s.cfg.Limits), w: newWriter(nc), id: s.nextID.Add(1),
 		authed: s.cfg.Token == "", since: time.Now()}
 	c.r.authed = c.authed
+	if rb, ok := s.cfg.Backend.(reserver); ok {
+		c.r.direct = func(key []byte, n int64) *kvstore.Reservation {
+			if !c.authed || c.multi != nil || keyError(key) != "" {
+				return nil
+			}
+			res, err := rb.Reserve(s.ctx, key, n)
+			if err != nil {
+				return nil // the ordinary path reads the value and answers the error
+			}
+			return res
+		}
+	}
 	return c
 }
 
@@ -272,7 +288,7 @@ func (c *conn) serve() {
 		// one write, a single command is answered at once. After a large
 		// argument flush anyway: reading it cost far more than a write,
 		// and a client pipelining big SETs sees its replies as they come.
-		if quit || c.r.br.Buffered() == 0 || len(cmd.bufs) > 0 || cmd.skipped > 0 {
+		if quit || c.r.br.Buffered() == 0 || len(cmd.bufs) > 0 || cmd.res != nil || cmd.skipped > 0 {
 			if err := c.w.flush(); err != nil || quit {
 				return
 			}

@@ -102,6 +102,52 @@ func (s *Server) KVPutLocal(pool string, key, value []byte, crc uint32, overwrit
 	return existed, err
 }
 
+// KVReserveLocal returns DRAM pages for a value of size bytes that the
+// caller fills itself (straight from its socket) and then hands to
+// KVCommitReserved, or Releases; nil and no error where the value should
+// go through KVPutLocal instead (see kvstore.Reserve).
+func (s *Server) KVReserveLocal(pool string, key []byte, size int64) (*kvstore.Reservation, error) {
+	if s.kv == nil {
+		return nil, errNoKV(s.cfg.ID)
+	}
+	return s.kv.Reserve(kvKey(wire.KVRef{Pool: pool, Key: key}), size)
+}
+
+// KVCommitReserved is KVPutLocal for a filled reservation (crc: the CRC32C
+// of its bytes), and ends it. When the membership map no longer makes this
+// server the key's owner, nothing is stored and the value comes back (a
+// copy) with errs.ErrMoved, for the caller to send to the owner. If the
+// map moves the key while the value lands, the value is undone and the
+// answer is errs.ErrUnavailable: the client retries (its bytes are gone
+// with the reservation).
+func (s *Server) KVCommitReserved(pool string, key []byte, r *kvstore.Reservation, crc uint32, overwrite bool) (existed bool, moved []byte, err error) {
+	start := time.Now()
+	defer func() { s.metrics.observe(wire.OpKVPut, start, err) }()
+	ref := wire.KVRef{Pool: pool, Key: key}
+	if err := s.checkOwner(ref, 0); err != nil {
+		if !errors.Is(err, errs.ErrMoved) {
+			r.Release()
+			return false, nil, err
+		}
+		moved = make([]byte, 0, r.Size())
+		for _, b := range r.Views() {
+			moved = append(moved, b...)
+		}
+		r.Release()
+		return false, moved, err
+	}
+	s.metrics.bytesIn.Add(float64(r.Size()))
+	unlock := s.kvBeforeWrite(ref, overwrite)
+	existed, err = r.Commit(crc, overwrite)
+	if err == nil && (!existed || overwrite) {
+		if err = s.kvOwnerAfterWrite(ref); errors.Is(err, errs.ErrMoved) {
+			err = errs.New(errs.ErrUnavailable, "the key %q moved to another server while its value landed here: retry", key)
+		}
+	}
+	unlock()
+	return existed, nil, err
+}
+
 // KVStatLocal is KVExistsLocal for a key this server owns: a block held by
 // the key's owner under an earlier map is found there, as kvExists does.
 func (s *Server) KVStatLocal(pool string, key []byte) (size int64, found bool) {

@@ -519,6 +519,21 @@ func (r *Reader) ReadPayloadInto(dst [][]byte, sums []uint32) error {
 	return nil
 }
 
+// ReadRawInto reads bytes that are not a frame's payload (another protocol
+// sharing this reader's buffer: a RESP bulk string) into the views dst, as
+// many as their lengths add up to, as ReadPayloadInto reads a payload
+// (with sums, each view's CRC32C). A frame's payload still pending is an
+// error.
+func (r *Reader) ReadRawInto(dst [][]byte, sums []uint32) error {
+	if r.left != 0 {
+		return fmt.Errorf("wire: %d payload bytes pending", r.left)
+	}
+	for _, d := range dst {
+		r.left += len(d)
+	}
+	return r.ReadPayloadInto(dst, sums)
+}
+
 // readvMax is the most one readv of a payload into views asks for: as
 // with sumRead, the bytes are checksummed right after they arrive.
 const readvMax = sumRead
