@@ -98,6 +98,7 @@ type Stats struct {
 	MemCap, MemUsed, DiskCap, DiskUsed        int64
 	MemHits, DiskHits, Misses                 uint64
 	Puts, Existed                             uint64
+	ReservedPuts                              uint64 // values received straight into reserved DRAM pages and stored (reserve.go)
 	Demotions, Promotions, Evictions, Corrupt uint64
 	SmallTarget, SmallUsed                    int64  // the S3-FIFO small queue's measured target size and use (policy.go)
 	Policy                                    string // the DRAM tier's policy now: "s3fifo" or "lru" (duel.go)
@@ -183,6 +184,7 @@ type Store struct {
 	nextSeg uint64
 
 	memHits, diskHits, misses, puts, existed      atomic.Uint64
+	reservedPuts                                  atomic.Uint64
 	demotions, promotions, evictions, corruptRecs atomic.Uint64
 
 	closed bool // guarded by mu
@@ -288,7 +290,7 @@ func (s *Store) Stats() Stats {
 	st.PinQuotaMem, st.PinQuotaDisk, st.ExpiringKeys = s.pinQuotaMem, s.pinQuotaDisk, len(s.expiring)
 	s.mu.Unlock()
 	st.MemHits, st.DiskHits, st.Misses = s.memHits.Load(), s.diskHits.Load(), s.misses.Load()
-	st.Puts, st.Existed = s.puts.Load(), s.existed.Load()
+	st.Puts, st.Existed, st.ReservedPuts = s.puts.Load(), s.existed.Load(), s.reservedPuts.Load()
 	st.Demotions, st.Promotions, st.Evictions, st.Corrupt = s.demotions.Load(), s.promotions.Load(), s.evictions.Load(), s.corruptRecs.Load()
 	st.Expired = s.expired.Load()
 	return st

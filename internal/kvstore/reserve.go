@@ -90,7 +90,11 @@ func (r *Reservation) Commit(crc uint32, overwrite bool) (existed bool, err erro
 	}
 	s.filling--
 	r.e.crc = crc
-	return s.insertLocked([]byte(r.e.key), r.e, true, nil, overwrite)
+	existed, err = s.insertLocked([]byte(r.e.key), r.e, true, nil, overwrite)
+	if err == nil && !existed {
+		s.reservedPuts.Add(1)
+	}
+	return existed, err
 }
 
 // Release gives the pages back unused. It does nothing after Commit or

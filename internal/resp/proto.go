@@ -5,12 +5,10 @@ import (
 	"bytes"
 	"errors"
 	"io"
-	"slices"
 	"strconv"
 
 	"github.com/gd2fs/gd2fs/errs"
 	"github.com/gd2fs/gd2fs/internal/bufpool"
-	"github.com/gd2fs/gd2fs/internal/crc32c"
 	"github.com/gd2fs/gd2fs/internal/kvstore"
 	"github.com/gd2fs/gd2fs/internal/limits"
 	"github.com/gd2fs/gd2fs/internal/wire"
@@ -111,7 +109,6 @@ type reader struct {
 	// readv(2) from the socket past what br holds.
 	direct func(key []byte, n int64) *kvstore.Reservation
 	wr     *wire.Reader
-	sums   []uint32 // the views' CRCs, reused
 }
 
 func newReader(r io.Reader, lim Limits) *reader {
@@ -249,17 +246,12 @@ func (r *reader) multibulk(c *command) error {
 // reserved reads a SET's value into res's pages, then its CRLF.
 func (r *reader) reserved(c *command, res *kvstore.Reservation) error {
 	c.res = res // released with the command, whatever happens here
-	views := res.Views()
-	r.sums = slices.Grow(r.sums[:0], len(views))[:len(views)]
-	if err := r.wr.ReadRawInto(views, r.sums); err != nil {
+	crc, err := r.wr.ReadRawViews(res.Views())
+	if err != nil {
 		if errors.Is(err, errs.ErrBadRequest) { // wire's word for a stream that ended early
 			return io.ErrUnexpectedEOF
 		}
 		return err
-	}
-	var crc uint32
-	for i, v := range views {
-		crc = crc32c.Combine(crc, r.sums[i], int64(len(v)))
 	}
 	c.resCRC = crc
 	if err := r.crlf(res.Size()); err != nil {

@@ -156,6 +156,9 @@ func (s *Server) dispatch(dc *dataConn, r *wire.Reader, h wire.Header, key []byt
 			return s.readCold(dc, h, ref, start)
 		})
 	case wire.OpKVPut:
+		if dc.kvPutIntoDRAM(r, h, key, start) {
+			return true
+		}
 		bp := bufpool.Get(int(h.PayloadLen))
 		_, err := r.ReadPayload(*bp, h.PayloadCRC)
 		s.metrics.bytesIn.Add(float64(h.PayloadLen))
@@ -164,7 +167,7 @@ func (s *Server) dispatch(dc *dataConn, r *wire.Reader, h wire.Header, key []byt
 			if perr != nil {
 				return perr
 			}
-			return s.kvPutFrame(dc, h, ref, *bp, start)
+			return s.kvPutFrame(dc, h, ref, *bp, nil, start)
 		})
 	case wire.OpKVGet:
 		return dc.kv(r, h, key, start, func(ref wire.KVRef) error { return s.kvGet(dc, h, ref, start) })
@@ -241,6 +244,42 @@ func (dc *dataConn) start(h wire.Header, start time.Time, bp *[]byte, perr error
 	}()
 	return true
 }
+
+// kvPutIntoDRAM serves a KV put of a large value without replicas by
+// receiving its payload straight into DRAM pages the store reserves for
+// it (one copy, the kernel's; the CRC computed as the bytes arrive), and
+// reports whether it did. It does not where the store has no pages to
+// spare or the ref does not parse: the caller then reads the payload into
+// a buffer, as for every other put.
+func (dc *dataConn) kvPutIntoDRAM(r *wire.Reader, h wire.Header, key []byte, start time.Time) bool {
+	s := dc.s
+	if s.kv == nil || h.PayloadLen < kvPutIntoDRAMMin {
+		return false
+	}
+	ref, err := wire.ParseKVRef(append([]byte(nil), key...)) // the reader reuses its key buffer
+	if err != nil || len(ref.Forward) > 0 || checkKVRef(ref, false) != nil {
+		return false
+	}
+	res, err := s.kv.Reserve(kvKey(ref), int64(h.PayloadLen))
+	if err != nil || res == nil {
+		return false
+	}
+	crc, err := r.ReadPayloadViews(res.Views())
+	s.metrics.bytesIn.Add(float64(h.PayloadLen))
+	if err == nil && crc != h.PayloadCRC {
+		err = wire.ErrPayloadCRC
+	}
+	if err != nil {
+		res.Release()
+	}
+	return dc.start(h, start, nil, err, func() error {
+		return s.kvPutFrame(dc, h, ref, nil, res, start)
+	})
+}
+
+// kvPutIntoDRAMMin is the least payload received into reserved pages:
+// below it a put's copy out of a pooled buffer costs less than reserving.
+const kvPutIntoDRAMMin = 64 << 10
 
 // chunk starts fn for a payload-less frame whose key is a chunk ref.
 func (dc *dataConn) chunk(r *wire.Reader, h wire.Header, key []byte, start time.Time, fn func(wire.ChunkRef) error) bool {

@@ -110,7 +110,17 @@ func (s *Server) refreshMembership(want int64) {
 	s.heartbeat(ctx)
 }
 
-func (s *Server) kvPut(ref wire.KVRef, epoch int64, overwrite bool, value []byte, crc uint32) (bool, error) {
+// kvPut stores a KV put here (the key's owner at the client's epoch) and
+// on the replicas its ref names. With res (a value received straight into
+// reserved DRAM pages, no replicas to forward to) value is nil and res is committed or, on any
+// error, released.
+func (s *Server) kvPut(ref wire.KVRef, epoch int64, overwrite bool, value []byte, crc uint32, res *kvstore.Reservation) (bool, error) {
+	if res != nil {
+		defer res.Release() // nothing after its Commit
+		if len(ref.Forward) > 0 {
+			return false, errs.New(errs.ErrInternal, "a put received into DRAM pages has replicas to forward to")
+		}
+	}
 	if s.kv == nil {
 		return false, errNoKV(s.cfg.ID)
 	}
@@ -136,7 +146,13 @@ func (s *Server) kvPut(ref wire.KVRef, epoch int64, overwrite bool, value []byte
 			}
 		}()
 	}
-	existed, err := s.kv.PutChecked(kvKey(ref), value, crc, overwrite)
+	var existed bool
+	var err error
+	if res != nil {
+		existed, err = res.Commit(crc, overwrite)
+	} else {
+		existed, err = s.kv.PutChecked(kvKey(ref), value, crc, overwrite)
+	}
 	if err == nil && (!existed || overwrite) {
 		err = s.kvOwnerAfterWrite(ref)
 	}
@@ -155,8 +171,8 @@ func errNoKV(id string) error {
 
 // kvPutFrame serves an OpKVPut; a key that existed and was kept is
 // answered with wire.FlagExisted.
-func (s *Server) kvPutFrame(dc *dataConn, h wire.Header, ref wire.KVRef, value []byte, start time.Time) error {
-	existed, err := s.kvPut(ref, int64(h.Offset), h.Flags&wire.FlagOverwrite != 0, value, h.PayloadCRC)
+func (s *Server) kvPutFrame(dc *dataConn, h wire.Header, ref wire.KVRef, value []byte, res *kvstore.Reservation, start time.Time) error {
+	existed, err := s.kvPut(ref, int64(h.Offset), h.Flags&wire.FlagOverwrite != 0, value, h.PayloadCRC, res)
 	if err == nil && existed {
 		s.metrics.observe(h.Op, start, nil)
 		dc.send(h, wire.StatusOK, nil, wire.FlagExisted)

@@ -137,14 +137,10 @@ func (s *Server) KVCommitReserved(pool string, key []byte, r *kvstore.Reservatio
 		return false, moved, err
 	}
 	s.metrics.bytesIn.Add(float64(r.Size()))
-	unlock := s.kvBeforeWrite(ref, overwrite)
-	existed, err = r.Commit(crc, overwrite)
-	if err == nil && (!existed || overwrite) {
-		if err = s.kvOwnerAfterWrite(ref); errors.Is(err, errs.ErrMoved) {
-			err = errs.New(errs.ErrUnavailable, "the key %q moved to another server while its value landed here: retry", key)
-		}
+	existed, err = s.kvPut(ref, 0, overwrite, nil, crc, r)
+	if errors.Is(err, errs.ErrMoved) {
+		err = errs.New(errs.ErrUnavailable, "the key %q moved to another server while its value landed here: retry", key)
 	}
-	unlock()
 	return existed, nil, err
 }
 

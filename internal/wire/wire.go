@@ -14,6 +14,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -330,6 +331,7 @@ type Reader struct {
 	rcDone bool            // rc was looked for
 	rv     readvState
 	iovs   [][]byte // ReadPayloadInto's iovecs, reused
+	sums   []uint32 // ReadPayloadViews's per-view CRCs, reused
 }
 
 // NewReader returns a frame reader over r. Payloads are read from r
@@ -519,19 +521,34 @@ func (r *Reader) ReadPayloadInto(dst [][]byte, sums []uint32) error {
 	return nil
 }
 
-// ReadRawInto reads bytes that are not a frame's payload (another protocol
-// sharing this reader's buffer: a RESP bulk string) into the views dst, as
-// many as their lengths add up to, as ReadPayloadInto reads a payload
-// (with sums, each view's CRC32C). A frame's payload still pending is an
-// error.
-func (r *Reader) ReadRawInto(dst [][]byte, sums []uint32) error {
+// ReadPayloadViews reads the pending payload into the views dst (their
+// lengths adding up to the payload's) and returns its CRC32C, computed
+// view by view as the bytes arrive and combined: a value received straight
+// into a store's DRAM pages, checked without a second pass.
+func (r *Reader) ReadPayloadViews(dst [][]byte) (uint32, error) {
+	r.sums = slices.Grow(r.sums[:0], len(dst))[:len(dst)]
+	if err := r.ReadPayloadInto(dst, r.sums); err != nil {
+		return 0, err
+	}
+	var crc uint32
+	for i, d := range dst {
+		crc = crc32c.Combine(crc, r.sums[i], int64(len(d)))
+	}
+	return crc, nil
+}
+
+// ReadRawViews is ReadPayloadViews for bytes that are not a frame's payload
+// (another protocol sharing this reader's buffer: a RESP bulk string), as
+// many as the views' lengths add up to. A frame's payload still pending is
+// an error.
+func (r *Reader) ReadRawViews(dst [][]byte) (uint32, error) {
 	if r.left != 0 {
-		return fmt.Errorf("wire: %d payload bytes pending", r.left)
+		return 0, fmt.Errorf("wire: %d payload bytes pending", r.left)
 	}
 	for _, d := range dst {
 		r.left += len(d)
 	}
-	return r.ReadPayloadInto(dst, sums)
+	return r.ReadPayloadViews(dst)
 }
 
 // readvMax is the most one readv of a payload into views asks for: as
