@@ -35,9 +35,11 @@ func (s *Store) reserveMax() int64 { return s.arena.Cap() / 4 }
 // Reserve returns DRAM pages for a value of size bytes under key, or nil
 // (and no error) where the value should be put the ordinary way: no DRAM
 // tier, a value too large for it, no room without evicting pinned blocks,
-// or reservations already holding their share of the tier. An error is
-// the put's own: a bad key or a value over the limit.
-func (s *Store) Reserve(key []byte, size int64) (*Reservation, error) {
+// reservations already holding their share of the tier, or, for a
+// write-once put (not overwrite), a key already there (Put keeps it
+// without allocating: pages made for it would evict blocks for nothing).
+// An error is the put's own: a bad key or a value over the limit.
+func (s *Store) Reserve(key []byte, size int64, overwrite bool) (*Reservation, error) {
 	if err := CheckKey(key); err != nil {
 		return nil, err
 	}
@@ -45,7 +47,7 @@ func (s *Store) Reserve(key []byte, size int64) (*Reservation, error) {
 		return nil, errs.New(errs.ErrTooLarge, "value of %d bytes: the limit is %d (server --kv-max-value)", size, s.cfg.MaxValue)
 	}
 	s.mu.Lock()
-	if s.closed || s.arena == nil || s.reserved+size > s.reserveMax() {
+	if s.closed || s.arena == nil || s.reserved+size > s.reserveMax() || !overwrite && s.liveLocked(key) != nil {
 		s.mu.Unlock()
 		return nil, nil
 	}

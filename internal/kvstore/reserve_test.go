@@ -32,7 +32,7 @@ func TestReservation(t *testing.T) {
 	used := func() int64 { return s.Stats().MemUsed }
 
 	v1 := val("k", 300<<10+5)
-	r, err := s.Reserve([]byte("k"), int64(len(v1)))
+	r, err := s.Reserve([]byte("k"), int64(len(v1)), false)
 	if err != nil || r == nil {
 		t.Fatalf("reserve: %v %v", r, err)
 	}
@@ -49,21 +49,33 @@ func TestReservation(t *testing.T) {
 		t.Fatal("a second commit of one reservation succeeded")
 	}
 
-	// Write-once over an existing key: the old value stays, the pages go back.
-	before := used()
+	// Write-once over an existing key: no pages (Put keeps the key
+	// without them); one reserved before the key arrived loses to it, the
+	// old value stays and the pages go back.
 	v2 := val("k2", 100<<10)
-	r, _ = s.Reserve([]byte("k"), int64(len(v2)))
+	if r, err := s.Reserve([]byte("k"), int64(len(v2)), false); r != nil || err != nil {
+		t.Fatalf("a write-once reservation of a key there: %v %v", r, err)
+	}
+	r, _ = s.Reserve([]byte("w"), int64(len(v2)), false)
+	if _, err := s.Put([]byte("w"), v1, false); err != nil {
+		t.Fatal(err)
+	}
+	before := used()
 	if existed, err := r.Commit(fill(t, r, v2), false); err != nil || !existed {
 		t.Fatalf("write-once commit over a key: %v %v", existed, err)
 	}
-	if got, _, _ := get(s, "k"); !bytes.Equal(got, v1) {
+	if got, _, _ := get(s, "w"); !bytes.Equal(got, v1) {
 		t.Fatal("a write-once commit replaced the value")
 	}
-	if used() != before {
+	if used() >= before {
 		t.Fatalf("the losing reservation's pages were kept: %d bytes used, %d before", used(), before)
 	}
 	// Overwrite replaces it.
-	r, _ = s.Reserve([]byte("k"), int64(len(v2)))
+	r, _ = s.Reserve([]byte("k"), int64(len(v2)), false)
+	if r != nil {
+		t.Fatal("a write-once reservation of a key there")
+	}
+	r, _ = s.Reserve([]byte("k"), int64(len(v2)), true)
 	if existed, err := r.Commit(fill(t, r, v2), true); err != nil || existed {
 		t.Fatalf("overwrite commit: %v %v", existed, err)
 	}
@@ -73,7 +85,7 @@ func TestReservation(t *testing.T) {
 
 	// Release gives the pages back; the key stays as it was.
 	before = used()
-	r, _ = s.Reserve([]byte("k"), 200<<10)
+	r, _ = s.Reserve([]byte("k"), 200<<10, true)
 	if used() <= before {
 		t.Fatal("a reservation holds no pages")
 	}
@@ -88,24 +100,24 @@ func TestReservation(t *testing.T) {
 
 	// A quarter of the 4 MiB tier at most: the second 600 KiB is refused
 	// (nil, no error: the caller puts the ordinary way).
-	a, err := s.Reserve([]byte("a"), 600<<10)
+	a, err := s.Reserve([]byte("a"), 600<<10, true)
 	if err != nil || a == nil {
 		t.Fatalf("first reservation: %v", err)
 	}
-	if b, err := s.Reserve([]byte("b"), 600<<10); b != nil || err != nil {
+	if b, err := s.Reserve([]byte("b"), 600<<10, true); b != nil || err != nil {
 		t.Fatalf("reservations past a quarter of the tier: %v %v", b, err)
 	}
 	a.Release()
-	if _, err := s.Reserve(nil, 1); err == nil {
+	if _, err := s.Reserve(nil, 1, true); err == nil {
 		t.Fatal("an empty key reserved")
 	}
-	if _, err := s.Reserve([]byte("big"), s.cfg.MaxValue+1); !errors.Is(err, errs.ErrTooLarge) {
+	if _, err := s.Reserve([]byte("big"), s.cfg.MaxValue+1, true); !errors.Is(err, errs.ErrTooLarge) {
 		t.Fatalf("a value over the limit: %v", err)
 	}
 
 	// Close with a reservation open: its pages stay writable, its commit fails.
 	c := open(t, Config{MemBytes: 4 << 20})
-	r, _ = c.Reserve([]byte("x"), 64<<10)
+	r, _ = c.Reserve([]byte("x"), 64<<10, true)
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +133,7 @@ func TestReservation(t *testing.T) {
 // TestReservationWithoutDRAM: a store without a DRAM tier reserves nothing.
 func TestReservationWithoutDRAM(t *testing.T) {
 	s := open(t, Config{Dir: t.TempDir(), DiskBytes: 64 << 20})
-	if r, err := s.Reserve([]byte("k"), 1<<20); r != nil || err != nil {
+	if r, err := s.Reserve([]byte("k"), 1<<20, true); r != nil || err != nil {
 		t.Fatalf("reserve without DRAM: %v %v", r, err)
 	}
 }

@@ -47,7 +47,7 @@ type Backend interface {
 type reserver interface {
 	// Reserve returns pages for a value of size bytes under key, or nil
 	// where the value should be read and Put the ordinary way.
-	Reserve(ctx context.Context, key []byte, size int64) (*kvstore.Reservation, error)
+	Reserve(ctx context.Context, key []byte, size int64, overwrite bool) (*kvstore.Reservation, error)
 	// PutReserved is Put for a filled reservation, crc the CRC32C of its
 	// bytes; it ends the reservation.
 	PutReserved(ctx context.Context, key []byte, r *kvstore.Reservation, crc uint32, overwrite bool) (existed bool, err error)
@@ -61,7 +61,7 @@ type Local interface {
 	KVOwner(pool string, key []byte) bool
 	KVGetLocal(pool string, key []byte, fn func(bufs [][]byte, size int) error) error
 	KVPutLocal(pool string, key, value []byte, crc uint32, overwrite bool) (existed bool, err error)
-	KVReserveLocal(pool string, key []byte, size int64) (*kvstore.Reservation, error)
+	KVReserveLocal(pool string, key []byte, size int64, overwrite bool) (*kvstore.Reservation, error)
 	KVCommitReserved(pool string, key []byte, r *kvstore.Reservation, crc uint32, overwrite bool) (existed bool, moved []byte, err error)
 	KVStatLocal(pool string, key []byte) (size int64, found bool)
 	KVDeleteLocal(pool string, key []byte) (bool, error)
@@ -163,12 +163,12 @@ func (c *Cluster) Put(ctx context.Context, key, value []byte, overwrite bool) (b
 // Reserve returns pages of the local server's DRAM tier for a key it
 // serves (nil for every other key, and where the local store has no room
 // to spare: the value is then put the ordinary way).
-func (c *Cluster) Reserve(ctx context.Context, key []byte, size int64) (*kvstore.Reservation, error) {
+func (c *Cluster) Reserve(ctx context.Context, key []byte, size int64, overwrite bool) (*kvstore.Reservation, error) {
 	c.init()
 	if !c.local(ctx, key) {
 		return nil, nil
 	}
-	return c.Local.KVReserveLocal(c.Pool, key, size)
+	return c.Local.KVReserveLocal(c.Pool, key, size, overwrite)
 }
 
 // PutReserved stores a filled reservation on the local server, or, when

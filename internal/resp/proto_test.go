@@ -162,7 +162,7 @@ func FuzzParseIntoDRAM(f *testing.F) {
 		r := newReader(bytes.NewReader(in), lim)
 		r.authed = true
 		r.direct = func(key []byte, n int64) *kvstore.Reservation {
-			res, err := st.Reserve(key, n)
+			res, err := st.Reserve(key, n, true)
 			if err != nil {
 				return nil
 			}

@@ -241,7 +241,7 @@ func newConn(s *Server, nc net.Conn) *conn {
 			if !c.authed || c.multi != nil || keyError(key) != "" {
 				return nil
 			}
-			res, err := rb.Reserve(s.ctx, key, n)
+			res, err := rb.Reserve(s.ctx, key, n, true) // a plain SET replaces
 			if err != nil {
 				return nil // the ordinary path reads the value and answers the error
 			}

@@ -260,7 +260,7 @@ func (dc *dataConn) kvPutIntoDRAM(r *wire.Reader, h wire.Header, key []byte, sta
 	if err != nil || len(ref.Forward) > 0 || checkKVRef(ref, false) != nil {
 		return false
 	}
-	res, err := s.kv.Reserve(kvKey(ref), int64(h.PayloadLen))
+	res, err := s.kv.Reserve(kvKey(ref), int64(h.PayloadLen), h.Flags&wire.FlagOverwrite != 0)
 	if err != nil || res == nil {
 		return false
 	}

@@ -106,11 +106,11 @@ func (s *Server) KVPutLocal(pool string, key, value []byte, crc uint32, overwrit
 // caller fills itself (straight from its socket) and then hands to
 // KVCommitReserved, or Releases; nil and no error where the value should
 // go through KVPutLocal instead (see kvstore.Reserve).
-func (s *Server) KVReserveLocal(pool string, key []byte, size int64) (*kvstore.Reservation, error) {
+func (s *Server) KVReserveLocal(pool string, key []byte, size int64, overwrite bool) (*kvstore.Reservation, error) {
 	if s.kv == nil {
 		return nil, errNoKV(s.cfg.ID)
 	}
-	return s.kv.Reserve(kvKey(wire.KVRef{Pool: pool, Key: key}), size)
+	return s.kv.Reserve(kvKey(wire.KVRef{Pool: pool, Key: key}), size, overwrite)
 }
 
 // KVCommitReserved is KVPutLocal for a filled reservation (crc: the CRC32C
