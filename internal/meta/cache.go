@@ -358,6 +358,9 @@ func (s *sqlStore) checkCache(ctx context.Context) error {
 	if err := s.checkFiles(ctx); err != nil { // writebehind.go
 		return err
 	}
+	if err := s.checkIDs(ctx); err != nil { // writebehind.go
+		return err
+	}
 	if c.plansLoaded {
 		ps, err := s.allPlans(ctx, s.db)
 		if err != nil {

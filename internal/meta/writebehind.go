@@ -984,6 +984,29 @@ func (s *sqlStore) afterSlowCommit(ctx context.Context, tx execer, id string, fr
 	return nil
 }
 
+// checkIDs compares the block of plan ids in memory with SQL
+// (GD2FS_META_INVARIANTS=1): next_id is past all of it (it was persisted
+// before any of it was answered), and nothing in SQL holds an id of it
+// that memory has not handed out yet (plans, files and chunks share
+// next_id): an id answered and lost is then never given again.
+func (s *sqlStore) checkIDs(ctx context.Context) error {
+	c := &s.cache
+	if c.ids.next >= c.ids.end {
+		return nil
+	}
+	var next, used int64
+	if err := s.db.QueryRowContext(ctx, s.q(`SELECT (SELECT v FROM counters WHERE k = 'next_id'),
+		(SELECT COUNT(*) FROM kv_plans WHERE id >= ? AND id < ?) + (SELECT COUNT(*) FROM files WHERE id >= ? AND id < ?) +
+		(SELECT COUNT(*) FROM chunks WHERE id >= ? AND id < ?)`), c.ids.next, c.ids.end, c.ids.next, c.ids.end, c.ids.next, c.ids.end).Scan(&next, &used); err != nil {
+		return wrapDB(err)
+	}
+	if c.ids.end-1 > next || used > 0 {
+		return errs.New(errs.ErrInternal, "plan ids %d to %d in memory: next_id is %d in SQL, and %d rows hold ids of them not handed out yet",
+			c.ids.next, c.ids.end-1, next, used)
+	}
+	return nil
+}
+
 // checkFiles compares the files in memory with SQL (GD2FS_META_INVARIANTS=1):
 // memory may hold fewer chunks, shorter ones and a smaller size (a client's
 // Sync), never more, and exactly the reservation.

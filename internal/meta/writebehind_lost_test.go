@@ -363,3 +363,96 @@ func TestOneTripAllOrNothing(t *testing.T) {
 		}
 	}
 }
+
+// TestOneTripConnectionLost (PostgreSQL): the connection of a log-only
+// flush dies in the middle of its pipeline — after the sessions lock, the
+// guard and the plan's reservation ran, at the plan's row (a trigger makes
+// the server end that backend, once). Nothing of the pipeline may stay in
+// SQL, the leader must drop what it answered on top of it and take a new
+// lead term before it answers from memory again; in flush mode the
+// waiting plan runs again in SQL and is answered once, in window mode the
+// answered plan is lost and its bytes are never handed out again.
+func TestOneTripConnectionLost(t *testing.T) {
+	for _, mode := range []string{DurabilityWindow, DurabilityFlush} {
+		t.Run(mode, func(t *testing.T) {
+			s := inMode(engines(t)["postgres"], mode)(t).(*sqlStore)
+			ctx := context.Background()
+			if err := s.PutLayout(ctx, wbLayout); err != nil {
+				t.Fatal(err)
+			}
+			ids := seqIDs(1, 20)
+			wbTurn(t, s, "x", ids, true)
+			wbTurn(t, s, "x", ids[:16], true)  // x's file and chunk exist: from memory from now on
+			before, err := s.Session(ctx, "x") // everything before is written
+			if err != nil {
+				t.Fatal(err)
+			}
+			count := func(q string, args ...any) int64 {
+				t.Helper()
+				var v int64
+				if err := s.db.QueryRowContext(ctx, q, args...).Scan(&v); err != nil {
+					t.Fatal(err)
+				}
+				return v
+			}
+			term := count(`SELECT v FROM counters WHERE k = 'lead_term'`)
+			for _, q := range []string{
+				`CREATE SEQUENCE die_once`,
+				`CREATE FUNCTION die_once() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+					IF nextval('die_once') = 1 THEN PERFORM pg_terminate_backend(pg_backend_pid()); END IF; RETURN NEW; END $$`,
+				`CREATE TRIGGER die_once AFTER INSERT ON kv_plans FOR EACH ROW EXECUTE FUNCTION die_once()`,
+			} {
+				if _, err := s.db.ExecContext(ctx, q); err != nil {
+					t.Fatal(err)
+				}
+			}
+			st := s.WriteBehindStats()
+			first := wbTurn(t, s, "x", ids, false)
+			if s.WriteBehindStats().Fast == st.Fast {
+				t.Fatal("the plan was not answered from memory: its flush is not a log-only one")
+			}
+			if mode == DurabilityWindow {
+				// Wait for the lost flush (a read waits for the log).
+				if _, err := s.Session(ctx, "x"); err != nil && !errors.Is(err, errs.ErrUnavailable) {
+					t.Fatal(err)
+				}
+				if n := count(`SELECT COUNT(*) FROM kv_plans WHERE id = $1`, first.ID); n != 0 {
+					t.Fatalf("plan %d is in SQL after its flush's connection died", first.ID)
+				}
+				if r := count(`SELECT reserved FROM kv_files WHERE path = $1`, first.Fresh[0].Path); r != first.Fresh[0].KVStart {
+					t.Fatalf("%s reserves %d bytes after the lost flush, want %d: part of the pipeline stayed", first.Fresh[0].Path, r, first.Fresh[0].KVStart)
+				}
+			} else if lost := s.WriteBehindStats().Slow[0][SlowLost] - st.Slow[0][SlowLost]; lost != 1 {
+				t.Fatalf("%d plans ran again in SQL after their flush was lost, want 1", lost)
+			}
+			if count(`SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM die_once`) < 1 {
+				t.Fatal("the trigger never ended a connection: no plan row was inserted since it was made")
+			}
+			next := wbTurn(t, s, "x", ids, true)
+			if mode == DurabilityWindow && overlaps(first, next) {
+				t.Fatalf("after a flush lost with its connection the same bytes were reserved twice: %+v and %+v", first.Fresh, next.Fresh)
+			}
+			if mode == DurabilityFlush {
+				next = first // answered after it ran again; next was planned and committed after it
+			}
+			if got := count(`SELECT v FROM counters WHERE k = 'lead_term'`); got != term+1 || s.leadTerm.Load() != got {
+				t.Fatalf("lead term %d in SQL, %d in the store after a lost flush; want both %d (a new term before memory answers again)", got, s.leadTerm.Load(), term+1)
+			}
+			if n := count(`SELECT COUNT(*) FROM kv_plans WHERE session_id = 'x'`); mode == DurabilityFlush && n != 1 {
+				t.Fatalf("%d plans of x outstanding in SQL, want 1 (the plan answered once)", n)
+			}
+			st = s.WriteBehindStats()
+			wbTurn(t, s, "x", ids, true)
+			if s.WriteBehindStats().Fast == st.Fast {
+				t.Fatal("memory no longer answers after the new term")
+			}
+			got, err := s.Session(ctx, "x")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := int64(len(ids) + 4); got.Tokens != want || before.Tokens >= want {
+				t.Fatalf("x holds %d tokens (%d before), want %d", got.Tokens, before.Tokens, want)
+			}
+		})
+	}
+}
