@@ -115,8 +115,11 @@ func (s *Store) checkInvariants() error {
 	if smallBytes != s.smallBytes {
 		return fmt.Errorf("small queue counted %d bytes, holds %d", s.smallBytes, smallBytes)
 	}
-	if s.arena != nil && len(owner)+s.arena.FreePages() != s.arena.Pages() {
-		return fmt.Errorf("arena: %d pages held + %d free != %d", len(owner), s.arena.FreePages(), s.arena.Pages())
+	if s.reserved < 0 || s.reservedPages < 0 || s.filling < 0 || s.filling == 0 && (s.reserved != 0 || s.reservedPages != 0) {
+		return fmt.Errorf("reservations: %d open, %d bytes, %d pages", s.filling, s.reserved, s.reservedPages)
+	}
+	if s.arena != nil && len(owner)+s.reservedPages+s.arena.FreePages() != s.arena.Pages() {
+		return fmt.Errorf("arena: %d pages held + %d reserved + %d free != %d", len(owner), s.reservedPages, s.arena.FreePages(), s.arena.Pages())
 	}
 	if disk != s.disk.Used() {
 		return fmt.Errorf("disk usage %d, segments hold %d bytes", s.disk.Used(), disk)

@@ -192,6 +192,7 @@ type Store struct {
 	// Reservations (reserve.go), guarded by mu: their bytes, how many are
 	// open, and the DRAM tier Close left for the last of them to unmap.
 	reserved        int64
+	reservedPages   int
 	filling         int
 	arenaAfterFills *tier.DRAM
 }

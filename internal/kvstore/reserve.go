@@ -56,6 +56,7 @@ func (s *Store) Reserve(key []byte, size int64, overwrite bool) (*Reservation, e
 	ok, err := s.allocLocked(e)
 	if ok {
 		s.reserved += size
+		s.reservedPages += len(e.pages)
 		s.filling++
 	}
 	arena := s.arena
@@ -85,6 +86,7 @@ func (r *Reservation) Commit(crc uint32, overwrite bool) (existed bool, err erro
 	s := r.s
 	s.mu.Lock()
 	s.reserved -= r.e.size
+	s.reservedPages -= len(r.e.pages)
 	if s.closed {
 		s.endFillLocked(r)
 		s.mu.Unlock()
@@ -109,6 +111,7 @@ func (r *Reservation) Release() {
 	s := r.s
 	s.mu.Lock()
 	s.reserved -= r.e.size
+	s.reservedPages -= len(r.e.pages)
 	s.endFillLocked(r)
 	s.mu.Unlock()
 }
