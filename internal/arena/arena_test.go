@@ -83,7 +83,11 @@ func TestReleaseKeepsPages(t *testing.T) {
 
 // lazyFreeKiB reads the LazyFree field of the mapping that starts at addr
 // in /proc/self/smaps.
-func lazyFreeKiB(addr uintptr) (int, error) {
+func lazyFreeKiB(addr uintptr) (int, error) { return smapsField(addr, "LazyFree:") }
+
+// smapsField reads a numeric field of the mapping that starts at addr in
+// /proc/self/smaps.
+func smapsField(addr uintptr, field string) (int, error) {
 	b, err := os.ReadFile("/proc/self/smaps")
 	if err != nil {
 		return 0, err
@@ -99,11 +103,33 @@ func lazyFreeKiB(addr uintptr) (int, error) {
 			in = err == nil && uintptr(start) == addr
 			continue
 		}
-		if in && f[0] == "LazyFree:" && len(f) >= 2 {
+		if in && f[0] == field && len(f) >= 2 {
 			return strconv.Atoi(f[1])
 		}
 	}
-	return 0, fmt.Errorf("mapping at %#x has no LazyFree line", addr)
+	return 0, fmt.Errorf("mapping at %#x has no %s line", addr, field)
+}
+
+// TestHugePages: where the kernel offers transparent huge pages, the
+// arena's mapping may have them (advised MADV_HUGEPAGE): its first touch
+// then faults once per 2 MiB, not once per 4 KiB.
+func TestHugePages(t *testing.T) {
+	b, err := os.ReadFile("/sys/kernel/mm/transparent_hugepage/enabled")
+	if err != nil || strings.Contains(string(b), "[never]") {
+		t.Skipf("no transparent huge pages here (%q, %v)", b, err)
+	}
+	a, err := New(8<<20, 64<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	eligible, err := smapsField(uintptr(unsafe.Pointer(&a.mem[0])), "THPeligible:")
+	if err != nil {
+		t.Skipf("no THPeligible in /proc/self/smaps here: %v", err)
+	}
+	if eligible != 1 {
+		t.Fatalf("the arena's mapping may not have huge pages (THPeligible %d; THP %q)", eligible, strings.TrimSpace(string(b)))
+	}
 }
 
 // resident counts the pages of a's mapping in memory (mincore).
