@@ -148,9 +148,7 @@ func (m *Master) loadKVHistory(ctx context.Context) error {
 		m.log.Warn("the saved KV membership history is unreadable; starting a new one", "err", err)
 		return nil
 	}
-	if len(doc.Prev) > keepPast {
-		doc.Prev = doc.Prev[:keepPast]
-	}
+	doc.Prev = trimPast(doc.Prev, func(id string) bool { return slices.Contains(doc.Draining, id) })
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	h := &m.kvHist

@@ -19,7 +19,7 @@ import (
 type kvHistory struct {
 	last      []placement.Member
 	lastEpoch int64
-	prev      []api.PastMembers // newest first, at most keepPast
+	prev      []api.PastMembers // newest first, keepPast and draining servers' (trimPast)
 	draining  map[string]bool
 	seq       int64 // bumped on every change worth saving
 	savedSeq  int64 // the seq the store holds
@@ -31,7 +31,41 @@ type kvHistory struct {
 
 // keepPast is how many earlier member lists a membership map carries: two
 // changes in quick succession (a server replaced) still find every block.
+// A draining server's last list is kept past those (trimPast).
 const keepPast = 2
+
+// trimPast cuts prev (newest first) to its keepPast newest lists, and keeps
+// besides, for each server that draining reports, the newest list that
+// names it when no kept list does. That list is the only way to a drained
+// server's blocks: new owners find and move the blocks of the earlier
+// owners under the lists the map carries (server/kvmove.go). Dropped, the
+// drain never ends and its blocks are misses until then; two more changes
+// of the list during a long drain (a server restarted, or servers that miss
+// heartbeats under load and come back) dropped it (TestKVDrain timed out so,
+// TestKVDrainOutlivesListChanges). The list goes at the first change after
+// the drain ends or is taken back.
+func trimPast(prev []api.PastMembers, draining func(id string) bool) []api.PastMembers {
+	if len(prev) <= keepPast {
+		return prev
+	}
+	kept := slices.Clone(prev[:keepPast])
+	named := map[string]bool{}
+	for _, p := range kept {
+		for _, m := range p.Members {
+			named[m.ID] = true
+		}
+	}
+	for _, p := range prev[keepPast:] {
+		if !slices.ContainsFunc(p.Members, func(m placement.Member) bool { return draining(m.ID) && !named[m.ID] }) {
+			continue
+		}
+		kept = append(kept, p)
+		for _, m := range p.Members {
+			named[m.ID] = true
+		}
+	}
+	return kept
+}
 
 // note records out's member list (when it differs from the last one seen)
 // and fills in out.Previous and out.Draining. Called with Master.mu held.
@@ -61,10 +95,13 @@ func (h *kvHistory) note(out *api.Membership, servers map[string]*liveServer) {
 	}
 	if !slices.Equal(h.last, out.Members) {
 		if h.last != nil {
-			h.prev = append([]api.PastMembers{{Epoch: h.lastEpoch, Members: h.last}}, h.prev...)
-			if len(h.prev) > keepPast {
-				h.prev = h.prev[:keepPast]
-			}
+			h.prev = trimPast(append([]api.PastMembers{{Epoch: h.lastEpoch, Members: h.last}}, h.prev...), func(id string) bool {
+				// A drain not done: the server's last report (or a new
+				// leader's presumption) says it holds blocks. Up or not: one
+				// that missed heartbeats for a second comes back with them.
+				s := servers[id]
+				return h.draining[id] && s != nil && (s.presumed || s.info.KV != nil && s.info.KV.Keys > 0)
+			})
 		}
 		h.last = slices.Clone(out.Members)
 		h.seq++

@@ -2,9 +2,11 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -161,4 +163,37 @@ func TestMetricsCountPooledBuffers(t *testing.T) {
 	if !strings.Contains(b, "\ngd2fs_bufpool_held_bytes ") {
 		t.Fatal("/metrics has no gd2fs_bufpool_held_bytes")
 	}
+}
+
+// TestRunEndsWithTheServer: Run under a context that never ends
+// (context.Background, as internal/cluster runs servers) leaves nothing
+// behind once the server closes: its watcher of ctx waited for ever, one
+// goroutine for each server a test process had started.
+func TestRunEndsWithTheServer(t *testing.T) {
+	// Counted, not looked for: a server an earlier test left running has
+	// its own (no test here runs in parallel, so none starts meanwhile).
+	runs := func() (int, string) {
+		buf := make([]byte, 4<<20)
+		dump := string(buf[:runtime.Stack(buf, true)])
+		return strings.Count(dump, "server.(*Server).Run.func"), dump
+	}
+	before, _ := runs()
+	s, err := New(Config{Listen: "127.0.0.1:0", Store: store.Config{MemBytes: 16 << 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := make(chan error, 1)
+	go func() { ran <- s.Run(context.Background()) }()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-ran; err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 30*time.Second, func() (bool, string) {
+		if n, dump := runs(); n > before {
+			return false, fmt.Sprintf("%d goroutines of Run, %d before the server started:\n%s", n, before, dump)
+		}
+		return true, ""
+	})
 }

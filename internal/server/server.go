@@ -293,7 +293,17 @@ func (s *Server) Run(ctx context.Context) error {
 	if s.kv != nil && s.addWorker() {
 		go s.kvExpiryLoop()
 	}
-	go func() { <-ctx.Done(); s.Close() }()
+	// Ends with the server too: with a ctx that never ends
+	// (context.Background, as internal/cluster runs servers) it waited for
+	// ever, one goroutine per server a test process ever started, filling
+	// the goroutine dump of a test that timed out.
+	go func() {
+		select {
+		case <-ctx.Done():
+			s.Close()
+		case <-s.life.Done():
+		}
+	}()
 	// The guarded listener retries accept errors (EMFILE) itself and
 	// returns one only once it is closed: this loop never ends while the
 	// server is meant to be up; heartbeats report it unhealthy meanwhile.
