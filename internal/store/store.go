@@ -359,6 +359,13 @@ func (s *Store) updateCRCs(c *chunk, f tier.File, off, end, newLen int64, segs [
 	}
 	for b := first; b < last; b++ {
 		bs, be := int64(b)*limits.BlockSize, min(int64(b+1)*limits.BlockSize, newLen)
+		if bs >= end && end < c.length {
+			// A write inside the chunk (a hole filled, bytes overwritten)
+			// changes no block past its end: those keep their CRCs. Each
+			// piece that arrived after a later one used to checksum the
+			// chunk from there to its end once more.
+			break
+		}
 		if off <= bs && end >= be {
 			c.crcs[b] = segs[b-int(off/limits.BlockSize)]
 			continue
