@@ -25,36 +25,51 @@ func (c *Client) DrainServer(ctx context.Context, id string, undo bool) (api.Ser
 }
 
 // DrainDone reports whether draining server id holds no KV blocks any more
-// (as its last heartbeat said), and how many it holds.
+// (as its last heartbeat said), and how many it holds. A heartbeat sent
+// before the drain, or before blocks were put, can say 0: WaitDrained
+// waits for a heartbeat newer than its first look.
 func (c *Client) DrainDone(ctx context.Context, id string) (done bool, blocks int64, err error) {
+	done, blocks, _, err = c.drainState(ctx, id)
+	return done, blocks, err
+}
+
+// drainState is DrainDone with the time of the heartbeat it reports.
+func (c *Client) drainState(ctx context.Context, id string) (done bool, blocks int64, seen time.Time, err error) {
 	st, err := c.Status(ctx)
 	if err != nil {
-		return false, 0, err
+		return false, 0, time.Time{}, err
 	}
 	for _, s := range st.Servers {
 		if s.ID != id {
 			continue
 		}
 		if s.KV == nil {
-			return true, 0, nil
+			return true, 0, s.LastSeen, nil
 		}
-		return s.KV.Keys == 0, s.KV.Keys, nil
+		return s.KV.Keys == 0, s.KV.Keys, s.LastSeen, nil
 	}
-	return false, 0, errs.New(errs.ErrNotFound, "no server %q: gd2fs status lists the servers", id)
+	return false, 0, time.Time{}, errs.New(errs.ErrNotFound, "no server %q: gd2fs status lists the servers", id)
 }
 
 // WaitDrained polls DrainDone until it is true or ctx ends; progress, when
-// not nil, hears the block count after each poll.
+// not nil, hears the block count after each poll. Done counts only from a
+// heartbeat the master received after WaitDrained's first look: the one
+// before may predate the drain, or blocks put just before it, and say 0
+// (a drain then "finished" at once with every block still on the server).
 func (c *Client) WaitDrained(ctx context.Context, id string, every time.Duration, progress func(blocks int64)) error {
-	for {
-		done, n, err := c.DrainDone(ctx, id)
+	var first time.Time
+	for i := 0; ; i++ {
+		done, n, seen, err := c.drainState(ctx, id)
 		if err != nil {
 			return err
+		}
+		if i == 0 {
+			first = seen
 		}
 		if progress != nil {
 			progress(n)
 		}
-		if done {
+		if done && seen.After(first) {
 			return nil
 		}
 		select {

@@ -183,6 +183,52 @@ func TestKVJoinKeepsPrefixes(t *testing.T) {
 	t.Logf("new server: %+v", mv)
 }
 
+// TestKVDrainWaitsForAFreshHeartbeat: a drain asked for right after blocks
+// were put, before the server's next heartbeat told the master about them,
+// is not reported done at once: WaitDrained used to trust the heartbeat
+// from before the puts ("0 blocks") and return with every block still on
+// the server (TestKVDrain failed that way in CI). Heartbeats here come
+// every few seconds (DownAfter 20 s), so the stale one is certain.
+func TestKVDrainWaitsForAFreshHeartbeat(t *testing.T) {
+	ctx := context.Background()
+	c := startKVDownAfter(t, 3, 20*time.Second)
+	cl := c.Client()
+	defer cl.Close()
+	var keys []string
+	vals := make([][]byte, 0, 100)
+	for i := 0; i < 100; i++ {
+		keys = append(keys, fmt.Sprintf("f/%d", i))
+		vals = append(vals, blockOf(keys[i], 0))
+	}
+	if err := cl.KV("perf").BatchPut(ctx, keys, vals); err != nil {
+		t.Fatal(err)
+	}
+	victim := c.Servers[0]
+	if victim.KV().Stats().Keys == 0 {
+		t.Fatal("the server to drain holds no blocks")
+	}
+	if _, err := cl.DrainServer(ctx, victim.ID(), false); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	if err := cl.WaitDrained(wctx, victim.ID(), 50*time.Millisecond, nil); err != nil {
+		t.Fatal(err)
+	}
+	if n := victim.KV().Stats().Keys; n != 0 {
+		t.Fatalf("WaitDrained returned with %d blocks still on the drained server", n)
+	}
+	got, err := cl.KV("perf").BatchGet(ctx, keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range keys {
+		if !bytes.Equal(got[i], vals[i]) {
+			t.Fatalf("key %s after the drain: %d bytes, not its value", keys[i], len(got[i]))
+		}
+	}
+}
+
 // TestKVDrain drains one of 4 servers: its blocks (one-copy and three-copy
 // pools) move to their next owners, it ends holding none, and every block
 // reads back its bytes.
