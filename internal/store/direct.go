@@ -34,9 +34,11 @@ type Pending struct {
 
 // BeginWrite prepares to receive n bytes at off of chunk id directly into
 // DRAM pages. It declines (ok=false) unless the chunk is, or will be, cached
-// in DRAM and the bytes land at or beyond its current end: then a payload
-// that fails its CRC overwrote nothing stored. Declined writes go through a
-// buffer and Write/WriteChecked.
+// in DRAM and the bytes land where nothing was written: at or beyond its
+// current end, or in a hole a later piece left (pieces of one chunk arrive
+// out of order over several streams). A payload that fails its CRC then
+// overwrote nothing stored (a hole is zeroed again). Declined writes, such
+// as overwrites of stored bytes, go through a buffer and Write/WriteChecked.
 func (s *Store) BeginWrite(id uint64, off int64, n int) (dst [][]byte, p *Pending, ok bool) {
 	if s.arena == nil || off < 0 || off+int64(n) > limits.MaxChunk {
 		return nil, nil, false
@@ -49,14 +51,14 @@ func (s *Store) BeginWrite(id uint64, off int64, n int) (dst [][]byte, p *Pendin
 	}
 	s.mu.Unlock()
 	c.mu.Lock()
-	if c.deleted || c.sealed || off < c.length || c.ext.checkAdd(id, off, off+int64(n)) != nil {
+	if c.deleted || c.sealed || off < c.length && c.ext.overlaps(off, off+int64(n)) || c.ext.checkAdd(id, off, off+int64(n)) != nil {
 		c.mu.Unlock()
 		return nil, nil, false
 	}
 	s.mu.Lock()
 	cached := c.pages != nil || c.length == 0
 	s.mu.Unlock()
-	newLen := off + int64(n)
+	newLen := max(c.length, off+int64(n))
 	if !cached || s.reserve(c, newLen) != nil {
 		s.dropIfEmpty(c)
 		c.mu.Unlock()
@@ -113,12 +115,19 @@ func (p *Pending) Sums() []uint32 {
 	return p.sums
 }
 
-// Abort gives up the write (the payload could not be read).
+// Abort gives up the write (the payload could not be read, or failed its
+// CRC). Bytes it left in a hole of the chunk are zeroed again: the hole's
+// block CRCs are those of zeros.
 func (p *Pending) Abort() {
 	if p.settled {
 		return
 	}
 	p.settled = true
+	if p.off < p.oldLen {
+		p.s.mu.Lock()
+		p.s.arena.Zero(p.c.pages, p.off, min(p.off+p.n, p.oldLen))
+		p.s.mu.Unlock()
+	}
 	p.s.unreserve(p.c, p.newLen)
 	p.s.unpin(p.c)
 	p.s.dropIfEmpty(p.c)

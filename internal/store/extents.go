@@ -62,6 +62,13 @@ func (e *extentSet) span(start, end int64) (i, j int) {
 	return i, j
 }
 
+// overlaps reports whether any byte of [start, end) is written.
+func (e *extentSet) overlaps(start, end int64) bool {
+	n := e.count()
+	k := sort.Search(n, func(k int) bool { return e.iv[2*k+1] > start })
+	return k < n && e.iv[2*k] < end
+}
+
 // after is how many extents the set would hold with [start, end) added.
 func (e *extentSet) after(start, end int64) int {
 	if start >= end {

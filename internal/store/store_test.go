@@ -49,6 +49,13 @@ func readAll(t *testing.T, s *Store, id uint64, off, n int64) []byte {
 
 func rnd(n int, seed uint64) []byte { return testutil.RandomBytes(n, seed) }
 
+// fillViews copies p into the views of a direct write, as a socket read would.
+func fillViews(dst [][]byte, p []byte) {
+	for _, d := range dst {
+		p = p[copy(d, p):]
+	}
+}
+
 // model applies the same writes to a plain byte slice.
 func modelWrite(m []byte, off int, p []byte) []byte {
 	if need := off + len(p); need > len(m) {
@@ -73,8 +80,35 @@ func TestTiersAgreeWithModel(t *testing.T) {
 				id := uint64(r.IntN(4) + 1)
 				off := r.IntN(600 << 10)
 				p := rnd(r.IntN(200<<10)+1, uint64(i))
-				if err := s.Write(id, int64(off), p); err != nil {
-					t.Fatal(err)
+				// Half the writes go the zero-copy way where the store
+				// takes them (new bytes: appends and holes), one in eight
+				// of those with a bad CRC first, which must change nothing
+				// (half of those are not followed by the good write).
+				direct := false
+				if r.IntN(2) == 0 {
+					if r.IntN(8) == 0 {
+						if dst, pw, ok := s.BeginWrite(id, int64(off), len(p)); ok {
+							fillViews(dst, p)
+							if err := pw.Commit(crc32c.Checksum(p) ^ 1); !errors.Is(err, errs.ErrChecksum) {
+								t.Fatalf("step %d: a direct write with a bad CRC: %v", i, err)
+							}
+							if r.IntN(2) == 0 {
+								continue // and nothing written after it
+							}
+						}
+					}
+					if dst, pw, ok := s.BeginWrite(id, int64(off), len(p)); ok {
+						fillViews(dst, p)
+						if err := pw.Commit(crc32c.Checksum(p)); err != nil {
+							t.Fatal(err)
+						}
+						direct = true
+					}
+				}
+				if !direct {
+					if err := s.Write(id, int64(off), p); err != nil {
+						t.Fatal(err)
+					}
 				}
 				models[id] = modelWrite(models[id], off, p)
 				if i%7 == 0 {
@@ -271,9 +305,28 @@ func TestDirectWrite(t *testing.T) {
 	if ok, err := put(1, 400_000, b, crc32c.Checksum(b)); !ok || err != nil {
 		t.Fatal(err)
 	}
-	// Overwriting stored bytes is declined (it goes through a buffer).
+	// Overwriting stored bytes is declined (it goes through a buffer),
+	// also when the write starts in the hole.
 	if _, _, ok := s.BeginWrite(1, 10, 5); ok {
 		t.Fatal("direct overwrite of stored bytes accepted")
+	}
+	if _, _, ok := s.BeginWrite(1, 350_000, 100_000); ok {
+		t.Fatal("direct write over the hole and stored bytes accepted")
+	}
+	// The hole [300000, 400000), filled directly (a piece that arrived
+	// after a later one): a bad CRC leaves it zeros, a good one fills it.
+	h := rnd(100_000, 3)
+	if ok, err := put(1, 300_000, h, crc32c.Checksum(h)^1); !ok || !errors.Is(err, errs.ErrChecksum) {
+		t.Fatalf("bad CRC in the hole: %v %v", ok, err)
+	}
+	if got := readAll(t, s, 1, 250_000, 200_000); !bytes.Equal(got[50_000:150_000], make([]byte, 100_000)) {
+		t.Fatal("a rejected write left bytes in the hole")
+	}
+	if ok, err := put(1, 300_000, h, crc32c.Checksum(h)); !ok || err != nil {
+		t.Fatalf("direct write into the hole: %v %v", ok, err)
+	}
+	if info, _ := s.Stat(1); info.Length != 500_000 {
+		t.Fatalf("filling the hole changed the length to %d", info.Length)
 	}
 	// A rejected first write leaves no chunk behind.
 	if ok, err := put(2, 0, b, 0); !ok || err == nil {
@@ -284,6 +337,7 @@ func TestDirectWrite(t *testing.T) {
 	}
 	want := make([]byte, 500_000)
 	copy(want, a)
+	copy(want[300_000:], h)
 	copy(want[400_000:], b)
 	if got := readAll(t, s, 1, 0, 500_000); !bytes.Equal(got, want) {
 		t.Fatal("direct writes read back wrong")
