@@ -653,8 +653,10 @@ func TestKVLostServerIsCleanMiss(t *testing.T) {
 // folder it serves every one of them with its bytes.
 func TestKVGracefulRestartKeepsDRAMBlocks(t *testing.T) {
 	ctx := context.Background()
+	// DownAfter 5 s, as startKV: no server is meant to be lost here, and a
+	// loaded machine can stall a server's heartbeats past 1 s.
 	c, err := Start(ctx, Config{Dir: t.TempDir(), Servers: 3, MemBytes: 8 << 20, KVMemBytes: 32 << 20, KVDiskBytes: 64 << 20,
-		KVFlushOnClose: true, DownAfter: time.Second})
+		KVFlushOnClose: true, DownAfter: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -712,7 +714,7 @@ func TestKVGracefulRestartKeepsDRAMBlocks(t *testing.T) {
 // (the read that follows is a DRAM hit); a plain probe never moves a block.
 func TestKVPrefetch(t *testing.T) {
 	ctx := context.Background()
-	c, err := Start(ctx, Config{Dir: t.TempDir(), Servers: 2, MemBytes: 8 << 20, KVMemBytes: 2 << 20, KVDiskBytes: 64 << 20, DownAfter: time.Second})
+	c, err := Start(ctx, Config{Dir: t.TempDir(), Servers: 2, MemBytes: 8 << 20, KVMemBytes: 2 << 20, KVDiskBytes: 64 << 20, DownAfter: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -909,7 +911,7 @@ func (f failHeldGets) KVGetHeld(ctx context.Context, addr string, ref client.KVR
 func TestKVMoveRetriesAFailedCopy(t *testing.T) {
 	ctx := context.Background()
 	st := &failState{}
-	c, err := Start(ctx, Config{Dir: t.TempDir(), Servers: 3, MemBytes: 8 << 20, KVMemBytes: 32 << 20, DownAfter: time.Second,
+	c, err := Start(ctx, Config{Dir: t.TempDir(), Servers: 3, MemBytes: 8 << 20, KVMemBytes: 32 << 20, DownAfter: 5 * time.Second,
 		Transport: func() client.PeerTransport {
 			return failHeldGets{client.NewTCPPeerTransport(client.TCPOptions{Name: "fail-held"}), st}
 		}})
