@@ -23,11 +23,7 @@ import (
 // change pushes an earlier list out of the two the history keeps.
 func TestKVHistorySurvivesMasterRestart(t *testing.T) {
 	ctx := context.Background()
-	c, err := Start(ctx, Config{Dir: t.TempDir(), Servers: 3, MemBytes: 8 << 20, KVMemBytes: 32 << 20, DownAfter: 5 * time.Second, KVMoveRate: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
+	c := startKVWith(t, 3, func(cfg *Config) { cfg.KVMoveRate = 1 })
 	cl := c.Client()
 	defer cl.Close()
 	kv := cl.KV("perf")

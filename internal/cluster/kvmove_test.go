@@ -42,7 +42,14 @@ func startKV(t *testing.T, servers int) *Cluster {
 // fifth of it).
 func startKVDownAfter(t *testing.T, servers int, downAfter time.Duration) *Cluster {
 	t.Helper()
-	cfg := Config{Dir: t.TempDir(), Servers: servers, MemBytes: 8 << 20, KVMemBytes: 32 << 20, DownAfter: downAfter}
+	return startKVWith(t, servers, func(cfg *Config) { cfg.DownAfter = downAfter })
+}
+
+// startKVWith is startKV with edit's changes to its configuration.
+func startKVWith(t *testing.T, servers int, edit func(*Config)) *Cluster {
+	t.Helper()
+	cfg := Config{Dir: t.TempDir(), Servers: servers, MemBytes: 8 << 20, KVMemBytes: 32 << 20, DownAfter: 5 * time.Second}
+	edit(&cfg)
 	if kvDebug { // the master's and servers' log: membership changes and why
 		cfg.Log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	}
@@ -297,11 +304,7 @@ func TestKVDrainOutlivesListChanges(t *testing.T) {
 	ctx := context.Background()
 	// KVMoveRate 1: the mover copies a block or so, and the drained
 	// server's blocks stay on it while the list changes.
-	c, err := Start(ctx, Config{Dir: t.TempDir(), Servers: 4, MemBytes: 8 << 20, KVMemBytes: 32 << 20, DownAfter: 5 * time.Second, KVMoveRate: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
+	c := startKVWith(t, 4, func(cfg *Config) { cfg.KVMoveRate = 1 })
 	cl := c.Client()
 	defer cl.Close()
 	kv := cl.KV("perf")
@@ -655,12 +658,7 @@ func TestKVGracefulRestartKeepsDRAMBlocks(t *testing.T) {
 	ctx := context.Background()
 	// DownAfter 5 s, as startKV: no server is meant to be lost here, and a
 	// loaded machine can stall a server's heartbeats past 1 s.
-	c, err := Start(ctx, Config{Dir: t.TempDir(), Servers: 3, MemBytes: 8 << 20, KVMemBytes: 32 << 20, KVDiskBytes: 64 << 20,
-		KVFlushOnClose: true, DownAfter: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
+	c := startKVWith(t, 3, func(cfg *Config) { cfg.KVDiskBytes, cfg.KVFlushOnClose = 64<<20, true })
 	cl := c.Client()
 	defer cl.Close()
 	kv := cl.KV("perf")
@@ -714,11 +712,7 @@ func TestKVGracefulRestartKeepsDRAMBlocks(t *testing.T) {
 // (the read that follows is a DRAM hit); a plain probe never moves a block.
 func TestKVPrefetch(t *testing.T) {
 	ctx := context.Background()
-	c, err := Start(ctx, Config{Dir: t.TempDir(), Servers: 2, MemBytes: 8 << 20, KVMemBytes: 2 << 20, KVDiskBytes: 64 << 20, DownAfter: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
+	c := startKVWith(t, 2, func(cfg *Config) { cfg.KVMemBytes, cfg.KVDiskBytes = 2<<20, 64<<20 })
 	cl := c.Client()
 	defer cl.Close()
 	kv := cl.KV("perf")
@@ -911,14 +905,11 @@ func (f failHeldGets) KVGetHeld(ctx context.Context, addr string, ref client.KVR
 func TestKVMoveRetriesAFailedCopy(t *testing.T) {
 	ctx := context.Background()
 	st := &failState{}
-	c, err := Start(ctx, Config{Dir: t.TempDir(), Servers: 3, MemBytes: 8 << 20, KVMemBytes: 32 << 20, DownAfter: 5 * time.Second,
-		Transport: func() client.PeerTransport {
+	c := startKVWith(t, 3, func(cfg *Config) {
+		cfg.Transport = func() client.PeerTransport {
 			return failHeldGets{client.NewTCPPeerTransport(client.TCPOptions{Name: "fail-held"}), st}
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
+		}
+	})
 	cl := c.Client()
 	defer cl.Close()
 	kv := cl.KV("perf")
