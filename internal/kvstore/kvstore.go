@@ -308,6 +308,17 @@ func CheckKey(key []byte) error {
 	return nil
 }
 
+// checkPut refuses a put's bad key or a value over the limit.
+func (s *Store) checkPut(key []byte, size int64) error {
+	if err := CheckKey(key); err != nil {
+		return err
+	}
+	if size < 0 || size > s.cfg.MaxValue {
+		return errs.New(errs.ErrTooLarge, "value of %d bytes: the limit is %d (server --kv-max-value)", size, s.cfg.MaxValue)
+	}
+	return nil
+}
+
 func pagesFor(n int64) int { return int((n + PageSize - 1) / PageSize) }
 
 // Put stores value under key. Without overwrite an existing key is left as
@@ -319,11 +330,8 @@ func (s *Store) Put(key []byte, value []byte, overwrite bool) (existed bool, err
 // PutChecked is Put for a value whose CRC32C the caller already verified
 // (the server has it from the frame), saving a pass over the bytes.
 func (s *Store) PutChecked(key []byte, value []byte, crc uint32, overwrite bool) (existed bool, err error) {
-	if err := CheckKey(key); err != nil {
+	if err := s.checkPut(key, int64(len(value))); err != nil {
 		return false, err
-	}
-	if int64(len(value)) > s.cfg.MaxValue {
-		return false, errs.New(errs.ErrTooLarge, "value of %d bytes: the limit is %d (server --kv-max-value)", len(value), s.cfg.MaxValue)
 	}
 	s.mu.Lock()
 	if old := s.liveLocked(key); old != nil && !overwrite {

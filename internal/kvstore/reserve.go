@@ -40,11 +40,8 @@ func (s *Store) reserveMax() int64 { return s.arena.Cap() / 4 }
 // without allocating: pages made for it would evict blocks for nothing).
 // An error is the put's own: a bad key or a value over the limit.
 func (s *Store) Reserve(key []byte, size int64, overwrite bool) (*Reservation, error) {
-	if err := CheckKey(key); err != nil {
+	if err := s.checkPut(key, size); err != nil {
 		return nil, err
-	}
-	if size < 0 || size > s.cfg.MaxValue {
-		return nil, errs.New(errs.ErrTooLarge, "value of %d bytes: the limit is %d (server --kv-max-value)", size, s.cfg.MaxValue)
 	}
 	s.mu.Lock()
 	if s.closed || s.arena == nil || s.reserved+size > s.reserveMax() || !overwrite && s.liveLocked(key) != nil {
