@@ -249,16 +249,17 @@ func (dc *dataConn) start(h wire.Header, start time.Time, bp *[]byte, perr error
 // receiving its payload straight into DRAM pages the store reserves for
 // it (one copy, the kernel's; the CRC computed as the bytes arrive), and
 // reports whether it did. It does not where the store has no pages to
-// spare or the ref does not parse: the caller then reads the payload into
-// a buffer, as for every other put.
+// spare, the ref does not parse, or the key is not this server's under the
+// map it has (reserving would evict blocks for a put answered moved): the
+// caller then reads the payload into a buffer, as for every other put.
 func (dc *dataConn) kvPutIntoDRAM(r *wire.Reader, h wire.Header, key []byte, start time.Time) bool {
 	s := dc.s
 	if s.kv == nil || h.PayloadLen < kvPutIntoDRAMMin {
 		return false
 	}
 	ref, err := wire.ParseKVRef(append([]byte(nil), key...)) // the reader reuses its key buffer
-	if err != nil || len(ref.Forward) > 0 || checkKVRef(ref, false) != nil {
-		return false
+	if err != nil || len(ref.Forward) > 0 || checkKVRef(ref, false) != nil || !s.ownsNow(ref) {
+		return false // the ordinary path answers, refreshing the map if need be
 	}
 	res, err := s.kv.Reserve(kvKey(ref), int64(h.PayloadLen), h.Flags&wire.FlagOverwrite != 0)
 	if err != nil || res == nil {

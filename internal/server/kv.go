@@ -85,6 +85,21 @@ func (s *Server) checkOwner(ref wire.KVRef, clientEpoch int64) error {
 	}
 }
 
+// ownsNow reports whether this server owns ref's key under the membership
+// map it has, without asking the master for a newer one (checkOwner does,
+// on the request's own goroutine: not on a connection's reader).
+func (s *Server) ownsNow(ref wire.KVRef) bool {
+	if s.master == nil {
+		return true
+	}
+	ms := s.membership()
+	if ms == nil {
+		return false
+	}
+	n := ms.Replicas(ref.Pool)
+	return n > 0 && placement.Owns(ref.Key, ms.Members, n, s.cfg.ID)
+}
+
 // minRefresh is the least time between two membership refreshes a client's
 // epoch asks for: the epoch in a frame is the client's number, and must not
 // drive the master's load (issue 22 finding 6: 2,000 frames with a future

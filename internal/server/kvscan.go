@@ -82,22 +82,9 @@ func (s *Server) KVGetLocal(pool string, key []byte, fn func(bufs [][]byte, size
 
 // KVPutLocal stores value (whose CRC32C is crc) under key; see kvstore.PutChecked.
 func (s *Server) KVPutLocal(pool string, key, value []byte, crc uint32, overwrite bool) (existed bool, err error) {
-	if s.kv == nil {
-		return false, errNoKV(s.cfg.ID)
-	}
 	start := time.Now()
 	s.metrics.bytesIn.Add(float64(len(value)))
-	// As kvPut: a write-once put first moves an earlier owner's block here,
-	// an overwrite removes the earlier owners' copies (a stale copy there
-	// would be found by a later fallback), and a put that lands just after
-	// the map moved the key elsewhere is undone and answered moved.
-	ref := wire.KVRef{Pool: pool, Key: key}
-	unlock := s.kvBeforeWrite(ref, overwrite)
-	existed, err = s.kv.PutChecked(kvKey(ref), value, crc, overwrite)
-	if err == nil && (!existed || overwrite) {
-		err = s.kvOwnerAfterWrite(ref)
-	}
-	unlock()
+	existed, err = s.kvPut(wire.KVRef{Pool: pool, Key: key}, 0, overwrite, value, crc, nil)
 	s.metrics.observe(wire.OpKVPut, start, err)
 	return existed, err
 }
