@@ -36,7 +36,7 @@ func newBenchTurns() *cobra.Command {
 	var oldPath, prefault, coalesce bool
 	var coalesceInFlight int
 	var rate float64
-	var serverMem, durability string
+	var serverMem, durability, model string
 	cmd := &cobra.Command{
 		Use:   "turns",
 		Short: "Explicit-mode chat turns per second (plan, write, commit) with master and servers as separate processes",
@@ -46,7 +46,9 @@ func newBenchTurns() *cobra.Command {
   # the leader answering turns at once and writing them just behind
   ./gd2fs-bench turns --sessions 10000 --session-durability window
   # latency at a given load rather than at saturation: 500 turns started a second
-  ./gd2fs-bench turns --sessions 10000 --rate 500`,
+  ./gd2fs-bench turns --sessions 10000 --rate 500
+  # a real model's KV (128 KiB a token): plans that allocate chunks, at a rate the bytes allow
+  ./gd2fs-bench turns --model llama-8b --sessions 32 --concurrency 8 --rate 10 --duration 10s --server-mem 2GiB`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if sessions < 1 || conc < 1 || turnTokens < 1 || servers < 1 || duration <= 0 {
@@ -58,6 +60,11 @@ func newBenchTurns() *cobra.Command {
 			if _, err := parseSize(serverMem); err != nil {
 				return fmt.Errorf("--server-mem: %w", err)
 			}
+			l, ok := turnsLayouts[model]
+			if !ok {
+				return fmt.Errorf("--model %q: small (256 bytes of KV a token) or llama-8b (128 KiB a token)", model)
+			}
+			turnsLayout = l
 			var masterArgs []string
 			if durability != "" {
 				masterArgs = []string{"--session-durability", durability}
@@ -73,6 +80,7 @@ func newBenchTurns() *cobra.Command {
 	f.IntVar(&conc, "concurrency", 64, "turns in flight at once")
 	f.IntVar(&servers, "servers", 3, "data servers, each its own process")
 	f.Int64Var(&turnTokens, "turn-tokens", 200, "new tokens per turn")
+	f.StringVar(&model, "model", "small", "KV layout of the turns: small (256 bytes a token: the turn's shape, not its bytes) or llama-8b (128 KiB a token: a 16 MiB chunk every 128 tokens; size --server-mem for the bytes and use --rate)")
 	f.DurationVar(&duration, "duration", 30*time.Second, "how long turns are measured")
 	f.StringVar(&durability, "session-durability", "", "the master's --session-durability: flush, window or sync (default: the master's own, flush; leave it out for a gd2fs binary from before it)")
 	f.BoolVar(&prefault, "server-prefault", true, "start the servers with --mem-prefault and measure once their DRAM tiers are resident, as on a server that has run until its tiers were full (false: pages are faulted in by the measured writes; needed for a gd2fs binary from before the flag)")
@@ -83,9 +91,19 @@ func newBenchTurns() *cobra.Command {
 	return cmd
 }
 
-// turnsLayout is a small model: 256 bytes of KV per token, so the
-// benchmark measures the turn's shape, not the bytes moved.
-var turnsLayout = client.Layout{Model: "bench-small", Layers: 2, KVHeads: 1, HeadDim: 32, DType: "fp16", PageTokens: 16, Order: "layer_first"}
+// turnsLayouts are the models --model names. small: 256 bytes of KV per
+// token, so the benchmark measures the turn's shape, not the bytes moved
+// (a session file's 16 MiB chunk holds 65,536 tokens). llama-8b: Llama
+// 3.1 8B's KV (32 layers, 8 KV heads of 128, fp16: 128 KiB a token), so a
+// chunk holds 128 tokens and nearly every turn's plan allocates one; its
+// bytes bound the rate, so run it with --rate and few sessions.
+var turnsLayouts = map[string]client.Layout{
+	"small":    {Model: "bench-small", Layers: 2, KVHeads: 1, HeadDim: 32, DType: "fp16", PageTokens: 16, Order: "layer_first"},
+	"llama-8b": {Model: "bench-llama-8b", Layers: 32, KVHeads: 8, HeadDim: 128, DType: "fp16", PageTokens: 16, Order: "layer_first"},
+}
+
+// turnsLayout is the layout the run uses (--model).
+var turnsLayout = turnsLayouts["small"]
 
 func benchTurns(ctx context.Context, metaDSN, serverMem string, sessions, conc, servers int, turnTokens int64, duration time.Duration, oldPath, prefault bool, masterArgs []string, ccfg client.Config, rate float64) error {
 	dir, err := os.MkdirTemp("", "gd2fs-benchturns-")
@@ -177,9 +195,9 @@ func benchTurns(ctx context.Context, metaDSN, serverMem string, sessions, conc, 
 	} else if ccfg.CoalesceInFlight > 0 {
 		coal += fmt.Sprintf(" (%d batches in flight)", ccfg.CoalesceInFlight)
 	}
-	fmt.Printf("bench turns: %s, %d servers (%s), %d sessions set up in %s, %d concurrent turns of %d tokens (%d bytes), %s, load average %s\n",
+	fmt.Printf("bench turns: %s, %d servers (%s), %d sessions set up in %s, %d concurrent turns of %d tokens of %s (%d bytes), %s, load average %s\n",
 		engineName(metaDSN), servers, resident, sessions, time.Since(start).Round(time.Millisecond), conc, turnTokens,
-		turnsLayout.RangeBytes(turnTokens), coal, loadAvg())
+		turnsLayout.Model, turnsLayout.RangeBytes(turnTokens), coal, loadAvg())
 
 	before, err := masterRequests(ctx, url)
 	if err != nil {

@@ -735,7 +735,14 @@ func (s *sqlStore) Commit(ctx context.Context, fileID int64, size int64, lengths
 }
 
 func (s *sqlStore) AddChunks(ctx context.Context, fileID int64, want []Chunk) ([]Chunk, error) {
+	// A plan answered from memory may have allocated some of them
+	// (writebehind.go, allocMem): see those first, not make a second.
+	if err := s.barrier(ctx); err != nil {
+		return nil, err
+	}
+	added := false
 	err := s.tx(ctx, func(tx *sql.Tx) error {
+		added = false
 		for _, c := range want {
 			var n int
 			if err := tx.QueryRowContext(ctx, s.q(`SELECT COUNT(*) FROM chunks WHERE file_id = ? AND idx = ?`), fileID, c.Index).Scan(&n); err != nil {
@@ -744,6 +751,7 @@ func (s *sqlStore) AddChunks(ctx context.Context, fileID int64, want []Chunk) ([
 			if n > 0 {
 				continue
 			}
+			added = true
 			id, err := s.counter(ctx, tx, "next_id", 1)
 			if err != nil {
 				return err
@@ -761,6 +769,11 @@ func (s *sqlStore) AddChunks(ctx context.Context, fileID int64, want []Chunk) ([
 	})
 	if err != nil {
 		return nil, err
+	}
+	if added {
+		// Memory would otherwise allocate these indexes again for a plan
+		// (the flush would then fail on UNIQUE (file_id, idx)).
+		s.forgetFiles(func(f *cachedFile) bool { return f.file.ID == fileID })
 	}
 	all, err := s.Chunks(ctx, fileID)
 	if err != nil {
@@ -855,6 +868,12 @@ func (s *sqlStore) ReplaceReplica(ctx context.Context, chunkID uint64, old, new 
 // not hold a replica of (a file removed while the server was away and its
 // tombstone lost, or a copy abandoned half-way), and returns how many.
 func (s *sqlStore) Orphans(ctx context.Context, serverID string, held []uint64) (int, error) {
+	// A chunk a plan allocated in memory (writebehind.go, allocMem) and a
+	// client wrote before this server restarted is no orphan: wait until
+	// every answered allocation is in SQL.
+	if err := s.barrier(ctx); err != nil {
+		return 0, err
+	}
 	n := 0
 	err := s.tx(ctx, func(tx *sql.Tx) error {
 		n = 0

@@ -30,14 +30,19 @@ import (
 //
 // Only an operation whose whole input is in memory and that succeeds is
 // answered this way (the fast path): a plan of a session held in memory
-// whose current file this leader created, whose fresh range falls in
-// chunks already allocated, that evicts nothing and finds no plan to
-// expire; a commit of an outstanding plan whose files are in memory.
-// Everything else (a new session, a new file, a new chunk, an eviction,
-// an expiry, forks, deletions, errors) runs as before, in the group
-// transaction, after the log is written in that same transaction, so it
-// reads SQL equal to memory. Files and chunks are therefore never created
-// in memory: a chunk a plan names is in SQL before anyone can write it.
+// whose current file this leader created, that evicts nothing and finds
+// no plan to expire; a commit of an outstanding plan whose files are in
+// memory. Such a plan also allocates the chunks its fresh range enters
+// (allocMem: placed by the master, ids from the block below, their rows in
+// the log), so a turn on an 8B model's layout (128 tokens a 16 MiB chunk)
+// is not sent to SQL every time. Everything else (a new session, a new
+// file, an eviction, an expiry, forks, deletions, errors) runs as before,
+// in the group transaction, after the log is written in that same
+// transaction, so it reads SQL equal to memory. Files are never created
+// in memory. In flush mode a chunk a plan names is in SQL before the plan
+// is answered; in window mode a reader of the file's chunks waits for the
+// log (barrier), and so does AddChunks, so no second chunk is made for an
+// index memory allocated.
 //
 // Durability (SetSessionDurability):
 //
@@ -63,9 +68,11 @@ import (
 //     next plan starts a new file. A leader that loses part of its log
 //     (a flush failed, or another writer changed sessions) takes a new
 //     term itself before it answers from memory again.
-//   - Plan ids are taken from a block persisted ahead (next_id advanced by
-//     idBlock in a transaction that commits before any id of it is
-//     used), so an id answered and then lost is never given again.
+//   - Plan ids, and the ids of chunks plans allocate, are taken from a
+//     block persisted ahead (next_id advanced by idBlock in a transaction
+//     that commits before any id of it is used), so an id answered and
+//     then lost is never given again: a client that wrote to a lost
+//     chunk wrote to an id no file will ever name.
 //   - Reads that must see every answered change (Session, Sessions, File,
 //     Chunks, OutstandingPlan) wait for the log in window mode (barrier):
 //     the current one, or the one being written (pending).
@@ -89,13 +96,19 @@ type DurabilitySetter interface {
 	SetSessionDurability(mode string) error
 }
 
-// idBlock is how many plan ids a leader takes from next_id at once. When
+// idBlock is how many ids (of plans and of the chunks plans allocate) a
+// leader takes from next_id at once. When
 // a block runs out, every plan memory would answer goes to SQL until one
 // of them takes the next block: with 1,024, at 64 chats, that was 2–4 % of
 // all plans (gd2fs-bench turns, "plan_ids"). A leader that stops wastes
 // what is left of its block: ids are int64, and a few tens of thousands a
 // change of leader is nothing.
 const idBlock = 1 << 16
+
+// idLow is how few ids left in a block make a plan run in SQL take the
+// next one: a plan answered from memory takes one id, and one for each
+// chunk it allocates (a 16 MiB chunk is 128 tokens of an 8B model's KV).
+const idLow = 1 << 10
 
 // windowOps bounds what window mode answers ahead of SQL: an operation
 // that finds this many waiting in the log waits for their flush, as in
@@ -286,10 +299,10 @@ const (
 	SlowExpiry                        // a plan old enough to expire
 	SlowNotInMemory                   // the session, its layout or the plan not in memory
 	SlowFile                          // a first or new session file, or one made under another lead term
-	SlowChunk                         // a chunk to allocate (the fresh range enters one never allocated)
+	SlowChunk                         // a new chunk that cannot be placed now; a commit's chunk not in memory
 	SlowReach                         // a server holding the range unknown or down
 	SlowQuota                         // an eviction to make room
-	SlowIDs                           // a new block of plan ids to persist
+	SlowIDs                           // a new block of ids (plans, chunks they allocate) to persist
 	SlowOther                         // what the slow path decides or refuses (content, sizes, repeats)
 	SlowReasons                       // the number of reasons
 )
@@ -594,6 +607,8 @@ func (s *sqlStore) planMem(in PlanInput) (Plan, bool) {
 	fr := Range{TokenStart: p.Cached}
 	var split int64
 	var f *cachedFile
+	var chunks []Chunk // the fresh range's chunks (in.Place), missing those to allocate
+	var missing []int
 	if fresh := end - p.Cached; fresh > 0 {
 		if checked {
 			split = freshSplit(pt, p.Cached, end, n, in.Aligned)
@@ -619,20 +634,23 @@ func (s *sqlStore) planMem(in PlanInput) (Plan, bool) {
 		fr.KVStart = f.reserved
 		p.Fresh = splitFresh(l, fr, split)
 		if in.Place != nil {
-			cs, ok := f.under(fr.KVStart, fr.KVLength)
-			if !ok {
-				return p, s.slow(0, SlowChunk) // a chunk to allocate: in SQL, by the slow path
+			var ok bool
+			if chunks, missing, ok = f.toAllocate(fr.KVStart, fr.KVLength, in.Place); !ok {
+				return p, s.slow(0, SlowChunk) // no placement now: the slow path plans without chunks
 			}
-			p.FreshFile, p.FreshChunks = f.file, cs
 		}
 	}
 	if in.Quota > 0 && (!c.totalKnown || c.total+fr.KVLength > in.Quota) {
 		return p, s.slow(0, SlowQuota) // an eviction: the slow path picks the victims
 	}
-	if c.ids.next >= c.ids.end {
+	if c.ids.end-c.ids.next < int64(1+len(missing)) {
 		return p, s.slow(0, SlowIDs)
 	}
 	// Every check passed: from here on nothing fails.
+	if in.Place != nil && f != nil {
+		s.allocMem(s.wb.log, f, chunks, missing)
+		p.FreshFile, p.FreshChunks = f.file, chunks
+	}
 	p.ID = c.ids.next
 	c.ids.next++
 	hashFrom, planned, hashes := p.Cached/pt, int64(-1), ""
@@ -669,6 +687,59 @@ func (s *sqlStore) planMem(in PlanInput) (Plan, bool) {
 		split: split, requestID: in.RequestID, answer: answer, created: now})
 	c.sessions[in.Session] = &ne
 	return p, true
+}
+
+// toAllocate is f's chunks holding bytes [start, start+n), in index order,
+// with missing the positions in it of those not allocated yet: each of
+// them has its servers from place and no id (allocMem gives it one). ok
+// false when place cannot place one (no server up, a leader warming up):
+// the slow path then plans without chunks and the client allocates as it
+// writes, where the error reaches it. Nothing changes here.
+func (f *cachedFile) toAllocate(start, n int64, place PlaceFunc) (cs []Chunk, missing []int, ok bool) {
+	size := f.file.ChunkSize
+	if size <= 0 || n <= 0 {
+		return nil, nil, false
+	}
+	first, last := start/size, (start+n-1)/size
+	cs = make([]Chunk, 0, last-first+1)
+	for idx := first; idx <= last; idx++ {
+		ch, ok := f.chunks[idx]
+		if !ok {
+			replicas, err := place(f.file.ID, idx)
+			if err != nil || len(replicas) == 0 {
+				return nil, nil, false
+			}
+			ch = Chunk{FileID: f.file.ID, Index: idx, Replicas: replicas}
+			missing = append(missing, len(cs))
+		}
+		cs = append(cs, ch)
+	}
+	return cs, missing, true
+}
+
+// allocMem allocates, in memory and in log lg, the chunks of cs at the
+// positions missing (toAllocate), with ids from the block persisted ahead
+// (wb.mu held; the caller checked there are enough). The rows are plain
+// INSERTs: should SQL hold another chunk at the same index (a client's
+// AddChunks between a barrier and this plan), the flush fails on the
+// UNIQUE (file_id, idx) and its operations are lost or run again in SQL,
+// as with any failed flush; memory and SQL never name two chunks for one
+// index. A chunk allocated here and lost with its log (window mode, a
+// crash) leaves what a client wrote to it as a chunk no file uses on its
+// servers (docs/kv-cache.md, "What a crash loses").
+func (s *sqlStore) allocMem(lg *wlog, f *cachedFile, cs []Chunk, missing []int) {
+	c := &s.cache
+	for _, i := range missing {
+		ch := &cs[i]
+		ch.ID = uint64(c.ids.next)
+		c.ids.next++
+		ch.Replicas = slices.Clone(ch.Replicas)
+		f.chunks[ch.Index] = *ch
+		lg.add(s, `INSERT INTO chunks (id, file_id, idx, length) VALUES (?, ?, ?, 0)`, int64(ch.ID), ch.FileID, ch.Index)
+		for pos, sv := range ch.Replicas {
+			lg.add(s, `INSERT INTO replicas (chunk_id, pos, server_id) VALUES (?, ?, ?)`, int64(ch.ID), pos, sv)
+		}
+	}
 }
 
 // unreachable is unreachableTx from memory; ok false when a file or a
@@ -949,7 +1020,10 @@ func (s *sqlStore) afterSlowPlan(ctx context.Context, tx execer, in PlanInput, p
 		return wrapDB(err)
 	}
 	c.totalKnown = true
-	if c.ids.next >= c.ids.end {
+	if c.ids.end-c.ids.next < idLow {
+		// What is left of the block is dropped: a plan that needs more
+		// ids than are left (one per chunk it allocates, one its own)
+		// would otherwise go to SQL every time, and never use them up.
 		end, err := s.counter(ctx, tx, "next_id", idBlock)
 		if err != nil {
 			return err

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -413,5 +414,151 @@ func TestAppendDeletesNoRanges(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestFastPlanAllocatesChunks: a chat whose every turn enters a new chunk
+// (a real model's layout: 128 tokens of an 8B model fill a 16 MiB chunk)
+// is answered from memory, the plans allocating the chunks there; what
+// they allocated is what SQL holds once written, an index has one chunk
+// however many plans name it, and a client's AddChunks of an index memory
+// allocated gets that chunk, not a second one (window mode: it waits for
+// the log). Without allocMem every plan here runs in SQL ("chunk").
+func TestFastPlanAllocatesChunks(t *testing.T) {
+	for name, open := range engines(t) {
+		for _, mode := range []string{DurabilityFlush, DurabilityWindow} {
+			t.Run(name+"-"+mode, func(t *testing.T) {
+				s := inMode(open, mode)(t)
+				ctx := context.Background()
+				if err := s.PutLayout(ctx, wbLayout); err != nil { // 64 bytes a token
+					t.Fatal(err)
+				}
+				placed := map[[2]int64]int{}
+				place := func(fileID, idx int64) ([]string, error) {
+					placed[[2]int64{fileID, idx}]++
+					return []string{"s1", "s2"}, nil
+				}
+				plan := func(prompt []uint32) Plan {
+					t.Helper()
+					// Chunks of 700 bytes: a turn of 14 tokens (896 bytes)
+					// enters one or two new chunks.
+					p, err := s.PlanSession(ctx, PlanInput{Session: "chat", Model: "m", TokenIDs: prompt, DecodeTokens: 4, Dir: "/kv-sessions",
+						Pool: "perf", ChunkSize: 700, PlanTTL: time.Hour, Now: time.Now(), Place: place, Quota: 1 << 30})
+					if err != nil {
+						t.Fatal(err)
+					}
+					if err := checkFreshChunks(p); err != nil {
+						t.Fatal(err)
+					}
+					return p
+				}
+				byIndex := map[int64]Chunk{}
+				seen := func(p Plan) {
+					t.Helper()
+					for _, ch := range p.FreshChunks {
+						if old, ok := byIndex[ch.Index]; ok && (old.ID != ch.ID || !slices.Equal(old.Replicas, ch.Replicas)) {
+							t.Fatalf("chunk %d named as %+v, earlier as %+v", ch.Index, ch, old)
+						}
+						byIndex[ch.Index] = ch
+					}
+				}
+				ids := []uint32{}
+				const turns = 12
+				var p Plan
+				for i := range turns {
+					ids = append(ids, seqIDs(uint32(100*i+1), 10)...)
+					p = plan(ids)
+					seen(p)
+					if _, err := s.CommitSession(ctx, CommitInput{Session: "chat", PlanID: p.ID, Written: true, Now: time.Now()}); err != nil {
+						t.Fatal(err)
+					}
+					ids = append(ids, seqIDs(uint32(100*i+50), 4)...) // the answer
+				}
+				st := s.(*sqlStore).WriteBehindStats()
+				if n := st.Slow[0][SlowChunk]; n != 0 {
+					t.Fatalf("%d plans ran in SQL to allocate a chunk", n)
+				}
+				if st.Fast < 2*(turns-1) {
+					t.Fatalf("%d of %d operations answered from memory (slow: %v)", st.Fast, 2*turns, st.Slow)
+				}
+				for k, n := range placed {
+					if n != 1 {
+						t.Fatalf("chunk %d of file %d placed %d times", k[1], k[0], n)
+					}
+				}
+				// In window mode the next plans' flushes are held until a
+				// read waits for them (the timer only ends a failing run).
+				hold := func() func() {
+					if mode != DurabilityWindow {
+						return func() {}
+					}
+					release := make(chan struct{})
+					var once sync.Once
+					free := func() { once.Do(func() { close(release) }) }
+					h := func() error {
+						select {
+						case <-release:
+						case <-time.After(5 * time.Second):
+						}
+						return nil
+					}
+					flushHook.Store(&h)
+					waitHook.Store(&free)
+					return func() { free(); flushHook.Store(nil); waitHook.Store(nil) }
+				}
+				// A server that restarts and reports holding a chunk a plan
+				// allocated (and its client wrote) is told it is no orphan:
+				// the sweep waits for the log.
+				free := hold()
+				ids = append(ids, seqIDs(4000, 30)...)
+				p = plan(ids)
+				seen(p)
+				n, err := s.Orphans(ctx, "s1", []uint64{p.FreshChunks[len(p.FreshChunks)-1].ID})
+				free()
+				if err != nil || n != 0 {
+					t.Fatalf("a chunk the outstanding plan allocated swept as an orphan: %d, %v", n, err)
+				}
+				if _, err := s.CommitSession(ctx, CommitInput{Session: "chat", PlanID: p.ID, Written: true, Now: time.Now()}); err != nil {
+					t.Fatal(err)
+				}
+				// A client's AddChunks of an outstanding plan's chunks gets
+				// their ids: without the wait it finds none in SQL and makes
+				// its own.
+				free = hold()
+				defer free()
+				ids = append(ids, seqIDs(5000, 30)...)
+				p = plan(ids)
+				seen(p)
+				got, err := s.AddChunks(ctx, p.FreshFile.ID, p.FreshChunks)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(got) != len(p.FreshChunks) {
+					t.Fatalf("AddChunks of the plan's %d chunks: %+v", len(p.FreshChunks), got)
+				}
+				for i, ch := range got {
+					if ch.ID != p.FreshChunks[i].ID {
+						t.Fatalf("AddChunks made chunk %+v for index %d, the plan allocated %+v", ch, ch.Index, p.FreshChunks[i])
+					}
+				}
+				if _, err := s.CommitSession(ctx, CommitInput{Session: "chat", PlanID: p.ID, Written: true, Now: time.Now()}); err != nil {
+					t.Fatal(err)
+				}
+				// SQL holds exactly the chunks the plans named.
+				cs, err := s.Chunks(ctx, p.FreshFile.ID)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(cs) != len(byIndex) {
+					t.Fatalf("SQL holds %d chunks, the plans named %d", len(cs), len(byIndex))
+				}
+				for _, ch := range cs {
+					want := byIndex[ch.Index]
+					if ch.ID != want.ID || !slices.Equal(ch.Replicas, want.Replicas) {
+						t.Fatalf("SQL holds chunk %d as %+v, the plans named %+v", ch.Index, ch, want)
+					}
+				}
+			})
+		}
 	}
 }
