@@ -66,7 +66,7 @@ func newMaster(g *globals) *cobra.Command {
 	f.StringVar(&clusterN, "cluster", "local", "cluster name used in gd2fs://<cluster>/ URIs")
 	f.StringVar(&advertise, "advertise", "", "URL others reach this master at (default: from --listen)")
 	f.StringSliceVar(&publicMasters, "public-masters", nil, "host:port of every master, named in the kv_uris of vllm-format plans (default: from --advertise)")
-	f.StringVar(&quota, "session-quota", "0", "bytes of explicit-mode KV session files before LRU eviction (0: no limit)")
+	f.StringVar(&quota, "session-quota", "0", "bytes of explicit-mode KV session files before LRU eviction, which then frees down to 1/32 below it (0: no limit)")
 	f.StringVar(&durability, "session-durability", meta.DurabilityFlush, durabilityHelp)
 	f.IntVar(&maxConns, "max-conns", master.DefaultMaxConns, "most HTTP connections open at once")
 	f.IntVar(&maxPerIP, "max-conns-per-ip", master.DefaultMaxConnsPerIP, "most connections of one address that made no authenticated request yet (the first closed when the port is full; -1: no bound)")

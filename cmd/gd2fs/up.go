@@ -134,7 +134,7 @@ func newUp(g *globals) *cobra.Command {
 	f.StringVar(&kvPolicy, "kv-policy", "auto", "KV DRAM tier policy: auto, s3fifo or lru (see gd2fs server --help)")
 	f.StringVar(&kvDisk, "kv-disk", "4GiB", "KV cache disk tier per server")
 	f.StringVar(&kvPin, "kv-pin-quota", "auto", "bytes of KV blocks that may be pinned per KV tier: auto (a quarter), 0 (no pins) or a size (see gd2fs server --help)")
-	f.StringVar(&quota, "session-quota", "4GiB", "bytes of explicit-mode KV session files before LRU eviction")
+	f.StringVar(&quota, "session-quota", "4GiB", "bytes of explicit-mode KV session files before LRU eviction, which then frees down to 1/32 below it")
 	f.StringVar(&durability, "session-durability", meta.DurabilityFlush, durabilityHelp)
 	s3.add(f)
 	f.StringVar(&cluster_, "cluster", "local", "cluster name used in gd2fs://<cluster>/ URIs")

@@ -595,11 +595,22 @@ func testSessionQuota(t *testing.T, s Store) {
 	in := planIn("next", 32)
 	in.Quota, in.Now = quota, t0.Add(3*time.Second)
 	p, err := s.PlanSession(ctx, in)
-	if err != nil || len(p.Evicted) != 1 || p.Evicted[0] != "old" {
+	// Least recently used first, down to 1/32 of the quota below it
+	// (quotaLow): "old" leaves 5 pages, at the quota, so "mid" goes too.
+	if err != nil || !slices.Equal(p.Evicted, []string{"old", "mid"}) {
 		t.Fatalf("eviction: %v %+v", err, p.Evicted)
 	}
-	_, err = s.Session(ctx, "old")
-	mustIs(t, err, errs.ErrNotFound)
+	for _, id := range p.Evicted {
+		_, err = s.Session(ctx, id)
+		mustIs(t, err, errs.ErrNotFound)
+	}
+	// 3 pages more: "new" goes, which leaves the quota's 5 pages, not its
+	// low mark, and no idle session is left to evict: the plan is made.
+	in3 := planIn("small", 48)
+	in3.Quota, in3.Now = quota, t0.Add(3500*time.Millisecond)
+	if p, err := s.PlanSession(ctx, in3); err != nil || len(p.Evicted) != 1 || p.Evicted[0] != "new" {
+		t.Fatalf("plan under the quota: %v %+v", err, p.Evicted)
+	}
 	// "next" has a plan outstanding: it is never evicted, even as the LRU.
 	in2 := planIn("big", 64)
 	in2.Quota, in2.Now = quota, t0.Add(4*time.Second)

@@ -715,11 +715,18 @@ func (s *sqlStore) enforceQuotaTx(ctx context.Context, tx *sql.Tx, in PlanInput)
 		if err := tx.QueryRowContext(ctx, quotaTotalQuery).Scan(&total); err != nil {
 			return nil, wrapDB(err)
 		}
-		if total <= in.Quota {
+		limit := in.Quota
+		if len(evicted) > 0 {
+			limit = quotaLow(in.Quota)
+		}
+		if total <= limit {
 			return evicted, nil
 		}
 		var victim string
 		err := tx.QueryRowContext(ctx, s.q(quotaVictimQuery), in.Session).Scan(&victim)
+		if errors.Is(err, sql.ErrNoRows) && total <= in.Quota {
+			return evicted, nil // under the quota, if not down to its low mark
+		}
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil, errs.New(errs.ErrNoSpace, "KV session quota of %d bytes is full (%d reserved) and no idle session can be evicted: raise --session-quota or delete sessions", in.Quota, total)
 		}
@@ -732,6 +739,15 @@ func (s *sqlStore) enforceQuotaTx(ctx context.Context, tx *sql.Tx, in PlanInput)
 		evicted = append(evicted, victim)
 	}
 }
+
+// quotaLow is where an eviction stops: once a plan must evict, it evicts
+// (least recently used first, as ever) until the reserved bytes are 1/32 of
+// the quota below it, not just under it. A cache under its quota is full
+// for good, and a plan that evicts runs in SQL (the LRU query, the victims'
+// rows): evicting just enough sent every plan there, where the slack lets
+// the next plans, 1/32 of the quota's worth, be answered from the leader's
+// memory (docs/kv-cache.md, "Quota").
+func quotaLow(quota int64) int64 { return quota - quota/32 }
 
 // deleteSessionTx removes a session; files it owns go when no other session
 // (a fork) still references them, else pass to one that does.

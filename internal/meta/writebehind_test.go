@@ -3,6 +3,7 @@ package meta
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -560,5 +561,60 @@ func TestFastPlanAllocatesChunks(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestQuotaLowMarkKeepsPlansInMemory: under a full --session-quota a plan
+// that must evict runs in SQL; it evicts down to the quota's low mark
+// (quotaLow), so the plans after it fit and are answered from memory. Two
+// chats take turns while idle one-turn sessions fill the quota: without
+// the low mark every one of their plans evicts one session in SQL.
+func TestQuotaLowMarkKeepsPlansInMemory(t *testing.T) {
+	for name, open := range engines(t) {
+		t.Run(name, func(t *testing.T) {
+			s := inMode(open, DurabilityFlush)(t)
+			ctx := context.Background()
+			if err := s.PutLayout(ctx, wbLayout); err != nil { // 64 bytes a token
+				t.Fatal(err)
+			}
+			const quota = 16 << 10 // its low mark 512 bytes below
+			plan := func(id string, prompt []uint32) Plan {
+				t.Helper()
+				p, err := s.PlanSession(ctx, PlanInput{Session: id, Model: "m", TokenIDs: prompt, Dir: "/kv-sessions",
+					Pool: "perf", ChunkSize: 1 << 20, PlanTTL: time.Hour, Now: time.Now(), Place: wbPlace, Quota: quota})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := s.CommitSession(ctx, CommitInput{Session: id, PlanID: p.ID, Written: true, Now: time.Now()}); err != nil {
+					t.Fatal(err)
+				}
+				return p
+			}
+			// 62 idle sessions of 4 tokens (256 bytes): 15.5 KiB.
+			for i := range 62 {
+				plan(fmt.Sprintf("cold%03d", i), seqIDs(uint32(i*100), 4))
+			}
+			before := s.(*sqlStore).WriteBehindStats()
+			var evicted []string
+			chats := [2][]uint32{}
+			const turns = 60
+			for i := range turns {
+				c := &chats[i%2]
+				*c = append(*c, seqIDs(uint32(10000*(i%2+1)+len(*c)), 4)...) // 4 tokens a turn
+				evicted = append(evicted, plan(fmt.Sprintf("chat%d", i%2), *c).Evicted...)
+			}
+			after := s.(*sqlStore).WriteBehindStats()
+			quotaSlow := after.Slow[0][SlowQuota] - before.Slow[0][SlowQuota]
+			// Least recently used first: the idle sessions in the order made.
+			for i, id := range evicted {
+				if want := fmt.Sprintf("cold%03d", i); id != want {
+					t.Fatalf("eviction %d took %s, want %s (%v)", i, id, want, evicted)
+				}
+			}
+			if len(evicted) < 20 || quotaSlow > turns/2 {
+				t.Fatalf("%d turns evicted %d sessions; %d plans ran in SQL to evict", turns, len(evicted), quotaSlow)
+			}
+			t.Logf("%d turns evicted %d sessions; %d plans ran in SQL to evict", turns, len(evicted), quotaSlow)
+		})
 	}
 }
