@@ -36,7 +36,7 @@ func newBenchTurns() *cobra.Command {
 	var oldPath, prefault, coalesce bool
 	var coalesceInFlight int
 	var rate float64
-	var serverMem, durability, model string
+	var serverMem, durability, model, quota string
 	cmd := &cobra.Command{
 		Use:   "turns",
 		Short: "Explicit-mode chat turns per second (plan, write, commit) with master and servers as separate processes",
@@ -47,6 +47,8 @@ func newBenchTurns() *cobra.Command {
   ./gd2fs-bench turns --sessions 10000 --session-durability window
   # latency at a given load rather than at saturation: 500 turns started a second
   ./gd2fs-bench turns --sessions 10000 --rate 500
+  # a full cache: the set-up fills the quota, so the turns' plans evict
+  ./gd2fs-bench turns --sessions 2000 --session-quota 64MiB
   # a real model's KV (128 KiB a token): plans that allocate chunks, at a rate the bytes allow
   ./gd2fs-bench turns --model llama-8b --sessions 32 --concurrency 8 --rate 10 --duration 10s --server-mem 2GiB`,
 		Args: cobra.NoArgs,
@@ -69,6 +71,12 @@ func newBenchTurns() *cobra.Command {
 			if durability != "" {
 				masterArgs = []string{"--session-durability", durability}
 			}
+			if quota != "" {
+				if _, err := parseSize(quota); err != nil {
+					return fmt.Errorf("--session-quota: %w", err)
+				}
+				masterArgs = append(masterArgs, "--session-quota", quota)
+			}
 			ccfg := client.Config{NoCoalesce: !coalesce, CoalesceInFlight: coalesceInFlight}
 			return benchTurns(context.Background(), metaDSN, serverMem, sessions, conc, servers, turnTokens, duration, oldPath, prefault, masterArgs, ccfg, rate)
 		},
@@ -80,6 +88,7 @@ func newBenchTurns() *cobra.Command {
 	f.IntVar(&conc, "concurrency", 64, "turns in flight at once")
 	f.IntVar(&servers, "servers", 3, "data servers, each its own process")
 	f.Int64Var(&turnTokens, "turn-tokens", 200, "new tokens per turn")
+	f.StringVar(&quota, "session-quota", "", "the master's --session-quota (default: the master's own, no limit): a quota the set-up fills makes the measured plans evict")
 	f.StringVar(&model, "model", "small", "KV layout of the turns: small (256 bytes a token: the turn's shape, not its bytes) or llama-8b (128 KiB a token: a 16 MiB chunk every 128 tokens; size --server-mem for the bytes and use --rate)")
 	f.DurationVar(&duration, "duration", 30*time.Second, "how long turns are measured")
 	f.StringVar(&durability, "session-durability", "", "the master's --session-durability: flush, window or sync (default: the master's own, flush; leave it out for a gd2fs binary from before it)")

@@ -265,6 +265,7 @@ func (s *sqlStore) runBatch(ops []*groupOp) (err error) {
 		return wrapDB(err)
 	}
 	committed = true
+	s.ckpt.wrote()
 	if wb.newTerm != 0 { // wb.mu held: a batch that takes a term keeps it
 		// The term taken in beginBatch is ours only now that it committed.
 		s.leadTerm.Store(wb.newTerm)

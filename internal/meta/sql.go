@@ -37,6 +37,9 @@ type sqlStore struct {
 	// wb answers session operations from the cache and writes them to SQL
 	// behind (writebehind.go).
 	wb writeBehind
+	// ckpt runs SQLite's WAL checkpoints beside the writer (checkpoint.go);
+	// nil on PostgreSQL.
+	ckpt *checkpointer
 }
 
 // Open opens the store named by dsn:
@@ -79,7 +82,8 @@ func Open(ctx context.Context, dsn string) (Store, error) {
 		// the tables' inner pages and hot rows of a leader's flushes in
 		// memory; wal_autocheckpoint: a checkpoint every 16,384 pages (64
 		// MiB of WAL) instead of 1,000 copies once a page that many
-		// flushes dirtied. On this VM, where a system call is dear, the
+		// flushes dirtied — a bound only: the checkpointer (checkpoint.go)
+		// checkpoints beside the writer long before. On this VM, where a system call is dear, the
 		// two cut a chat turn's master system calls from about 50 to 33
 		// (docs/kv-cache.md, "What a flush costs").
 		s.db, err = openSQLiteCached("file:" + file + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=synchronous(" + syncMode + ")&_pragma=foreign_keys(ON)" + sqliteCachePragmas)
@@ -87,6 +91,7 @@ func Open(ctx context.Context, dsn string) (Store, error) {
 			// One connection: SQLite serialises writers anyway, and this
 			// keeps transactions from failing with SQLITE_BUSY.
 			s.db.SetMaxOpenConns(1)
+			s.ckpt = newCheckpointer("file:" + file + "?_pragma=busy_timeout(10000)&_pragma=synchronous(" + syncMode + ")")
 		}
 	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
 		s.postgres = true
@@ -270,6 +275,7 @@ func (s *sqlStore) Close() error {
 	s.barrier(context.Background()) //nolint:errcheck // a failed write is what a crash would lose
 	s.lead.release()
 	s.leadTerm.Store(0)
+	s.ckpt.close()
 	return s.db.Close()
 }
 
