@@ -62,6 +62,9 @@ type sessionCache struct {
 	total      int64
 	totalKnown bool
 	ids        struct{ next, end int64 }
+	// idsWanted: the ids a plan sent to SQL for want of them needed (one,
+	// and one a chunk it allocates); the slow path then takes a new block.
+	idsWanted int64
 }
 
 // cachedSession is a session's row and ranges as in SQL.

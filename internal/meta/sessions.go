@@ -716,7 +716,7 @@ func (s *sqlStore) enforceQuotaTx(ctx context.Context, tx *sql.Tx, in PlanInput)
 			return nil, wrapDB(err)
 		}
 		limit := in.Quota
-		if len(evicted) > 0 {
+		if len(evicted) > 0 && len(evicted) < lowMarkVictims {
 			limit = quotaLow(in.Quota)
 		}
 		if total <= limit {
@@ -748,6 +748,12 @@ func (s *sqlStore) enforceQuotaTx(ctx context.Context, tx *sql.Tx, in PlanInput)
 // the next plans, 1/32 of the quota's worth, be answered from the leader's
 // memory (docs/kv-cache.md, "Quota").
 func quotaLow(quota int64) int64 { return quota - quota/32 }
+
+// lowMarkVictims bounds the sessions one plan evicts on the way to the low
+// mark once under the quota: every fast operation waits while the group
+// transaction deletes them, and with small sessions 1/32 of a quota can be
+// thousands of them.
+const lowMarkVictims = 64
 
 // deleteSessionTx removes a session; files it owns go when no other session
 // (a fork) still references them, else pass to one that does.

@@ -742,8 +742,10 @@ func (s *sqlStore) Commit(ctx context.Context, fileID int64, size int64, lengths
 
 func (s *sqlStore) AddChunks(ctx context.Context, fileID int64, want []Chunk) ([]Chunk, error) {
 	// A plan answered from memory may have allocated some of them
-	// (writebehind.go, allocMem): see those first, not make a second.
-	if err := s.barrier(ctx); err != nil {
+	// (writebehind.go, allocMem): see those first, not make a second, and
+	// keep memory from allocating in this file until a slow operation
+	// loads it again from SQL.
+	if err := s.quiesceFile(ctx, fileID); err != nil {
 		return nil, err
 	}
 	added := false

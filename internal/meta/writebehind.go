@@ -519,6 +519,43 @@ func (s *sqlStore) barrier(ctx context.Context) error {
 	return nil
 }
 
+// quiesceFile forgets file fileID in memory and waits until every log that
+// may hold chunks memory allocated in it is written (in any mode: a flush
+// mode log may still wait for its flush). Forgotten, the file takes no new
+// allocation from memory until a slow operation reloads it from SQL after
+// writing the log, so AddChunks then sees every chunk memory made, and a
+// plan cannot make one at an index AddChunks is about to insert (which
+// would fail the whole flush on UNIQUE (file_id, idx)).
+func (s *sqlStore) quiesceFile(ctx context.Context, fileID int64) error {
+	wb := &s.wb
+	wb.mu.Lock()
+	for p, f := range s.cache.files {
+		if f.file.ID == fileID {
+			delete(s.cache.files, p)
+		}
+	}
+	lg := s.pending()
+	current := lg != nil && lg == wb.log
+	wb.mu.Unlock()
+	if lg == nil {
+		return nil
+	}
+	if h := waitHook.Load(); h != nil {
+		(*h)()
+	}
+	if current {
+		if err := s.groupTx(ctx, nil); err != nil {
+			return err
+		}
+	}
+	select {
+	case <-lg.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // forgetFiles drops files from memory after a write that is not a session
 // operation changed them (a moved replica, a seal, a removal).
 func (s *sqlStore) forgetFiles(match func(f *cachedFile) bool) {
@@ -644,6 +681,7 @@ func (s *sqlStore) planMem(in PlanInput) (Plan, bool) {
 		return p, s.slow(0, SlowQuota) // an eviction: the slow path picks the victims
 	}
 	if c.ids.end-c.ids.next < int64(1+len(missing)) {
+		c.idsWanted = int64(1 + len(missing))
 		return p, s.slow(0, SlowIDs)
 	}
 	// Every check passed: from here on nothing fails.
@@ -1020,7 +1058,11 @@ func (s *sqlStore) afterSlowPlan(ctx context.Context, tx execer, in PlanInput, p
 		return wrapDB(err)
 	}
 	c.totalKnown = true
-	if c.ids.end-c.ids.next < idLow {
+	need := int64(idLow)
+	if c.idsWanted <= idBlock { // more than a block: a new one would not do
+		need = max(need, c.idsWanted)
+	}
+	if c.ids.end-c.ids.next < need {
 		// What is left of the block is dropped: a plan that needs more
 		// ids than are left (one per chunk it allocates, one its own)
 		// would otherwise go to SQL every time, and never use them up.
@@ -1030,6 +1072,7 @@ func (s *sqlStore) afterSlowPlan(ctx context.Context, tx execer, in PlanInput, p
 		}
 		c.journal.ids = true
 		c.ids.next, c.ids.end = end-idBlock+1, end+1
+		c.idsWanted = 0
 	}
 	return nil
 }

@@ -488,34 +488,45 @@ func TestFastPlanAllocatesChunks(t *testing.T) {
 					}
 				}
 				// In window mode the next plans' flushes are held until a
-				// read waits for them (the timer only ends a failing run).
-				hold := func() func() {
+				// read waits for them. One that does not wait finds the
+				// flush held (on SQLite it queues behind it for the store's
+				// one connection): the timer then ends the hold, and the
+				// returned check fails the test.
+				hold := func() (func(), func()) {
 					if mode != DurabilityWindow {
-						return func() {}
+						return func() {}, func() {}
 					}
 					release := make(chan struct{})
 					var once sync.Once
+					var timedOut atomic.Bool
 					free := func() { once.Do(func() { close(release) }) }
 					h := func() error {
 						select {
 						case <-release:
 						case <-time.After(5 * time.Second):
+							timedOut.Store(true)
 						}
 						return nil
 					}
 					flushHook.Store(&h)
 					waitHook.Store(&free)
-					return func() { free(); flushHook.Store(nil); waitHook.Store(nil) }
+					return func() { free(); flushHook.Store(nil); waitHook.Store(nil) }, func() {
+						t.Helper()
+						if timedOut.Load() {
+							t.Fatal("the call did not wait for the log: the held flush ended by the timer")
+						}
+					}
 				}
 				// A server that restarts and reports holding a chunk a plan
 				// allocated (and its client wrote) is told it is no orphan:
 				// the sweep waits for the log.
-				free := hold()
+				free, waited := hold()
 				ids = append(ids, seqIDs(4000, 30)...)
 				p = plan(ids)
 				seen(p)
 				n, err := s.Orphans(ctx, "s1", []uint64{p.FreshChunks[len(p.FreshChunks)-1].ID})
 				free()
+				waited()
 				if err != nil || n != 0 {
 					t.Fatalf("a chunk the outstanding plan allocated swept as an orphan: %d, %v", n, err)
 				}
@@ -525,7 +536,7 @@ func TestFastPlanAllocatesChunks(t *testing.T) {
 				// A client's AddChunks of an outstanding plan's chunks gets
 				// their ids: without the wait it finds none in SQL and makes
 				// its own.
-				free = hold()
+				free, waited = hold()
 				defer free()
 				ids = append(ids, seqIDs(5000, 30)...)
 				p = plan(ids)
@@ -534,6 +545,7 @@ func TestFastPlanAllocatesChunks(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
+				waited()
 				if len(got) != len(p.FreshChunks) {
 					t.Fatalf("AddChunks of the plan's %d chunks: %+v", len(p.FreshChunks), got)
 				}
