@@ -82,10 +82,11 @@ func Open(ctx context.Context, dsn string) (Store, error) {
 		// the tables' inner pages and hot rows of a leader's flushes in
 		// memory; wal_autocheckpoint: a checkpoint every 16,384 pages (64
 		// MiB of WAL) instead of 1,000 copies once a page that many
-		// flushes dirtied — a bound only: the checkpointer (checkpoint.go)
-		// checkpoints beside the writer long before. On this VM, where a system call is dear, the
-		// two cut a chat turn's master system calls from about 50 to 33
-		// (docs/kv-cache.md, "What a flush costs").
+		// flushes dirtied, and only a bound: the checkpointer
+		// (checkpoint.go) checkpoints beside the writer long before. On
+		// this VM, where a system call is dear, the two cut a chat turn's
+		// master system calls from about 50 to 33 (docs/kv-cache.md, "What
+		// a flush costs").
 		s.db, err = openSQLiteCached("file:" + file + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=synchronous(" + syncMode + ")&_pragma=foreign_keys(ON)" + sqliteCachePragmas)
 		if err == nil {
 			// One connection: SQLite serialises writers anyway, and this
@@ -742,10 +743,13 @@ func (s *sqlStore) Commit(ctx context.Context, fileID int64, size int64, lengths
 
 func (s *sqlStore) AddChunks(ctx context.Context, fileID int64, want []Chunk) ([]Chunk, error) {
 	// A plan answered from memory may have allocated some of them
-	// (writebehind.go, allocMem): see those first, not make a second, and
-	// keep memory from allocating in this file until a slow operation
-	// loads it again from SQL.
-	if err := s.quiesceFile(ctx, fileID); err != nil {
+	// (writebehind.go, allocMem): wait, in any mode (a flush-mode log may
+	// still wait for its flush), until every such chunk is in SQL, so as to
+	// see it and not make a second one for its index; and forget the file,
+	// so memory makes no chunk in it until a slow operation reloads it
+	// from SQL (else a plan could allocate an index inserted here, which
+	// would fail its whole flush on UNIQUE (file_id, idx)).
+	if err := s.waitPending(ctx, func(f *cachedFile) bool { return f.file.ID == fileID }); err != nil {
 		return nil, err
 	}
 	added := false

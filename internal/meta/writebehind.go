@@ -493,14 +493,24 @@ func (s *sqlStore) oneTrip(ctx context.Context, conn *sql.Conn, lg *wlog, term, 
 }
 
 // barrier waits, in window mode, until everything answered so far is in
-// SQL (or lost with a failed flush). That is the newest log with
-// operations: the current one, or, when it is empty, the one the runner is
-// writing while the fast path goes on.
+// SQL (or lost with a failed flush).
 func (s *sqlStore) barrier(ctx context.Context) error {
 	if s.wb.mode != DurabilityWindow {
 		return nil
 	}
+	return s.waitPending(ctx, nil)
+}
+
+// waitPending waits, in any mode, until the newest log with operations is
+// written (or lost): the current one, or, when it is empty, the one the
+// runner is writing while the fast path goes on. forget, when set, first
+// drops the files it matches from memory, under the same lock as the look
+// at the logs (AddChunks).
+func (s *sqlStore) waitPending(ctx context.Context, forget func(f *cachedFile) bool) error {
 	s.wb.mu.Lock()
+	if forget != nil {
+		s.forgetLocked(forget)
+	}
 	lg := s.pending()
 	current := lg != nil && lg == s.wb.log
 	s.wb.mu.Unlock()
@@ -519,48 +529,16 @@ func (s *sqlStore) barrier(ctx context.Context) error {
 	return nil
 }
 
-// quiesceFile forgets file fileID in memory and waits until every log that
-// may hold chunks memory allocated in it is written (in any mode: a flush
-// mode log may still wait for its flush). Forgotten, the file takes no new
-// allocation from memory until a slow operation reloads it from SQL after
-// writing the log, so AddChunks then sees every chunk memory made, and a
-// plan cannot make one at an index AddChunks is about to insert (which
-// would fail the whole flush on UNIQUE (file_id, idx)).
-func (s *sqlStore) quiesceFile(ctx context.Context, fileID int64) error {
-	wb := &s.wb
-	wb.mu.Lock()
-	for p, f := range s.cache.files {
-		if f.file.ID == fileID {
-			delete(s.cache.files, p)
-		}
-	}
-	lg := s.pending()
-	current := lg != nil && lg == wb.log
-	wb.mu.Unlock()
-	if lg == nil {
-		return nil
-	}
-	if h := waitHook.Load(); h != nil {
-		(*h)()
-	}
-	if current {
-		if err := s.groupTx(ctx, nil); err != nil {
-			return err
-		}
-	}
-	select {
-	case <-lg.done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
 // forgetFiles drops files from memory after a write that is not a session
 // operation changed them (a moved replica, a seal, a removal).
 func (s *sqlStore) forgetFiles(match func(f *cachedFile) bool) {
 	s.wb.mu.Lock()
 	defer s.wb.mu.Unlock()
+	s.forgetLocked(match)
+}
+
+// forgetLocked is forgetFiles with wb.mu held.
+func (s *sqlStore) forgetLocked(match func(f *cachedFile) bool) {
 	for p, f := range s.cache.files {
 		if match(f) {
 			delete(s.cache.files, p)
@@ -758,8 +736,8 @@ func (f *cachedFile) toAllocate(start, n int64, place PlaceFunc) (cs []Chunk, mi
 // allocMem allocates, in memory and in log lg, the chunks of cs at the
 // positions missing (toAllocate), with ids from the block persisted ahead
 // (wb.mu held; the caller checked there are enough). The rows are plain
-// INSERTs: should SQL hold another chunk at the same index (a client's
-// AddChunks between a barrier and this plan), the flush fails on the
+// INSERTs: should SQL hold another chunk at the same index (an AddChunks
+// racing a slow operation that reloaded the file), the flush fails on the
 // UNIQUE (file_id, idx) and its operations are lost or run again in SQL,
 // as with any failed flush; memory and SQL never name two chunks for one
 // index. A chunk allocated here and lost with its log (window mode, a
@@ -771,7 +749,6 @@ func (s *sqlStore) allocMem(lg *wlog, f *cachedFile, cs []Chunk, missing []int) 
 		ch := &cs[i]
 		ch.ID = uint64(c.ids.next)
 		c.ids.next++
-		ch.Replicas = slices.Clone(ch.Replicas)
 		f.chunks[ch.Index] = *ch
 		lg.add(s, `INSERT INTO chunks (id, file_id, idx, length) VALUES (?, ?, ?, 0)`, int64(ch.ID), ch.FileID, ch.Index)
 		for pos, sv := range ch.Replicas {
