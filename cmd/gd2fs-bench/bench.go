@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -17,7 +19,7 @@ import (
 )
 
 func newBenchFiles() *cobra.Command {
-	var size, chunk, mem, disk, dir, syncPolicy, profDir string
+	var size, chunk, mem, disk, dir, syncPolicy, profDir, waitDir string
 	var prefault bool
 	var streams, parallel, runs int
 	cmd := &cobra.Command{
@@ -27,6 +29,7 @@ func newBenchFiles() *cobra.Command {
   gd2fs-bench files --size 256MiB --runs 5 --streams 2
   gd2fs-bench files --sync never          # servers ack from the page cache (the figures before issue 14)
   gd2fs-bench files --cpuprofile /tmp/p   # a CPU profile per case and run: go tool pprof -top /tmp/p/ha-write-*.pprof
+  gd2fs-bench files --waitprofile /tmp/w  # where goroutines wait (locks, channels): go tool pprof -top /tmp/w/perf-write-2.block
   # Each run also measures the limits: raw loopback TCP on as many streams, memmove, and the disk
   # (fio if installed, else a Go writer) writing as the pools do with the servers' sync policy.`,
 		Args: cobra.NoArgs,
@@ -91,7 +94,7 @@ func newBenchFiles() *cobra.Command {
 			meter := newCPUMeter()
 			const piece = 4 << 20 // the client's request size (client.Config.PieceSize's default)
 			diskTool, diskEvery := "", map[string]int64{}
-			prof := &caseProfiler{dir: profDir}
+			prof := &caseProfiler{dir: profDir, waitDir: waitDir}
 			defer prof.stop() // a case that failed leaves its profile complete
 			for r := 0; r < runs; r++ {
 				meter.Start()
@@ -115,9 +118,16 @@ func newBenchFiles() *cobra.Command {
 					if _, err := f.WriteAt(data, 0); err != nil {
 						return err
 					}
+					acked := time.Since(start)
 					if err := f.Close(); err != nil {
 						return err
 					}
+					// Close records the file at the master, whose
+					// database commit on one box flushes the device's
+					// cache of every O_DIRECT write before it: shown
+					// apart, as the write without its Close.
+					results[pool+" acked"] = append(results[pool+" acked"], float64(sz)/acked.Seconds())
+					results[pool+" close"] = append(results[pool+" close"], (time.Since(start) - acked).Seconds())
 					results[pool+" write"] = append(results[pool+" write"], float64(sz)/time.Since(start).Seconds())
 					prof.stop()
 					cpu[pool+" write"] = append(cpu[pool+" write"], meter.Stop(sz))
@@ -189,18 +199,24 @@ func newBenchFiles() *cobra.Command {
 					}
 					// A perf write goes to the disk tier with O_DIRECT
 					// from the DRAM pages: its own limit is the device's.
+					// And with the flush at the end that makes the
+					// device hold the bytes, which a perf write's Close
+					// pays on one box (above).
 					if sp != store.SyncAlways {
-						v, ok, err := bench.DiskWriteDirect(dir, servers, sz/servers)
-						if err != nil {
-							return err
-						}
-						if ok {
-							results["perf direct"] = append(results["perf direct"], v)
+						for _, flush := range []bool{false, true} {
+							v, ok, err := bench.DiskWriteDirect(dir, servers, sz/servers, flush)
+							if err != nil {
+								return err
+							}
+							if ok {
+								k := map[bool]string{false: "perf direct", true: "perf flushed"}[flush]
+								results[k] = append(results[k], v)
+							}
 						}
 					}
 				}
 				fmt.Fprintf(os.Stderr, "  limits %d/%d (MiB/s):", r+1, runs)
-				for _, k := range []string{"memmove", "perf disk", "perf direct", "ha disk"} {
+				for _, k := range []string{"memmove", "perf disk", "perf direct", "perf flushed", "ha disk"} {
 					if len(results[k]) > r {
 						fmt.Fprintf(os.Stderr, " %s %.0f;", k, results[k][r]/(1<<20))
 					}
@@ -226,6 +242,9 @@ func newBenchFiles() *cobra.Command {
 			if v := results["perf direct"]; len(v) > 0 {
 				fmt.Fprintf(tw, "disk limit, perf write: fio --direct=1 (O_DIRECT, as the servers write), %d writers, 1 copy\t%.0f\t%.2fx\t\t\t\t\t\t\t\n", servers, bench.Median(v)/(1<<20), bench.Median(v)/raw)
 			}
+			if v := results["perf flushed"]; len(v) > 0 {
+				fmt.Fprintf(tw, "disk limit, perf write: the same with --end_fsync=1 (the device holds the bytes)\t%.0f\t%.2fx\t\t\t\t\t\t\t\n", bench.Median(v)/(1<<20), bench.Median(v)/raw)
+			}
 			type target struct{ raw, disk, cpu string }
 			targets := map[string]target{"perf write": {">= 0.60x", "", "<= 1.5x"}, "perf read": {">= 0.85x", "", "<= 1.1x"},
 				"ha write": {">= 0.25x (no disk)", ">= 0.90x", "<= 4x"}, "ha read": {}}
@@ -238,8 +257,21 @@ func newBenchFiles() *cobra.Command {
 				if d := results["perf direct"]; k == "perf write" && len(d) > 0 && diskB > 0 {
 					vsDisk += fmt.Sprintf(", %.2fx direct", v/bench.Median(d))
 				}
+				if d := results["perf flushed"]; k == "perf write" && len(d) > 0 && diskB > 0 {
+					vsDisk += fmt.Sprintf(", %.2fx flushed", v/bench.Median(d))
+				}
 				t := targets[k]
 				fmt.Fprintf(tw, "%s\t%.0f\t%.2fx\t%s\t%s\t%s\t%.2f\t%.2fx\t%s\t\n", k, v/(1<<20), v/raw, t.raw, vsDisk, t.disk, c, c/rawCPU, t.cpu)
+				if strings.HasSuffix(k, "write") {
+					pool := strings.TrimSuffix(k, " write")
+					a := bench.Median(results[pool+" acked"])
+					vsDisk = ""
+					if d := results["perf direct"]; pool == "perf" && len(d) > 0 && diskB > 0 {
+						vsDisk = fmt.Sprintf("%.2fx direct", a/bench.Median(d))
+					}
+					fmt.Fprintf(tw, "  of which writes acked (Close not counted; Close took %.0f ms)\t%.0f\t%.2fx\t\t%s\t\t\t\t\t\n",
+						bench.Median(results[pool+" close"])*1000, a/(1<<20), a/raw, vsDisk)
+				}
 			}
 			return tw.Flush()
 		},
@@ -255,6 +287,7 @@ func newBenchFiles() *cobra.Command {
 	f.IntVar(&streams, "streams", 4, "TCP streams per server")
 	f.IntVar(&parallel, "parallel", 16, "requests in flight")
 	f.IntVar(&runs, "runs", 3, "repetitions; medians are reported")
+	f.StringVar(&waitDir, "waitprofile", "", "write a block and a mutex profile of each case and run into this folder (<case>-<run>.block, .mutex): time goroutines spent waiting on channels, locks and conditions (not on sockets or disks)")
 	f.StringVar(&profDir, "cpuprofile", "", "write a CPU profile of each case and run into this folder (<case>-<run>.pprof); the client and the servers run in this process, so each profile holds all of them")
 	return cmd
 }
@@ -263,11 +296,17 @@ func newBenchFiles() *cobra.Command {
 // is given. Profiling costs a few percent: compare runs made with it only
 // to runs made with it.
 type caseProfiler struct {
-	dir string
-	f   *os.File
+	dir, waitDir string
+	name         string // the case and run being profiled
+	f            *os.File
 }
 
 func (p *caseProfiler) start(name string, run int) {
+	p.name = fmt.Sprintf("%s-%d", name, run+1)
+	if p.waitDir != "" {
+		runtime.SetBlockProfileRate(1)
+		runtime.SetMutexProfileFraction(1)
+	}
 	if p.dir == "" {
 		return
 	}
@@ -275,7 +314,7 @@ func (p *caseProfiler) start(name string, run int) {
 		fmt.Fprintf(os.Stderr, "cpuprofile: %v\n", err)
 		return
 	}
-	f, err := os.Create(filepath.Join(p.dir, fmt.Sprintf("%s-%d.pprof", name, run+1)))
+	f, err := os.Create(filepath.Join(p.dir, p.name+".pprof"))
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "cpuprofile: %v\n", err)
 		return
@@ -288,7 +327,38 @@ func (p *caseProfiler) start(name string, run int) {
 	p.f = f
 }
 
+// stopWait writes the case's block and mutex profiles and turns both off.
+// The profiles are cumulative since the process started: each case's is
+// the whole count at its end, so compare one case's run to itself, or
+// subtract (go tool pprof -diff_base).
+func (p *caseProfiler) stopWait() {
+	if p.waitDir == "" || p.name == "" {
+		return
+	}
+	runtime.SetBlockProfileRate(0)
+	runtime.SetMutexProfileFraction(0)
+	if err := os.MkdirAll(p.waitDir, 0o755); err != nil {
+		fmt.Fprintf(os.Stderr, "waitprofile: %v\n", err)
+		return
+	}
+	for _, kind := range []string{"block", "mutex"} {
+		f, err := os.Create(filepath.Join(p.waitDir, p.name+"."+kind))
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "waitprofile: %v\n", err)
+			return
+		}
+		if err := pprof.Lookup(kind).WriteTo(f, 0); err != nil {
+			fmt.Fprintf(os.Stderr, "waitprofile: %v\n", err)
+		}
+		if err := f.Close(); err != nil {
+			fmt.Fprintf(os.Stderr, "waitprofile: %v\n", err)
+		}
+	}
+}
+
 func (p *caseProfiler) stop() {
+	p.stopWait()
+	p.name = ""
 	if p.f == nil {
 		return
 	}

@@ -30,17 +30,20 @@ func DiskWrite(dir string, writers int, per, syncEvery int64) (bytesPerSec float
 	}
 	defer os.RemoveAll(sub)
 	if fio, lerr := exec.LookPath("fio"); lerr == nil {
-		v, err := runFio(fio, sub, writers, per, bs, syncEvery, false)
+		v, err := runFio(fio, sub, writers, per, bs, syncEvery, false, false)
 		return v, "fio", err
 	}
 	v, err := goDiskWrite(sub, writers, per, bs, syncEvery)
 	return v, "Go writer (fio not installed)", err
 }
 
-// DiskWriteDirect is DiskWrite past the page cache (fio --direct=1, no
-// sync): the limit of writes that go to the disk tier with O_DIRECT, as
-// the servers' zero-copy writes do. ok is false without fio.
-func DiskWriteDirect(dir string, writers int, per int64) (bytesPerSec float64, ok bool, err error) {
+// DiskWriteDirect is DiskWrite past the page cache (fio --direct=1): the
+// limit of writes that go to the disk tier with O_DIRECT, as the servers'
+// zero-copy writes do. With flush, each writer ends with an fsync
+// (--end_fsync=1): on a device with a write cache (a VM's virtual disk) an
+// O_DIRECT write is done once the cache has it, and the flush is when the
+// device holds it. ok is false without fio.
+func DiskWriteDirect(dir string, writers int, per int64, flush bool) (bytesPerSec float64, ok bool, err error) {
 	fio, lerr := exec.LookPath("fio")
 	if lerr != nil {
 		return 0, false, nil
@@ -54,11 +57,11 @@ func DiskWriteDirect(dir string, writers int, per int64) (bytesPerSec float64, o
 	}
 	defer os.RemoveAll(sub)
 	const bs = 4 << 20
-	v, err := runFio(fio, sub, writers, (per+bs-1)/bs*bs, bs, 0, true)
+	v, err := runFio(fio, sub, writers, (per+bs-1)/bs*bs, bs, 0, true, flush)
 	return v, err == nil, err
 }
 
-func runFio(fio, dir string, writers int, per, bs, syncEvery int64, direct bool) (float64, error) {
+func runFio(fio, dir string, writers int, per, bs, syncEvery int64, direct, endSync bool) (float64, error) {
 	args := []string{"--name=ref", "--directory=" + dir, "--rw=write", "--ioengine=psync",
 		"--bs=" + strconv.FormatInt(bs, 10), "--size=" + strconv.FormatInt(per, 10),
 		"--numjobs=" + strconv.Itoa(writers), "--group_reporting", "--output-format=json"}
@@ -66,7 +69,10 @@ func runFio(fio, dir string, writers int, per, bs, syncEvery int64, direct bool)
 		args = append(args, "--direct=1")
 	}
 	if syncEvery > 0 {
-		args = append(args, "--fdatasync="+strconv.FormatInt(max(1, syncEvery/bs), 10), "--end_fsync=1")
+		args = append(args, "--fdatasync="+strconv.FormatInt(max(1, syncEvery/bs), 10))
+	}
+	if syncEvery > 0 || endSync {
+		args = append(args, "--end_fsync=1")
 	}
 	out, err := exec.Command(fio, args...).Output()
 	if err != nil {
