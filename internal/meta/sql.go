@@ -709,6 +709,12 @@ func (s *sqlStore) Commit(ctx context.Context, fileID int64, size int64, lengths
 	if err := CheckSize(size); err != nil {
 		return f, err
 	}
+	// In window mode a chunk a plan allocated in memory (writebehind.go,
+	// allocMem) may not be in SQL yet, and its length UPDATE below would
+	// match no row: wait for every answered operation, as File does.
+	if err := s.barrier(ctx); err != nil {
+		return f, err
+	}
 	err := s.tx(ctx, func(tx *sql.Tx) error {
 		var err error
 		if f, err = s.fileBy(ctx, tx, "id", fileID); err != nil {

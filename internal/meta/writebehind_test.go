@@ -557,8 +557,34 @@ func TestFastPlanAllocatesChunks(t *testing.T) {
 				if _, err := s.CommitSession(ctx, CommitInput{Session: "chat", PlanID: p.ID, Written: true, Now: time.Now()}); err != nil {
 					t.Fatal(err)
 				}
-				// SQL holds exactly the chunks the plans named.
+				// A file-level commit (a client's Sync) of a length in a
+				// chunk the outstanding plan allocated records it: without
+				// its wait the UPDATE finds no row yet and the length is
+				// lost, whatever its caller waited for before.
+				free, waited = hold()
+				ids = append(ids, seqIDs(6000, 30)...)
+				p = plan(ids)
+				seen(p)
+				last := p.FreshChunks[len(p.FreshChunks)-1]
+				if _, err := s.Commit(ctx, p.FreshFile.ID, last.Index*700+100, map[int64]int64{last.Index: 100}, false, time.Now()); err != nil {
+					t.Fatal(err)
+				}
+				free()
+				waited()
 				cs, err := s.Chunks(ctx, p.FreshFile.ID)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, ch := range cs {
+					if ch.Index == last.Index && ch.Length < 100 {
+						t.Fatalf("chunk %d: length %d in SQL after a commit of 100", ch.Index, ch.Length)
+					}
+				}
+				if _, err := s.CommitSession(ctx, CommitInput{Session: "chat", PlanID: p.ID, Written: true, Now: time.Now()}); err != nil {
+					t.Fatal(err)
+				}
+				// SQL holds exactly the chunks the plans named.
+				cs, err = s.Chunks(ctx, p.FreshFile.ID)
 				if err != nil {
 					t.Fatal(err)
 				}
