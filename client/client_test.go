@@ -418,3 +418,44 @@ func TestRepairRestoresReplicas(t *testing.T) {
 		t.Fatalf("read after repair: %v", err)
 	}
 }
+
+// TestReconcileWhileRunning: a chunk no file uses that appears on a running
+// server (a copy a repair abandoned, a chunk a crashed master's window lost)
+// is deleted after at most two reconcile periods, and the chunks files use
+// stay, however many periods pass.
+func TestReconcileWhileRunning(t *testing.T) {
+	c := start(t, cluster.Config{Dir: t.TempDir(), DownAfter: time.Second, Reconcile: 100 * time.Millisecond})
+	cl := c.Client()
+	defer cl.Close()
+	data := rnd(3<<20, 33)
+	writeFile(t, cl, "/keep/ha", "ha", data)
+	writeFile(t, cl, "/keep/perf", "perf", data)
+	if err := c.Servers[0].Store().Write(434343, 0, []byte("nobody's bytes")); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, func() (bool, string) {
+		_, err := c.Servers[0].Store().Stat(434343)
+		return errors.Is(err, errs.ErrNotFound), "orphan chunk not deleted by a running server's reconcile"
+	})
+	// Several more periods: every chunk of the files is still held.
+	held := func() int {
+		n := 0
+		for _, s := range c.Servers {
+			n += len(s.Store().IDs())
+		}
+		return n
+	}
+	before := held()
+	deadline := time.Now().Add(500 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		if n := held(); n != before {
+			t.Fatalf("servers hold %d chunks, %d before: a used chunk was swept", n, before)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, p := range []string{"/keep/ha", "/keep/perf"} {
+		if got, err := readFile(t, cl, p); err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("%s after reconciles: %v", p, err)
+		}
+	}
+}

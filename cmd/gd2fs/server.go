@@ -20,7 +20,7 @@ import (
 func newServer(g *globals) *cobra.Command {
 	var listen, advertise, mem, disk, id, kvMem, kvDisk, kvMax, kvPolicy, kvPin, syncPolicy string
 	var rf respFlags
-	var heartbeat, forwardTimeout time.Duration
+	var heartbeat, forwardTimeout, reconcile time.Duration
 	var maxConns, maxPerIP int
 	var debug, prefault bool
 	var s3 s3Flags
@@ -36,7 +36,7 @@ func newServer(g *globals) *cobra.Command {
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			n := node.Server{ID: id, Listen: listen, Advertise: advertise, Master: g.master, Token: g.token,
-				KVPolicy: kvPolicy, Heartbeat: heartbeat, ForwardTimeout: forwardTimeout, Debug: debug, Log: g.logger(),
+				KVPolicy: kvPolicy, Heartbeat: heartbeat, Reconcile: reconcile, ForwardTimeout: forwardTimeout, Debug: debug, Log: g.logger(),
 				TLS: g.serverTLS, ClientTLS: g.clientTLS, MaxConns: maxConns, MaxConnsPerIP: maxPerIP, Prefault: prefault}
 			var err error
 			if n.Sync, err = store.ParseSyncPolicy(syncPolicy); err != nil {
@@ -105,6 +105,7 @@ func newServer(g *globals) *cobra.Command {
 	f.IntVar(&maxPerIP, "max-conns-per-ip", server.DefaultMaxConnsPerIP, "most connections of one address that sent no hello yet (the first closed when the port is full; -1: no bound)")
 	rf.add(f)
 	f.DurationVar(&heartbeat, "heartbeat", time.Second, "heartbeat interval")
+	f.DurationVar(&reconcile, "reconcile-every", server.DefaultReconcile, "how often to ask the master about chunks that appeared since the last time; one it records nowhere, held at least this long, is deleted (a copy a repair abandoned, a chunk a crashed master's window lost); negative: only at start")
 	f.DurationVar(&forwardTimeout, "forward-timeout", server.DefaultForwardTimeout, "a replica that does not take a forwarded HA write within this (plus 1s per 8 MiB) fails the write (retryable); keep it below clients' --io-timeout")
 	cmd.AddCommand(newServerDrain(g))
 	return cmd

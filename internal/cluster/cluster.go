@@ -47,6 +47,7 @@ type Config struct {
 	Token        string
 	Cluster      string
 	DownAfter    time.Duration
+	Reconcile    time.Duration // servers' server.Config.Reconcile (0: its default)
 	RepairAfter  time.Duration
 	// Cold is the S3 endpoint servers fill linked files from (nil: none).
 	Cold *cold.Config
@@ -135,7 +136,7 @@ func (c *Cluster) AddServer(i int) (*server.Server, error) {
 	}
 	n := node.Server{ID: "server-" + strconv.Itoa(i), Listen: addr, Master: c.Master.URL(), Token: c.cfg.Token,
 		Mem: c.cfg.MemBytes, Prefault: c.cfg.Prefault, Sync: c.cfg.Sync, KVMem: c.cfg.KVMemBytes, KVPolicy: c.cfg.KVPolicy, KVPinQuota: c.cfg.KVPinQuota, KVMoveRate: c.cfg.KVMoveRate, Cold: c.cfg.Cold,
-		Heartbeat: c.heartbeat(), Log: c.cfg.Log, TLS: c.cfg.TLS, ClientTLS: c.cfg.ClientTLS, MaxConns: c.cfg.MaxConns}
+		Heartbeat: c.heartbeat(), Reconcile: c.cfg.Reconcile, Log: c.cfg.Log, TLS: c.cfg.TLS, ClientTLS: c.cfg.ClientTLS, MaxConns: c.cfg.MaxConns}
 	if c.cfg.DiskBytes > 0 {
 		n.Dir, n.Disk = filepath.Join(c.cfg.Dir, "server-"+strconv.Itoa(i)), c.cfg.DiskBytes
 	}

@@ -65,6 +65,7 @@ type Server struct {
 	Cold *cold.Config // S3 for linked files (nil: none)
 
 	Heartbeat      time.Duration // 0: 1s
+	Reconcile      time.Duration // 0: server.DefaultReconcile; negative: at start only
 	ForwardTimeout time.Duration // 0: server.DefaultForwardTimeout
 	MaxConns       int           // 0: server.DefaultMaxConns
 	MaxConnsPerIP  int           // before the hello (0: server.DefaultMaxConnsPerIP; negative: no bound)
@@ -82,7 +83,7 @@ func (n Server) Config() server.Config {
 	return server.Config{ID: n.ID, Listen: n.Listen, Advertise: n.Advertise, Master: n.Master, Token: n.Token,
 		Store: store.Config{MemBytes: n.Mem, Dir: n.Dir, DiskBytes: n.Disk, Sync: n.Sync, Prefault: n.Prefault},
 		KV:    kvstore.Config{MemBytes: n.KVMem, Dir: n.KVDir, DiskBytes: n.KVDisk, MaxValue: n.KVMaxValue, Policy: n.KVPolicy, PinQuota: n.KVPinQuota, Prefault: n.Prefault},
-		Cold:  n.Cold, Heartbeat: n.Heartbeat, ForwardTimeout: n.ForwardTimeout, MaxConns: n.MaxConns, MaxConnsPerIP: n.MaxConnsPerIP, Debug: n.Debug, KVFlushOnClose: n.KVFlushOnClose, KVMoveRate: n.KVMoveRate,
+		Cold:  n.Cold, Heartbeat: n.Heartbeat, Reconcile: n.Reconcile, ForwardTimeout: n.ForwardTimeout, MaxConns: n.MaxConns, MaxConnsPerIP: n.MaxConnsPerIP, Debug: n.Debug, KVFlushOnClose: n.KVFlushOnClose, KVMoveRate: n.KVMoveRate,
 		Log: n.Log, TLS: n.TLS, ClientTLS: n.ClientTLS, Peers: n.Transport}
 }
 

@@ -42,7 +42,7 @@ func (s *Server) heartbeat(ctx context.Context) error {
 	s.mu.Lock()
 	acked := s.deleted
 	s.deleted = nil
-	held := s.held
+	held, heldGen := s.held, s.heldGen
 	s.mu.Unlock()
 	hb := api.Heartbeat{ServerInfo: api.ServerInfo{ID: s.cfg.ID, Addr: s.cfg.Advertise,
 		MemCap: u.MemCap, MemUsed: u.MemUsed, DiskCap: u.DiskCap, DiskUsed: u.DiskUsed, Chunks: u.Chunks,
@@ -73,11 +73,17 @@ func (s *Server) heartbeat(ctx context.Context) error {
 	s.mu.Unlock()
 	s.health.beat(time.Now())
 	s.kvMapChanged()
-	if reply.Reconciled {
-		s.mu.Lock()
+	s.mu.Lock()
+	// A refresh's heartbeat may run beside the loop's: only the list this
+	// heartbeat sent is done (a newer one waits for its own answer).
+	if heldGen == s.heldGen && (reply.Reconciled || len(s.held) == 0) { // an empty list is not sent
 		s.held = nil
-		s.mu.Unlock()
 	}
+	if s.held == nil && s.cfg.Reconcile > 0 && time.Since(s.recon.last) >= s.cfg.Reconcile {
+		s.held = s.recon.next(s.store.IDs())
+		s.heldGen++
+	}
+	s.mu.Unlock()
 	var done []uint64
 	for _, id := range reply.Delete {
 		if err := s.store.Delete(id); err == nil || errors.Is(err, errs.ErrNotFound) {
@@ -88,4 +94,63 @@ func (s *Server) heartbeat(ctx context.Context) error {
 	s.deleted = append(s.deleted, done...)
 	s.mu.Unlock()
 	return nil
+}
+
+// DefaultReconcile is Config.Reconcile's default.
+const DefaultReconcile = 10 * time.Minute
+
+// reconcile picks the chunks a server asks the master about after its
+// start: each chunk once, when it has been held for at least one period.
+// A chunk is too young to judge before that: a repair copies it before the
+// master records the new replica (seconds), and the master's answer for a
+// chunk a plan just allocated waits for the allocation's flush (Orphans).
+type reconcile struct {
+	last    time.Time
+	prev    []uint64 // the chunks held at the last look, sorted
+	arrived []uint64 // those of prev that the look before did not see
+}
+
+// next takes a look at the chunks held now (sorted) and returns those to
+// ask about: the ones that arrived by the last look and are still here.
+func (r *reconcile) next(now []uint64) []uint64 {
+	ask := intersect(r.arrived, now)
+	r.arrived = subtract(now, r.prev)
+	r.prev = now
+	r.last = time.Now()
+	if len(ask) == 0 {
+		return nil // nothing to send: the heartbeat carries no list
+	}
+	return ask
+}
+
+// intersect is the ids in both sorted slices.
+func intersect(a, b []uint64) []uint64 {
+	var out []uint64
+	for i, j := 0, 0; i < len(a) && j < len(b); {
+		switch {
+		case a[i] < b[j]:
+			i++
+		case a[i] > b[j]:
+			j++
+		default:
+			out = append(out, a[i])
+			i, j = i+1, j+1
+		}
+	}
+	return out
+}
+
+// subtract is the ids of sorted a not in sorted b.
+func subtract(a, b []uint64) []uint64 {
+	var out []uint64
+	j := 0
+	for _, x := range a {
+		for j < len(b) && b[j] < x {
+			j++
+		}
+		if j == len(b) || b[j] != x {
+			out = append(out, x)
+		}
+	}
+	return out
 }

@@ -44,6 +44,13 @@ type Config struct {
 	KV        kvstore.Config // hash-mode KV tiers; no KV service when both are zero
 	Cold      *cold.Config   // S3 endpoint for linked files; nil: no read-through
 	Heartbeat time.Duration  // default 1s
+	// Reconcile is how often the server asks the master about the chunks
+	// that appeared since it last asked (default 10m; negative: only the
+	// chunks found at start). A chunk the master records nowhere, once it
+	// is at least this old, is deleted: a copy whose repair was abandoned,
+	// or a chunk a plan allocated in a window a master crash lost
+	// (docs/architecture.md, "Orphan chunks").
+	Reconcile time.Duration
 	// ForwardTimeout bounds forwarding a write to another replica: it may
 	// take ForwardTimeout + bytes at 8 MiB/s (default 8s), less than a
 	// client's default deadline, so a hung replica fails the write with an
@@ -114,7 +121,9 @@ type Server struct {
 	conns       map[net.Conn]struct{}
 	closed      bool
 	deleted     []uint64 // chunk deletions to acknowledge in the next heartbeat
-	held        []uint64 // chunks found on disk at start, until the master reconciled them
+	held        []uint64 // chunks to reconcile (found at start, then recon's), until the master did
+	heldGen     uint64   // counts the lists held has been
+	recon       reconcile
 	wg          sync.WaitGroup
 
 	// life ends when Close is called: forwards, copies, S3 fills and
@@ -131,6 +140,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.Heartbeat <= 0 {
 		cfg.Heartbeat = time.Second
+	}
+	if cfg.Reconcile == 0 {
+		cfg.Reconcile = DefaultReconcile
 	}
 	if cfg.ForwardTimeout <= 0 {
 		cfg.ForwardTimeout = DefaultForwardTimeout
@@ -189,10 +201,8 @@ func New(cfg Config) (*Server, error) {
 	s.metrics = newMetrics(s)
 	// Taken before serving: a chunk written after this is the master's own
 	// allocation and can never look like an orphan.
-	s.held = []uint64{}
-	for _, c := range st.List() {
-		s.held = append(s.held, c.ID)
-	}
+	s.held = st.IDs()
+	s.recon = reconcile{prev: s.held, last: time.Now()}
 	if cfg.Master != "" {
 		// RetryFor -1: one pass over the masters per call. The heartbeat
 		// loop is the retry: every tick tries each master again, so a server

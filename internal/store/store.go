@@ -21,6 +21,7 @@ import (
 	"hash/crc32"
 	"log/slog"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -184,6 +185,19 @@ func (s *Store) Stats() Stats {
 }
 
 // List returns every chunk held.
+// IDs returns the ids of the chunks held, sorted. Unlike List it takes no
+// chunk's lock, so a write in progress does not hold it up.
+func (s *Store) IDs() []uint64 {
+	s.mu.Lock()
+	out := make([]uint64, 0, len(s.chunks))
+	for id := range s.chunks {
+		out = append(out, id)
+	}
+	s.mu.Unlock()
+	slices.Sort(out)
+	return out
+}
+
 func (s *Store) List() []Info {
 	s.mu.Lock()
 	cs := make([]*chunk, 0, len(s.chunks))
