@@ -44,7 +44,22 @@ func TestSessionPropertyWindow(t *testing.T) {
 	}
 	for name, open := range windowEngines(t) {
 		t.Run(name, func(t *testing.T) {
-			runSessionProperty(t, open(t), plans, 4, uint64(len(name)))
+			runSessionProperty(t, open(t), plans, 4, uint64(len(name)), false)
+		})
+	}
+}
+
+// TestSessionPropertyLostFlushes is TestSessionPropertyWindow with a quarter
+// of the leader's flushes failing: what a flush loses reads as a shorter
+// or older stored range, never as bytes of another conversation.
+func TestSessionPropertyLostFlushes(t *testing.T) {
+	plans := 120
+	if *long {
+		plans = 6000
+	}
+	for name, open := range windowEngines(t) {
+		t.Run(name, func(t *testing.T) {
+			runSessionProperty(t, open(t), plans, 4, uint64(len(name))+5, true)
 		})
 	}
 }
