@@ -29,6 +29,7 @@ var (
 	benchGD2FS      = flag.String("gd2fs", "", "BenchmarkRouterConcurrentChats: a gd2fs binary; the master and servers then run as `gd2fs up`, a process of their own (default: in the benchmark's process)")
 	benchCompute    = flag.Duration("engine-time", 0, "BenchmarkRouterConcurrentChats: how long the stand-in engine takes per completion (0: it answers at once, and 64 chats run as fast as the CPU allows)")
 	benchWarmTurns  = flag.Int("warm-turns", 4, "BenchmarkRouterConcurrentChats: turns each chat makes before the measured ones")
+	benchStagger    = flag.Bool("stagger", false, "BenchmarkRouterConcurrentChats: chat i starts i/64 of -engine-time after the first, so requests arrive spread over a completion's time, as users' do (default: all chats in step, 64 requests at the same instant each round)")
 )
 
 // BenchmarkRouterConcurrentChats is issue 20 item 4: 64 chats at once, each
@@ -117,6 +118,11 @@ func BenchmarkRouterConcurrentChats(b *testing.B) {
 			wg.Add(1)
 			go func(w int) {
 				defer wg.Done()
+				if *benchStagger && from == 0 {
+					// The chats keep their phase: each turn takes one
+					// engine time plus the router's cost.
+					time.Sleep(time.Duration(w) * *benchCompute / chats)
+				}
 				var d, r []time.Duration
 				for i := from; i < to; i++ {
 					x, err := send(p.up.URL, "", i)
@@ -168,7 +174,7 @@ func BenchmarkRouterConcurrentChats(b *testing.B) {
 	saves := e.saves
 	e.mu.Unlock()
 	diff := func(k string) float64 { return after[k] - before[k] }
-	b.Logf("%d chats, %d warm-up + %d measured turns each, engine time %v, durability %s, master %s", chats, *benchWarmTurns, b.N, *benchCompute, *benchDurability, where)
+	b.Logf("%d chats, %d warm-up + %d measured turns each, engine time %v, durability %s, master %s, staggered %v", chats, *benchWarmTurns, b.N, *benchCompute, *benchDurability, where, *benchStagger)
 	b.Logf("engine alone p50 %v p99 %v; through the router (less the engine's save) p50 %v p99 %v; router adds p50 %v p99 %v",
 		dp50, dp99, rp50, rp99, rp50-dp50, rp99-dp99)
 	b.Logf("the engine's save (not counted) p50 %v p99 %v; measured turns: %.0f plans, %.0f misses, %.0f commits, %.0f commit failures, %.0f%% of prompt tokens cached",
