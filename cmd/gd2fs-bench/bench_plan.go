@@ -30,7 +30,7 @@ type planBench struct {
 	turns, quotaPlans          int
 	system, turnTok, answerTok int64
 	reuse, warm, restart       bool
-	cpuProfile                 string
+	cpuProfile, memCap         string
 
 	ms   meta.Store
 	l    meta.Layout
@@ -81,6 +81,7 @@ row (meta.SeedSessions: each copy is what the same plans and commits make, TestS
 	f.BoolVar(&b.restart, "restart", false, "then close the store, open it again and time leading and the first plan")
 	f.IntVar(&b.quotaPlans, "quota-plans", 0, "then time this many plans under a session quota that evicts on each")
 	f.StringVar(&b.cpuProfile, "cpuprofile", "", "write a CPU profile of the timed plans (1 and --concurrency planners) to this file")
+	f.StringVar(&b.memCap, "session-memory", "0", "bound the leader's memory of sessions (gd2fs master --session-memory; 0: none)")
 	return cmd
 }
 
@@ -118,6 +119,20 @@ func (b *planBench) open(ctx context.Context) error {
 	if ok, err := ms.Lead(ctx, "http://gd2fs-bench"); err != nil || !ok {
 		ms.Close()
 		return fmt.Errorf("the benchmark's store does not lead (another master uses %s?): %v", b.dsn, err)
+	}
+	if b.memCap != "" && b.memCap != "0" {
+		n, err := parseSize(b.memCap)
+		if err == nil {
+			if ms, ok := ms.(meta.SessionMemorySetter); ok {
+				err = ms.SetSessionMemory(n)
+			} else {
+				err = fmt.Errorf("this store keeps no sessions in memory")
+			}
+		}
+		if err != nil {
+			ms.Close()
+			return fmt.Errorf("--session-memory: %w", err)
+		}
 	}
 	b.ms = ms
 	return nil
@@ -204,6 +219,10 @@ func (b *planBench) run(ctx context.Context) error {
 		fmt.Printf("  every session in the leader's memory (%s to load): RSS %s (+%s, %s a session), Go heap %s (+%s, %s a session)\n",
 			time.Since(t0).Round(time.Millisecond), human(rss2), human(rss2-rss0), human((rss2-rss0)/int64(b.sessions-b.from)),
 			human(heap2), human(heap2-heap0), human((heap2-heap0)/int64(b.sessions-b.from)))
+		if st, ok := b.ms.(meta.WriteBehindStatser); ok {
+			w := st.WriteBehindStats()
+			fmt.Printf("  sessions in the leader's memory: %d (%d dropped for --session-memory %s)\n", w.Held, w.Shed, b.memCap)
+		}
 		if err := b.timePlans(ctx, 1, touch); err != nil {
 			return err
 		}

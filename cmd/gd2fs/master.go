@@ -16,7 +16,7 @@ import (
 )
 
 func newMaster(g *globals) *cobra.Command {
-	var listen, metaDSN, clusterN, quota, advertise, durability string
+	var listen, metaDSN, clusterN, quota, advertise, durability, sessionMem string
 	var publicMasters, allowHosts []string
 	var downAfter, repairAfter, leadWarmup, unsealedTTL time.Duration
 	var maxConns, maxPerIP int
@@ -35,6 +35,8 @@ func newMaster(g *globals) *cobra.Command {
   gd2fs master --meta sqlite:///var/lib/gd2fs/meta.db --session-durability window
   # TLS with client certificates, the token from a file (not visible in ps)
   gd2fs master --tls-cert m.pem --tls-key m-key.pem --tls-ca ca.pem --tls-verify-clients --token-file /etc/gd2fs/token
+  # a leader with millions of sessions keeps about 2 GiB of them in memory (the rest plan from SQL)
+  gd2fs master --meta postgres://gd2fs@db:5432/gd2fs --session-memory 2GiB
   # plans do not ask servers to bring their stored ranges into DRAM
   gd2fs master --listen :7070 --plan-warm=false`,
 		Args: cobra.NoArgs,
@@ -45,8 +47,12 @@ func newMaster(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			sm, err := parseSize(sessionMem)
+			if err != nil {
+				return fmt.Errorf("--session-memory: %w", err)
+			}
 			m, ms, err := node.NewMaster(ctx, node.Master{Listen: listen, Meta: metaDSN, Cluster: clusterN, Token: g.token,
-				DownAfter: downAfter, RepairAfter: repairAfter, LeadWarmup: leadWarmup, UnsealedTTL: unsealedTTL, SessionQuota: q, SessionDurability: durability, Advertise: advertise, PublicMasters: publicMasters, Log: g.logger(),
+				DownAfter: downAfter, RepairAfter: repairAfter, LeadWarmup: leadWarmup, UnsealedTTL: unsealedTTL, SessionQuota: q, SessionMemory: sm, SessionDurability: durability, Advertise: advertise, PublicMasters: publicMasters, Log: g.logger(),
 				TLS: g.serverTLS, ClientTLS: g.clientTLS, MaxConns: maxConns, MaxConnsPerIP: maxPerIP, AllowedHosts: allowHosts, NoPlanWarm: !planWarm})
 			if err != nil {
 				return err
@@ -68,6 +74,7 @@ func newMaster(g *globals) *cobra.Command {
 	f.StringSliceVar(&publicMasters, "public-masters", nil, "host:port of every master, named in the kv_uris of vllm-format plans (default: from --advertise)")
 	f.StringVar(&quota, "session-quota", "0", "bytes of explicit-mode KV session files before LRU eviction, which then frees down to 1/32 below it (0: no limit)")
 	f.StringVar(&durability, "session-durability", meta.DurabilityFlush, durabilityHelp)
+	f.StringVar(&sessionMem, "session-memory", "0", sessionMemoryHelp)
 	f.IntVar(&maxConns, "max-conns", master.DefaultMaxConns, "most HTTP connections open at once")
 	f.IntVar(&maxPerIP, "max-conns-per-ip", master.DefaultMaxConnsPerIP, "most connections of one address that made no authenticated request yet (the first closed when the port is full; -1: no bound)")
 	f.StringSliceVar(&allowHosts, "allow-host", nil, "a DNS name clients reach this master by; without a token a master answers only IP addresses, localhost, its own and these names (against DNS rebinding)")
@@ -80,6 +87,8 @@ func newMaster(g *globals) *cobra.Command {
 }
 
 // durabilityHelp is --session-durability's help, on master and up.
+const sessionMemoryHelp = "bytes of explicit-mode sessions the leader keeps in memory (estimated: about 3 KiB a session of a 1,000-token prompt); past it the least recently used are dropped from memory only, and their next plan runs in SQL, which loads them back (0: no bound, every session served stays in memory); docs/kv-cache.md"
+
 const durabilityHelp = "when the leader answers explicit-mode session plans and commits: flush (after the SQL transaction that writes them, shared by all that arrived meanwhile: nothing acknowledged is lost), window (at once; a crash or failover loses what was answered since the last flush that committed, about two flushes and at most about 512 operations: those sessions read shorter, never wrong KV) or sync (each in the group transaction, no write-behind); docs/kv-cache.md"
 
 // redactDSN names the metadata engine without a PostgreSQL DSN's password.

@@ -20,7 +20,7 @@ import (
 )
 
 func newUp(g *globals) *cobra.Command {
-	var dir, listen, mem, disk, kvMem, kvPolicy, kvPin, kvDisk, quota, cluster_, metaDSN, syncPolicy, durability string
+	var dir, listen, mem, disk, kvMem, kvPolicy, kvPin, kvDisk, quota, cluster_, metaDSN, syncPolicy, durability, sessionMem string
 	var servers, firstPort, respPort int
 	var s3 s3Flags
 	cmd := &cobra.Command{
@@ -59,6 +59,10 @@ func newUp(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			sm, err := parseSize(sessionMem)
+			if err != nil {
+				return fmt.Errorf("--session-memory: %w", err)
+			}
 			sp, err := store.ParseSyncPolicy(syncPolicy)
 			if err != nil {
 				return err
@@ -95,7 +99,7 @@ func newUp(g *globals) *cobra.Command {
 			}
 			defer unlock()
 			c, err := cluster.Start(ctx, cluster.Config{Dir: abs, MasterAddr: listen, ServerAddrs: addrs, Servers: servers,
-				MemBytes: memB, DiskBytes: diskB, Sync: sp, KVMemBytes: kvMemB, KVPolicy: kvPolicy, KVPinQuota: pinQ, KVDiskBytes: kvDiskB, SessionQuota: q, SessionDurability: durability, Cold: cc, Token: g.token, Cluster: cluster_, Meta: metaDSN, Log: g.logger(),
+				MemBytes: memB, DiskBytes: diskB, Sync: sp, KVMemBytes: kvMemB, KVPolicy: kvPolicy, KVPinQuota: pinQ, KVDiskBytes: kvDiskB, SessionQuota: q, SessionMemory: sm, SessionDurability: durability, Cold: cc, Token: g.token, Cluster: cluster_, Meta: metaDSN, Log: g.logger(),
 				TLS: g.serverTLS, ClientTLS: g.clientTLS, RESP: respPort > 0, RESPAddrs: respAddrs, KVFlushOnClose: true})
 			if err != nil {
 				return fmt.Errorf("%w (is another gd2fs up running? stop it or pick other ports with --listen/--port/--resp-port)", err)
@@ -134,6 +138,7 @@ func newUp(g *globals) *cobra.Command {
 	f.StringVar(&kvPolicy, "kv-policy", "auto", "KV DRAM tier policy: auto, s3fifo or lru (see gd2fs server --help)")
 	f.StringVar(&kvDisk, "kv-disk", "4GiB", "KV cache disk tier per server")
 	f.StringVar(&kvPin, "kv-pin-quota", "auto", "bytes of KV blocks that may be pinned per KV tier: auto (a quarter), 0 (no pins) or a size (see gd2fs server --help)")
+	f.StringVar(&sessionMem, "session-memory", "0", sessionMemoryHelp)
 	f.StringVar(&quota, "session-quota", "4GiB", "bytes of explicit-mode KV session files before LRU eviction, which then frees down to 1/32 below it")
 	f.StringVar(&durability, "session-durability", meta.DurabilityFlush, durabilityHelp)
 	s3.add(f)

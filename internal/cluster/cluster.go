@@ -55,6 +55,8 @@ type Config struct {
 	SessionQuota int64
 	// SessionDurability: node.Master's ("": flush).
 	SessionDurability string
+	// SessionMemory: node.Master's (0: no bound).
+	SessionMemory int64
 	// RESP starts a Redis-protocol front end beside every server (on
 	// RESPAddrs[i], default an ephemeral loopback port): see resp.go.
 	RESP      bool
@@ -103,7 +105,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		cfg.Meta = "sqlite://" + filepath.Join(cfg.Dir, "meta.db")
 	}
 	mn := node.Master{Listen: cfg.MasterAddr, Meta: cfg.Meta, Cluster: cfg.Cluster, Token: cfg.Token,
-		DownAfter: cfg.DownAfter, RepairAfter: cfg.RepairAfter, SessionQuota: cfg.SessionQuota, SessionDurability: cfg.SessionDurability, Log: cfg.Log,
+		DownAfter: cfg.DownAfter, RepairAfter: cfg.RepairAfter, SessionQuota: cfg.SessionQuota, SessionMemory: cfg.SessionMemory, SessionDurability: cfg.SessionDurability, Log: cfg.Log,
 		TLS: cfg.TLS, ClientTLS: cfg.ClientTLS, MaxConns: cfg.MaxConns}
 	if cfg.Transport != nil {
 		mn.Transport = cfg.Transport()

@@ -91,6 +91,12 @@ func newMetrics(m *Master) *metrics {
 					func() float64 { return float64(st.WriteBehindStats().Slow[op][r]) }))
 			}
 		}
+		x.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "gd2fs_master_sessions_shed_total",
+			Help: "Sessions the leader dropped from memory to stay within --session-memory (they plan from SQL next, which loads them back)."},
+			func() float64 { return float64(st.WriteBehindStats().Shed) }))
+		x.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gd2fs_master_sessions_in_memory",
+			Help: "Sessions the leader holds in memory (after its last batch of operations run in SQL)."},
+			func() float64 { return float64(st.WriteBehindStats().Held) }))
 		x.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "gd2fs_master_session_flush_seconds_total",
 			Help: "Time spent in flushes of session operations answered from memory (a crash in window mode loses about two flushes' worth)."},
 			func() float64 { return st.WriteBehindStats().FlushTime.Seconds() }))

@@ -65,6 +65,10 @@ type sessionCache struct {
 	// idsWanted: the ids a plan sent to SQL for want of them needed (one,
 	// and one a chunk it allocates); the slow path then takes a new block.
 	idsWanted int64
+	// owned: the paths of the files each session owns (cachedFile.owner)
+	// as they were loaded, so shed drops them with their session. Paths
+	// dropped otherwise may linger here until their session goes.
+	owned map[string][]string
 }
 
 // cachedSession is a session's row and ranges as in SQL.
@@ -107,6 +111,7 @@ func (c *sessionCache) reset() {
 	c.sessions = map[string]*cachedSession{}
 	c.layouts = map[string]Layout{}
 	c.files = map[string]*cachedFile{}
+	c.owned = map[string][]string{}
 	c.totalKnown = false
 	c.ids.next, c.ids.end = 0, 0
 	c.dropPlans()
@@ -196,6 +201,7 @@ func (c *sessionCache) dropSession(id string) {
 	}
 	c.touchSession(id)
 	delete(c.sessions, id)
+	delete(c.owned, id)
 	c.journal.plans = true
 	for pid, p := range c.plans {
 		if p.session == id {
@@ -397,4 +403,92 @@ func normal(e *cachedSession) cachedSession {
 		x.row.hashes = nil
 	}
 	return x
+}
+
+// SessionMemorySetter is implemented by stores whose leader keeps sessions
+// in memory.
+type SessionMemorySetter interface {
+	// SetSessionMemory bounds the bytes of sessions the leader keeps in
+	// memory (0: no bound); call it before the store is used.
+	SetSessionMemory(bytes int64) error
+}
+
+// SetSessionMemory bounds the leader's memory of sessions (docs/kv-cache.md,
+// "The leader's memory and its cap").
+func (s *sqlStore) SetSessionMemory(bytes int64) error {
+	if bytes < 0 {
+		return errs.New(errs.ErrBadRequest, "session memory of %d bytes: give a size such as 2GiB, or 0 for no bound", bytes)
+	}
+	s.memCap = bytes
+	return nil
+}
+
+// shedSample is how many entries shed looks at to pick each one it drops
+// (the least recently used of them), as Redis's approximated LRU does.
+const shedSample = 16
+
+// Sizes shed counts (heap bytes, measured: docs/kv-cache.md): an entry's
+// fixed part and its map slot, a range's, and a file the session owns.
+const (
+	entryBytes = 512
+	rangeBytes = 96
+	fileBytes  = 640
+)
+
+// size estimates the heap an entry holds, its owned files included.
+func (c *sessionCache) size(id string, e *cachedSession) int64 {
+	n := int64(entryBytes + len(id) + 16*len(e.row.hashes) + fileBytes*len(c.owned[id]))
+	for _, r := range e.ranges {
+		n += rangeBytes + int64(len(r.Path))
+	}
+	return n
+}
+
+// shed drops sessions from memory, the least recently used first (sampled),
+// once their estimated size passes limit: down to 15/16 of it, so that not
+// every batch sheds. Memory only: SQL holds every one of them (the cache is
+// written through, and a window-mode log is written before any operation
+// that loads an entry again), and a plan or commit of a dropped session
+// runs in SQL, which loads it back (SlowNotInMemory), as on a new leader.
+// Outstanding plans stay (memory must hold all of them). It returns how
+// many it dropped. Called with wb.mu held, after a batch's COMMIT: entries
+// are loaded only in batches.
+func (c *sessionCache) shed(limit int64) int {
+	if limit <= 0 || len(c.sessions) == 0 {
+		return 0
+	}
+	var sum int64
+	k := 0
+	for id, e := range c.sessions {
+		sum += c.size(id, e)
+		if k++; k == 4*shedSample {
+			break
+		}
+	}
+	avg := max(1, sum/int64(k))
+	if int64(len(c.sessions))*avg <= limit {
+		return 0
+	}
+	keep := int(limit / 16 * 15 / avg)
+	dropped := 0
+	for len(c.sessions) > keep {
+		victim, oldest, n := "", int64(0), 0
+		for id, e := range c.sessions {
+			if victim == "" || e.lastUsed < oldest {
+				victim, oldest = id, e.lastUsed
+			}
+			if n++; n == shedSample {
+				break
+			}
+		}
+		delete(c.sessions, victim)
+		for _, p := range c.owned[victim] {
+			if f := c.files[p]; f != nil && f.owner == victim {
+				delete(c.files, p)
+			}
+		}
+		delete(c.owned, victim)
+		dropped++
+	}
+	return dropped
 }

@@ -272,6 +272,12 @@ func (s *sqlStore) runBatch(ops []*groupOp) (err error) {
 		wb.newTerm = 0
 		wb.bump = false
 	}
+	if ran > 0 && s.cache.on { // wb.mu held (a batch with operations keeps it)
+		if n := s.cache.shed(s.memCap); n > 0 {
+			wb.shed.Add(int64(n))
+		}
+		wb.held.Store(int64(len(s.cache.sessions)))
+	}
 	return s.flushed(ctx, lg, began, ran, &held)
 }
 

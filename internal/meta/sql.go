@@ -34,6 +34,9 @@ type sqlStore struct {
 	// this store took the lead under (0: it does not lead).
 	cache    sessionCache
 	leadTerm atomic.Int64
+	// memCap bounds the bytes of sessions the leader keeps in memory
+	// (SetSessionMemory; 0: no bound).
+	memCap int64
 	// wb answers session operations from the cache and writes them to SQL
 	// behind (writebehind.go).
 	wb writeBehind

@@ -140,6 +140,9 @@ type writeBehind struct {
 	// slow counts the plans ([0]) and commits ([1]) that ran in SQL, by
 	// why memory could not answer them.
 	slow [2][SlowReasons]atomic.Int64
+	// shed counts the sessions dropped from memory for its cap, and held
+	// is how many memory held after the last batch (cache.go, shed).
+	shed, held atomic.Int64
 	// mu guards the session cache against operations answered from
 	// memory, and the log. The group runner holds it while it runs
 	// operations in SQL, so they and the fast path see one history.
@@ -286,6 +289,9 @@ type WriteBehindStats struct {
 	// Slow counts the plans ([0]) and commits ([1]) that ran in SQL, by
 	// reason.
 	Slow [2][SlowReasons]int64
+	// Held is how many sessions the leader's memory held after its last
+	// batch; Shed how many it dropped for its cap (SetSessionMemory).
+	Held, Shed int64
 }
 
 // SlowReason says why a plan or a commit ran in SQL instead of being
@@ -322,7 +328,7 @@ type WriteBehindStatser interface{ WriteBehindStats() WriteBehindStats }
 
 func (s *sqlStore) WriteBehindStats() WriteBehindStats {
 	st := WriteBehindStats{Fast: s.wb.fast.Load(), Flushes: s.wb.flushes.Load(), Flushed: s.wb.flushed.Load(), FlushTime: time.Duration(s.wb.flushNanos.Load()),
-		Statements: s.wb.written.Load(), Dropped: s.wb.dropped.Load()}
+		Statements: s.wb.written.Load(), Dropped: s.wb.dropped.Load(), Held: s.wb.held.Load(), Shed: s.wb.shed.Load()}
 	for op := range st.Slow {
 		for r := range st.Slow[op] {
 			st.Slow[op][r] = s.wb.slow[op][r].Load()
@@ -1000,6 +1006,9 @@ func (s *sqlStore) cacheFiles(ctx context.Context, tx execer, reload bool, paths
 			continue
 		}
 		c.files[p] = f
+		if f.owner != "" && !slices.Contains(c.owned[f.owner], p) {
+			c.owned[f.owner] = append(c.owned[f.owner], p)
+		}
 	}
 	return nil
 }

@@ -103,6 +103,7 @@ type Master struct {
 	DownAfter, RepairAfter, LeadWarmup time.Duration // 0: the master's defaults
 	UnsealedTTL                        time.Duration // 0: the master's default (24h); negative: never
 	SessionQuota                       int64         // bytes of session files (0: no limit)
+	SessionMemory                      int64         // bytes of sessions the leader keeps in memory (0: no bound)
 	NoPlanWarm                         bool          // master.Config.NoPlanWarm
 	// SessionDurability: when the leader answers session plans and
 	// commits, meta.DurabilityFlush (""), DurabilityWindow or DurabilitySync.
@@ -130,6 +131,12 @@ func NewMaster(ctx context.Context, n Master) (*master.Master, meta.Store, error
 		if err := d.SetSessionDurability(n.SessionDurability); err != nil {
 			ms.Close()
 			return nil, nil, fmt.Errorf("--session-durability: %w", err)
+		}
+	}
+	if d, ok := ms.(meta.SessionMemorySetter); ok && n.SessionMemory != 0 {
+		if err := d.SetSessionMemory(n.SessionMemory); err != nil {
+			ms.Close()
+			return nil, nil, fmt.Errorf("--session-memory: %w", err)
 		}
 	}
 	cfg := master.Config{Listen: n.Listen, Meta: ms, Cluster: n.Cluster, Token: n.Token,

@@ -1,0 +1,101 @@
+package meta
+
+import (
+	"context"
+	"fmt"
+	"testing"
+)
+
+// TestSessionMemoryCap: a leader with --session-memory keeps about that
+// many bytes of sessions in memory, dropping the least recently used ones
+// (memory only): every session still plans exactly what it stored (loaded
+// back from SQL, in SQL), and a chat that keeps taking turns stays in
+// memory while idle sessions come and go. Without the cap memory holds
+// every session served.
+func TestSessionMemoryCap(t *testing.T) {
+	for name, open := range engines(t) {
+		for _, mode := range []string{DurabilityFlush, DurabilityWindow} {
+			for _, capped := range []bool{true, false} {
+				if !capped && (name != "sqlite" || mode != DurabilityFlush) {
+					continue // the control: one is enough (every batch compares all memory with SQL)
+				}
+				t.Run(fmt.Sprintf("%s-%s-capped-%v", name, mode, capped), func(t *testing.T) {
+					s := inMode(open, mode)(t).(*sqlStore)
+					ctx := context.Background()
+					if err := s.PutLayout(ctx, wbLayout); err != nil {
+						t.Fatal(err)
+					}
+					const limit = 16 << 10 // about a dozen of these small sessions
+					if capped {
+						if err := s.SetSessionMemory(limit); err != nil {
+							t.Fatal(err)
+						}
+					}
+					if err := s.SetSessionMemory(-1); err == nil {
+						t.Fatal("a negative session memory was taken")
+					}
+					const sessions = 120
+					hot := seqIDs(1, 40)
+					wbTurn(t, s, "hot", hot, true)
+					for i := range sessions {
+						wbTurn(t, s, fmt.Sprintf("idle-%d", i), seqIDs(uint32(1000*i+1), 20+i%7), true)
+						if i%4 == 0 { // the hot chat goes on meanwhile
+							hot = append(hot, seqIDs(uint32(500000+i), 6)...)
+							wbTurn(t, s, "hot", hot, true)
+						}
+					}
+					st := s.WriteBehindStats()
+					if capped && (st.Shed == 0 || st.Held >= sessions/2) {
+						t.Fatalf("capped at %d bytes: memory holds %d sessions, %d dropped", limit, st.Held, st.Shed)
+					}
+					if !capped && (st.Shed != 0 || st.Held < sessions) {
+						t.Fatalf("no cap: memory holds %d sessions, %d dropped", st.Held, st.Shed)
+					}
+					// The hot chat's turns were answered from memory.
+					slowBefore := st.Slow[0][SlowNotInMemory]
+					for range 5 {
+						hot = append(hot, seqIDs(uint32(900000+len(hot)), 6)...)
+						wbTurn(t, s, "hot", hot, true)
+					}
+					if n := s.WriteBehindStats().Slow[0][SlowNotInMemory] - slowBefore; n != 0 {
+						t.Fatalf("%d of the hot chat's plans were not answered from memory", n)
+					}
+					// Every session plans what it holds, from SQL if dropped.
+					for i := range sessions {
+						ids := seqIDs(uint32(1000*i+1), 20+i%7)
+						p, err := s.PlanSession(ctx, PlanInput{Session: fmt.Sprintf("idle-%d", i), Model: "m", TokenIDs: append(ids, 7), Dir: "/kv-sessions",
+							Pool: "perf", ChunkSize: 1 << 20, PlanTTL: 0, Now: now, Place: wbPlace, Quota: 1 << 30})
+						if err != nil {
+							t.Fatal(err)
+						}
+						if want := int64(len(ids)); p.Cached != want {
+							t.Fatalf("idle-%d: plan caches %d tokens, it stored %d", i, p.Cached, want)
+						}
+					}
+				})
+			}
+		}
+	}
+}
+
+// TestSessionPropertyMemoryCap is TestSessionPropertyWindow with the
+// leader's memory capped at a few sessions, so that entries are dropped
+// and loaded again all the time.
+func TestSessionPropertyMemoryCap(t *testing.T) {
+	plans := 120
+	if *long {
+		plans = 6000
+	}
+	for name, open := range windowEngines(t) {
+		t.Run(name, func(t *testing.T) {
+			s := open(t)
+			if err := s.(SessionMemorySetter).SetSessionMemory(6 << 10); err != nil {
+				t.Fatal(err)
+			}
+			runSessionProperty(t, s, plans, 4, uint64(len(name))+9, false)
+			if st := s.(*sqlStore).WriteBehindStats(); st.Shed == 0 {
+				t.Fatalf("no session was dropped from memory: %+v", st)
+			}
+		})
+	}
+}
