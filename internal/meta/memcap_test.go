@@ -25,7 +25,7 @@ func TestSessionMemoryCap(t *testing.T) {
 					if err := s.PutLayout(ctx, wbLayout); err != nil {
 						t.Fatal(err)
 					}
-					const limit = 16 << 10 // about a dozen of these small sessions
+					const limit = 8 << 10 // a few of these small sessions
 					if capped {
 						if err := s.SetSessionMemory(limit); err != nil {
 							t.Fatal(err)
@@ -34,7 +34,7 @@ func TestSessionMemoryCap(t *testing.T) {
 					if err := s.SetSessionMemory(-1); err == nil {
 						t.Fatal("a negative session memory was taken")
 					}
-					const sessions = 120
+					const sessions = 64
 					hot := seqIDs(1, 40)
 					wbTurn(t, s, "hot", hot, true)
 					for i := range sessions {

@@ -714,8 +714,17 @@ func (s *sqlStore) Commit(ctx context.Context, fileID int64, size int64, lengths
 	}
 	// In window mode a chunk a plan allocated in memory (writebehind.go,
 	// allocMem) may not be in SQL yet, and its length UPDATE below would
-	// match no row: wait for every answered operation, as File does.
-	if err := s.barrier(ctx); err != nil {
+	// match no row: wait for every answered operation, as File does. A
+	// seal also forgets the file first and waits in any mode: a session
+	// commit memory answered on it, written after the seal, would grow a
+	// sealed file.
+	wait := s.barrier
+	if seal {
+		wait = func(ctx context.Context) error {
+			return s.waitPending(ctx, func(c *cachedFile) bool { return c.file.ID == fileID })
+		}
+	}
+	if err := wait(ctx); err != nil {
 		return f, err
 	}
 	err := s.tx(ctx, func(tx *sql.Tx) error {
