@@ -36,7 +36,7 @@ func newBenchTurns() *cobra.Command {
 	var oldPath, prefault, coalesce bool
 	var coalesceInFlight int
 	var rate float64
-	var serverMem, durability, model, quota string
+	var serverMem, durability, model, quota, sessionMem string
 	cmd := &cobra.Command{
 		Use:   "turns",
 		Short: "Explicit-mode chat turns per second (plan, write, commit) with master and servers as separate processes",
@@ -77,6 +77,12 @@ func newBenchTurns() *cobra.Command {
 				}
 				masterArgs = append(masterArgs, "--session-quota", quota)
 			}
+			if sessionMem != "" {
+				if _, err := parseSize(sessionMem); err != nil {
+					return fmt.Errorf("--session-memory: %w", err)
+				}
+				masterArgs = append(masterArgs, "--session-memory", sessionMem)
+			}
 			ccfg := client.Config{NoCoalesce: !coalesce, CoalesceInFlight: coalesceInFlight}
 			return benchTurns(context.Background(), metaDSN, serverMem, sessions, conc, servers, turnTokens, duration, oldPath, prefault, masterArgs, ccfg, rate)
 		},
@@ -89,6 +95,7 @@ func newBenchTurns() *cobra.Command {
 	f.IntVar(&servers, "servers", 3, "data servers, each its own process")
 	f.Int64Var(&turnTokens, "turn-tokens", 200, "new tokens per turn")
 	f.StringVar(&quota, "session-quota", "", "the master's --session-quota (default: the master's own, no limit): a quota the set-up fills makes the measured plans evict")
+	f.StringVar(&sessionMem, "session-memory", "", "the master's --session-memory (default: the master's own, no bound): a cap below the sessions' size makes plans of sessions dropped from memory run in SQL")
 	f.StringVar(&model, "model", "small", "KV layout of the turns: small (256 bytes a token: the turn's shape, not its bytes) or llama-8b (128 KiB a token: a 16 MiB chunk every 128 tokens; size --server-mem for the bytes and use --rate)")
 	f.DurationVar(&duration, "duration", 30*time.Second, "how long turns are measured")
 	f.StringVar(&durability, "session-durability", "", "the master's --session-durability: flush, window or sync (default: the master's own, flush; leave it out for a gd2fs binary from before it)")
