@@ -860,6 +860,11 @@ func (s *sqlStore) Chunks(ctx context.Context, fileID int64) ([]Chunk, error) {
 }
 
 func (s *sqlStore) ChunksOn(ctx context.Context, serverID string) ([]Placed, error) {
+	// A repair scan must see the chunks plans allocated in memory too
+	// (writebehind.go, allocMem): in window mode wait until they are in SQL.
+	if err := s.barrier(ctx); err != nil {
+		return nil, err
+	}
 	return s.chunksWhere(ctx, `c.id IN (SELECT chunk_id FROM replicas WHERE server_id = ?)`, serverID)
 }
 

@@ -545,6 +545,23 @@ func TestFastPlanAllocatesChunks(t *testing.T) {
 				if err != nil || n != 0 {
 					t.Fatalf("a chunk the outstanding plan allocated swept as an orphan: %d, %v", n, err)
 				}
+				// A repair scan of the server the plan's chunks are on
+				// finds them (it waits for the log too).
+				free, waited = hold()
+				ids = append(ids, seqIDs(4500, 30)...)
+				p2 := plan(ids)
+				seen(p2)
+				on, err := s.ChunksOn(ctx, "s2")
+				free()
+				waited()
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := p2.FreshChunks[len(p2.FreshChunks)-1].ID
+				if !slices.ContainsFunc(on, func(pc Placed) bool { return pc.ID == want }) {
+					t.Fatalf("a repair scan of s2 misses chunk %d, which a plan placed there", want)
+				}
+				// (p2 stays outstanding: the next plan of the chat supersedes it.)
 				if _, err := s.CommitSession(ctx, CommitInput{Session: "chat", PlanID: p.ID, Written: true, Now: time.Now()}); err != nil {
 					t.Fatal(err)
 				}
