@@ -35,7 +35,7 @@ func newBenchTurns() *cobra.Command {
 	var duration time.Duration
 	var oldPath, prefault, coalesce bool
 	var coalesceInFlight int
-	var rate float64
+	var rate, newShare float64
 	var serverMem, durability, model, quota, sessionMem string
 	cmd := &cobra.Command{
 		Use:   "turns",
@@ -47,6 +47,8 @@ func newBenchTurns() *cobra.Command {
   ./gd2fs-bench turns --sessions 10000 --session-durability window
   # latency at a given load rather than at saturation: 500 turns started a second
   ./gd2fs-bench turns --sessions 10000 --rate 500
+  # a quarter of the turns start a new chat (a session's first plan and file)
+  ./gd2fs-bench turns --sessions 10000 --session-durability window --new-chats 0.25
   # a full cache: the set-up fills the quota, so the turns' plans evict
   ./gd2fs-bench turns --sessions 2000 --session-quota 64MiB
   # a real model's KV (128 KiB a token): plans that allocate chunks, at a rate the bytes allow
@@ -84,7 +86,10 @@ func newBenchTurns() *cobra.Command {
 				masterArgs = append(masterArgs, "--session-memory", sessionMem)
 			}
 			ccfg := client.Config{NoCoalesce: !coalesce, CoalesceInFlight: coalesceInFlight}
-			return benchTurns(context.Background(), metaDSN, serverMem, sessions, conc, servers, turnTokens, duration, oldPath, prefault, masterArgs, ccfg, rate)
+			if newShare < 0 || newShare > 1 {
+				return fmt.Errorf("--new-chats %v: a share from 0 to 1", newShare)
+			}
+			return benchTurns(context.Background(), metaDSN, serverMem, sessions, conc, servers, turnTokens, duration, oldPath, prefault, masterArgs, ccfg, rate, newShare)
 		},
 	}
 	f := cmd.Flags()
@@ -95,6 +100,7 @@ func newBenchTurns() *cobra.Command {
 	f.IntVar(&servers, "servers", 3, "data servers, each its own process")
 	f.Int64Var(&turnTokens, "turn-tokens", 200, "new tokens per turn")
 	f.StringVar(&quota, "session-quota", "", "the master's --session-quota (default: the master's own, no limit): a quota the set-up fills makes the measured plans evict")
+	f.Float64Var(&newShare, "new-chats", 0, "share of the measured turns that start a new chat (a session's first plan and file, as a router sees new conversations); 0: every turn continues one of --sessions")
 	f.StringVar(&sessionMem, "session-memory", "", "the master's --session-memory (default: the master's own, no bound): a cap below the sessions' size makes plans of sessions dropped from memory run in SQL")
 	f.StringVar(&model, "model", "small", "KV layout of the turns: small (256 bytes a token: the turn's shape, not its bytes) or llama-8b (128 KiB a token: a 16 MiB chunk every 128 tokens; size --server-mem for the bytes and use --rate)")
 	f.DurationVar(&duration, "duration", 30*time.Second, "how long turns are measured")
@@ -121,7 +127,7 @@ var turnsLayouts = map[string]client.Layout{
 // turnsLayout is the layout the run uses (--model).
 var turnsLayout = turnsLayouts["small"]
 
-func benchTurns(ctx context.Context, metaDSN, serverMem string, sessions, conc, servers int, turnTokens int64, duration time.Duration, oldPath, prefault bool, masterArgs []string, ccfg client.Config, rate float64) error {
+func benchTurns(ctx context.Context, metaDSN, serverMem string, sessions, conc, servers int, turnTokens int64, duration time.Duration, oldPath, prefault bool, masterArgs []string, ccfg client.Config, rate, newShare float64) error {
 	dir, err := os.MkdirTemp("", "gd2fs-benchturns-")
 	if err != nil {
 		return err
@@ -161,13 +167,13 @@ func benchTurns(ctx context.Context, metaDSN, serverMem string, sessions, conc, 
 	// fresh range: a buffer the caller keeps, as an engine's KV memory is
 	// there before the turn, so the client's CPU is the turn's, not the
 	// allocation and first touch of 53 KB of fresh heap a turn.
-	turn := func(i int, kv *[]byte) (plan, commit time.Duration, err error) {
-		locks[i].Lock()
-		defer locks[i].Unlock()
+	// chat is one turn of session sid, which holds have tokens: plan,
+	// write the fresh range, commit. It returns the tokens held after.
+	chat := func(sid string, have int64, kv *[]byte) (plan, commit time.Duration, held int64, err error) {
 		t0 := time.Now()
-		p, err := ss.Plan(ctx, id(i), client.PlanRequest{Model: turnsLayout.Model, TokenIDs: tokenIDs(0, tokens[i].Load()+turnTokens)})
+		p, err := ss.Plan(ctx, sid, client.PlanRequest{Model: turnsLayout.Model, TokenIDs: tokenIDs(0, have+turnTokens)})
 		if err != nil {
-			return 0, 0, err
+			return 0, 0, 0, err
 		}
 		t1 := time.Now()
 		var n int64
@@ -181,16 +187,30 @@ func benchTurns(ctx context.Context, metaDSN, serverMem string, sessions, conc, 
 		var s client.Session
 		if oldPath {
 			if err = ss.WriteFresh(ctx, p, b); err == nil {
-				s, err = ss.Commit(ctx, id(i), p.PlanID)
+				s, err = ss.Commit(ctx, sid, p.PlanID)
 			}
 		} else {
-			s, err = ss.WriteAndCommit(ctx, id(i), p, b)
+			s, err = ss.WriteAndCommit(ctx, sid, p, b)
 		}
 		if err != nil {
-			return 0, 0, err
+			return 0, 0, 0, err
 		}
-		tokens[i].Store(s.Tokens)
-		return t1.Sub(t0), time.Since(t1), nil
+		return t1.Sub(t0), time.Since(t1), s.Tokens, nil
+	}
+	turn := func(i int, kv *[]byte) (plan, commit time.Duration, err error) {
+		locks[i].Lock()
+		defer locks[i].Unlock()
+		plan, commit, held, err := chat(id(i), tokens[i].Load(), kv)
+		if err == nil {
+			tokens[i].Store(held)
+		}
+		return plan, commit, err
+	}
+	// A new chat: a session's first turn (its first plan, its file).
+	var newChats atomic.Int64
+	firstTurn := func(kv *[]byte) (plan, commit time.Duration, err error) {
+		plan, commit, _, err = chat(fmt.Sprintf("new-%d", newChats.Add(1)), 0, kv)
+		return plan, commit, err
 	}
 	// Set-up: every session gets its first turn.
 	start := time.Now()
@@ -286,7 +306,13 @@ func benchTurns(ctx context.Context, metaDSN, serverMem string, sessions, conc, 
 			var ps, cs []time.Duration
 			var kv []byte
 			for next() {
-				p, c, err := turn(r.IntN(sessions), &kv)
+				var p, c time.Duration
+				var err error
+				if newShare > 0 && r.Float64() < newShare {
+					p, c, err = firstTurn(&kv)
+				} else {
+					p, c, err = turn(r.IntN(sessions), &kv)
+				}
 				if err != nil {
 					if failed.Add(1) == 1 {
 						fmt.Fprintln(os.Stderr, "  turn failed:", err)
@@ -320,6 +346,9 @@ func benchTurns(ctx context.Context, metaDSN, serverMem string, sessions, conc, 
 		return fmt.Errorf("no turn completed in %s (%d failed)", duration, failed.Load())
 	}
 	fmt.Printf("  %d turns in %s: %.0f turns/s, %d failed; load average %s\n", n, el.Round(time.Millisecond), float64(n)/el.Seconds(), failed.Load(), loadAvg())
+	if newShare > 0 {
+		fmt.Printf("  of which new chats (a session's first turn): %d (%.0f%%)\n", newChats.Load(), 100*float64(newChats.Load())/float64(n))
+	}
 	if rate > 0 {
 		fmt.Printf("  offered %.0f turns/s: %d turns missed their start (all %d chats busy)\n", rate, missed.Load(), conc)
 	}
