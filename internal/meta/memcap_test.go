@@ -82,20 +82,13 @@ func TestSessionMemoryCap(t *testing.T) {
 // leader's memory capped at a few sessions, so that entries are dropped
 // and loaded again all the time.
 func TestSessionPropertyMemoryCap(t *testing.T) {
-	plans := 120
-	if *long {
-		plans = 6000
-	}
-	for name, open := range windowEngines(t) {
-		t.Run(name, func(t *testing.T) {
-			s := open(t)
-			if err := s.(SessionMemorySetter).SetSessionMemory(6 << 10); err != nil {
-				t.Fatal(err)
-			}
-			runSessionProperty(t, s, plans, 4, uint64(len(name))+9, false)
-			if st := s.(*sqlStore).WriteBehindStats(); st.Shed == 0 {
-				t.Fatalf("no session was dropped from memory: %+v", st)
-			}
-		})
-	}
+	propertyRuns(t, windowEngines(t), 120, 9, false, func(t *testing.T, s Store) {
+		if err := s.(SessionMemorySetter).SetSessionMemory(6 << 10); err != nil {
+			t.Fatal(err)
+		}
+	}, func(t *testing.T, s Store) {
+		if st := s.(*sqlStore).WriteBehindStats(); st.Shed == 0 {
+			t.Fatalf("no session was dropped from memory: %+v", st)
+		}
+	})
 }

@@ -31,14 +31,26 @@ var long = flag.Bool("long", false, "run the long versions of the property tests
 // conversation for those tokens, ranges are contiguous from token 0, and
 // cached_tokens equals the model's.
 func TestSessionProperty(t *testing.T) {
-	plans := 240
+	propertyRuns(t, engines(t), 240, 0, false, nil, nil)
+}
+
+// propertyRuns runs the property test on each of engs (plans plans, 6,000
+// with -long; 4 workers), each store first given to prepare if set and to
+// check after, if set.
+func propertyRuns(t *testing.T, engs map[string]func(t *testing.T) Store, plans int, seed uint64, lossy bool, prepare, check func(t *testing.T, s Store)) {
 	if *long {
 		plans = 6000
 	}
-	for name, open := range engines(t) {
+	for name, open := range engs {
 		t.Run(name, func(t *testing.T) {
 			s := open(t)
-			runSessionProperty(t, s, plans, 4, uint64(len(name)), false)
+			if prepare != nil {
+				prepare(t, s)
+			}
+			runSessionProperty(t, s, plans, 4, uint64(len(name))+seed, lossy)
+			if check != nil {
+				check(t, s)
+			}
 		})
 	}
 }

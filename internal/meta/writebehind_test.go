@@ -37,31 +37,15 @@ func windowEngines(t *testing.T) map[string]func(t *testing.T) Store {
 // TestSessionPropertyWindow is TestSessionProperty on leaders that answer
 // plans and commits before writing them (every read waits for the log).
 func TestSessionPropertyWindow(t *testing.T) {
-	plans := 120 // half TestSessionProperty's: each flush compares memory with SQL
-
-	if *long {
-		plans = 6000
-	}
-	for name, open := range windowEngines(t) {
-		t.Run(name, func(t *testing.T) {
-			runSessionProperty(t, open(t), plans, 4, uint64(len(name)), false)
-		})
-	}
+	// Half TestSessionProperty's plans: each flush compares memory with SQL.
+	propertyRuns(t, windowEngines(t), 120, 0, false, nil, nil)
 }
 
 // TestSessionPropertyLostFlushes is TestSessionPropertyWindow with a quarter
 // of the leader's flushes failing: what a flush loses reads as a shorter
 // or older stored range, never as bytes of another conversation.
 func TestSessionPropertyLostFlushes(t *testing.T) {
-	plans := 120
-	if *long {
-		plans = 6000
-	}
-	for name, open := range windowEngines(t) {
-		t.Run(name, func(t *testing.T) {
-			runSessionProperty(t, open(t), plans, 4, uint64(len(name))+5, true)
-		})
-	}
+	propertyRuns(t, windowEngines(t), 120, 5, true, nil, nil)
 }
 
 var wbLayout = Layout{Model: "m", Layers: 2, KVHeads: 1, HeadDim: 8, DType: "fp16", PageTokens: 4, Order: "page_first"}
