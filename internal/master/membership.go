@@ -53,14 +53,16 @@ func (m *Master) heartbeat(ctx context.Context, hb api.Heartbeat) (api.Heartbeat
 	}
 	reconciled := false
 	if hb.Held != nil {
+		// Not on the heartbeat's own path to failing: a server whose list
+		// cannot be checked now is still alive (it sends the list again).
 		n, err := m.meta.Orphans(ctx, hb.ID, hb.Held)
-		if err != nil {
-			return api.HeartbeatReply{}, err
-		}
-		if n > 0 {
+		switch {
+		case err != nil:
+			m.log.Warn("could not check the chunks a server reported; it reports them again", "id", hb.ID, "chunks", len(hb.Held), "err", err)
+		case n > 0:
 			m.log.Info("server holds chunks no file uses; deleting them", "id", hb.ID, "chunks", n)
 		}
-		reconciled = true
+		reconciled = err == nil
 	}
 	m.mu.Lock()
 	s := m.servers[hb.ID]

@@ -362,7 +362,9 @@ func runSessionProperty(t *testing.T, s Store, plans, workers int, seed uint64, 
 	covered := func() bool {
 		stats.Lock()
 		defer stats.Unlock()
-		return stats.rewinds > 0 && stats.edits > 0 && allModes(stats.modes, lossy) && stats.forks > 0 && stats.evicted > 0 && stats.refused > 0 && (!lossy || losses.Load() > 0)
+		// (With lost flushes edits are rare: lost deletes and refused
+		// commits keep sessions short. Not required there.)
+		return stats.rewinds > 0 && (stats.edits > 0 || lossy) && allModes(stats.modes, lossy) && stats.forks > 0 && stats.evicted > 0 && stats.refused > 0 && (!lossy || losses.Load() > 0)
 	}
 	errc := make(chan error, workers)
 	var wg sync.WaitGroup
@@ -762,7 +764,7 @@ func runSessionProperty(t *testing.T, s Store, plans, workers int, seed uint64, 
 	}
 	t.Logf("%d plans (%d rewinds, %d edits; %v by ids, hashes, counts), %d stored ranges checked byte for byte, %d forks, %d deletes, %d evictions (%d noticed by their owner), %d abandoned plans, %d commits refused, %d flushes lost",
 		stats.plans, stats.rewinds, stats.edits, stats.modes, stats.checked, stats.forks, stats.deletes, stats.evicted, stats.recreated, stats.abandoned, stats.refused, losses.Load())
-	if stats.plans < plans/2 || stats.rewinds == 0 || stats.edits == 0 || !allModes(stats.modes, lossy) || stats.forks == 0 || stats.evicted == 0 || stats.refused == 0 || lossy && losses.Load() == 0 {
+	if stats.plans < plans/2 || stats.rewinds == 0 || stats.edits == 0 && !lossy || !allModes(stats.modes, lossy) || stats.forks == 0 || stats.evicted == 0 || stats.refused == 0 || lossy && losses.Load() == 0 {
 		t.Fatalf("the traffic did not exercise the store: %+v", &stats)
 	}
 }

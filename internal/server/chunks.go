@@ -194,6 +194,11 @@ func (s *Server) stat(dc *dataConn, h wire.Header, id uint64, start time.Time) e
 func (s *Server) copyFrom(id uint64, src string) error {
 	ctx, cancel := context.WithTimeout(s.life, 5*time.Minute)
 	defer cancel()
+	// Until the master records this copy (after it returns), the chunk is
+	// one no file places here: reconcile must not report it, nor a
+	// tombstone delete it (heartbeat.go).
+	s.copyBegin(id)
+	defer s.copyEnd(id)
 	length, sealed, err := s.peers.StatChunk(ctx, src, id)
 	if err != nil {
 		return fmt.Errorf("copy chunk %d from %s: %w", id, src, err)

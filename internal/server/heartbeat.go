@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/gd2fs/gd2fs/errs"
@@ -42,7 +43,7 @@ func (s *Server) heartbeat(ctx context.Context) error {
 	s.mu.Lock()
 	acked := s.deleted
 	s.deleted = nil
-	held, heldGen := s.held, s.heldGen
+	held, heldGen := s.held[:min(len(s.held), heldBatch)], s.heldGen
 	s.mu.Unlock()
 	hb := api.Heartbeat{ServerInfo: api.ServerInfo{ID: s.cfg.ID, Addr: s.cfg.Advertise,
 		MemCap: u.MemCap, MemUsed: u.MemUsed, DiskCap: u.DiskCap, DiskUsed: u.DiskUsed, Chunks: u.Chunks,
@@ -76,16 +77,28 @@ func (s *Server) heartbeat(ctx context.Context) error {
 	s.mu.Lock()
 	// A refresh's heartbeat may run beside the loop's: only the list this
 	// heartbeat sent is done (a newer one waits for its own answer).
-	if heldGen == s.heldGen && (reply.Reconciled || len(s.held) == 0) { // an empty list is not sent
+	// A long list goes heldBatch ids a heartbeat (the master answers a
+	// heartbeat only after it checked them).
+	if heldGen == s.heldGen && reply.Reconciled {
+		s.held = s.held[len(held):]
+		s.heldGen++
+	}
+	if len(s.held) == 0 {
 		s.held = nil
 	}
 	if s.held == nil && s.cfg.Reconcile > 0 && time.Since(s.recon.last) >= s.cfg.Reconcile {
-		s.held = s.recon.next(s.store.IDs())
+		s.held = s.recon.next(s.store.IDs(), s.copyBusyLocked)
 		s.heldGen++
 	}
 	s.mu.Unlock()
 	var done []uint64
 	for _, id := range reply.Delete {
+		s.mu.Lock()
+		copying := s.copies[id].running > 0
+		s.mu.Unlock()
+		if copying {
+			continue // a tombstone older than this copy: asked again next time
+		}
 		if err := s.store.Delete(id); err == nil || errors.Is(err, errs.ErrNotFound) {
 			done = append(done, id)
 		}
@@ -110,11 +123,65 @@ type reconcile struct {
 	arrived []uint64 // those of prev that the look before did not see
 }
 
+// heldBatch is the most chunk ids one heartbeat reports.
+const heldBatch = 1000
+
+// copyState is a chunk being copied here (copyFrom), or copied at ended.
+type copyState struct {
+	running int
+	ended   time.Time
+}
+
+func (s *Server) copyBegin(id uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.copies == nil {
+		s.copies = map[uint64]copyState{}
+	}
+	c := s.copies[id]
+	c.running++
+	s.copies[id] = c
+}
+
+func (s *Server) copyEnd(id uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.copies[id]
+	c.running--
+	c.ended = time.Now()
+	s.copies[id] = c
+}
+
+// copyBusyLocked says whether chunk id is being copied here or was in the
+// last reconcile period (the master records a copy after it ends); it
+// forgets copies older than that (s.mu held).
+func (s *Server) copyBusyLocked(id uint64) bool {
+	for k, c := range s.copies {
+		if c.running == 0 && time.Since(c.ended) > s.cfg.Reconcile {
+			delete(s.copies, k)
+		}
+	}
+	c, ok := s.copies[id]
+	return ok && (c.running > 0 || time.Since(c.ended) <= s.cfg.Reconcile)
+}
+
 // next takes a look at the chunks held now (sorted) and returns those to
 // ask about: the ones that arrived by the last look and are still here.
-func (r *reconcile) next(now []uint64) []uint64 {
-	ask := intersect(r.arrived, now)
+// A busy one (being copied) is not asked yet: it is asked at the next look.
+func (r *reconcile) next(now []uint64, busy func(id uint64) bool) []uint64 {
+	var ask, later []uint64
+	for _, id := range intersect(r.arrived, now) {
+		if busy != nil && busy(id) {
+			later = append(later, id)
+		} else {
+			ask = append(ask, id)
+		}
+	}
 	r.arrived = subtract(now, r.prev)
+	if len(later) > 0 {
+		r.arrived = append(r.arrived, later...)
+		slices.Sort(r.arrived)
+	}
 	r.prev = now
 	r.last = time.Now()
 	if len(ask) == 0 {

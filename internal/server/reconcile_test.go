@@ -21,8 +21,22 @@ func TestReconcileAsksOncePerChunkAfterAPeriod(t *testing.T) {
 		{now: []uint64{3, 10}, ask: []uint64{3, 10}},
 	}
 	for i, l := range looks {
-		if got := r.next(l.now); !slices.Equal(got, l.ask) {
+		if got := r.next(l.now, nil); !slices.Equal(got, l.ask) {
 			t.Fatalf("look %d over %v: asked %v, want %v", i+1, l.now, got, l.ask)
 		}
+	}
+	// A chunk being copied is asked about at the first look after it
+	// stopped being busy, not before.
+	busy := true
+	r = reconcile{prev: []uint64{1}}
+	isBusy := func(id uint64) bool { return id == 4 && busy }
+	for i, now := range [][]uint64{{1, 4}, {1, 4}, {1, 4}} {
+		if got := r.next(now, isBusy); got != nil {
+			t.Fatalf("busy look %d: asked %v, want nothing", i+1, got)
+		}
+	}
+	busy = false
+	if got := r.next([]uint64{1, 4}, isBusy); !slices.Equal(got, []uint64{4}) {
+		t.Fatalf("after the copy: asked %v, want [4]", got)
 	}
 }

@@ -120,9 +120,10 @@ type Server struct {
 	mu          sync.Mutex
 	conns       map[net.Conn]struct{}
 	closed      bool
-	deleted     []uint64 // chunk deletions to acknowledge in the next heartbeat
-	held        []uint64 // chunks to reconcile (found at start, then recon's), until the master did
-	heldGen     uint64   // counts the lists held has been
+	deleted     []uint64             // chunk deletions to acknowledge in the next heartbeat
+	held        []uint64             // chunks to reconcile (found at start, then recon's), until the master did
+	heldGen     uint64               // counts the lists held has been
+	copies      map[uint64]copyState // chunks copied here lately (copyFrom), by id
 	recon       reconcile
 	wg          sync.WaitGroup
 
