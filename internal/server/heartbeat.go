@@ -87,6 +87,7 @@ func (s *Server) heartbeat(ctx context.Context) error {
 		s.held = nil
 	}
 	if s.held == nil && s.cfg.Reconcile > 0 && time.Since(s.recon.last) >= s.cfg.Reconcile {
+		s.pruneCopiesLocked()
 		s.held = s.recon.next(s.store.IDs(), s.copyBusyLocked)
 		s.heldGen++
 	}
@@ -114,13 +115,14 @@ const DefaultReconcile = 10 * time.Minute
 
 // reconcile picks the chunks a server asks the master about after its
 // start: each chunk once, when it has been held for at least one period.
-// A chunk is too young to judge before that: a repair copies it before the
-// master records the new replica (seconds), and the master's answer for a
-// chunk a plan just allocated waits for the allocation's flush (Orphans).
+// A chunk is too young to judge before that; one a repair is copying here
+// (the master records the copy after it ends) waits for the look after the
+// copy's period (copyBusyLocked); and the master's answer for a chunk a
+// plan just allocated waits for the allocation's flush (Orphans).
 type reconcile struct {
 	last    time.Time
 	prev    []uint64 // the chunks held at the last look, sorted
-	arrived []uint64 // those of prev that the look before did not see
+	arrived []uint64 // those of prev the look before did not see, and those put off as busy
 }
 
 // heldBatch is the most chunk ids one heartbeat reports.
@@ -152,15 +154,20 @@ func (s *Server) copyEnd(id uint64) {
 	s.copies[id] = c
 }
 
-// copyBusyLocked says whether chunk id is being copied here or was in the
-// last reconcile period (the master records a copy after it ends); it
-// forgets copies older than that (s.mu held).
-func (s *Server) copyBusyLocked(id uint64) bool {
+// pruneCopiesLocked forgets the copies that ended more than a reconcile
+// period ago (s.mu held).
+func (s *Server) pruneCopiesLocked() {
 	for k, c := range s.copies {
 		if c.running == 0 && time.Since(c.ended) > s.cfg.Reconcile {
 			delete(s.copies, k)
 		}
 	}
+}
+
+// copyBusyLocked says whether chunk id is being copied here or was in the
+// last reconcile period (the master records a copy after it ends) (s.mu
+// held).
+func (s *Server) copyBusyLocked(id uint64) bool {
 	c, ok := s.copies[id]
 	return ok && (c.running > 0 || time.Since(c.ended) <= s.cfg.Reconcile)
 }
