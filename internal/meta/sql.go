@@ -715,17 +715,34 @@ func (s *sqlStore) Commit(ctx context.Context, fileID int64, size int64, lengths
 	// In window mode a chunk a plan allocated in memory (writebehind.go,
 	// allocMem) may not be in SQL yet, and its length UPDATE below would
 	// match no row: wait for every answered operation, as File does. A
-	// seal also forgets the file first and waits in any mode: a session
-	// commit memory answered on it, written after the seal, would grow a
-	// sealed file.
+	// seal also keeps the file out of memory until its transaction ends
+	// (wb.sealing: no slow operation loads it meanwhile), forgets it and
+	// waits in any mode: a session commit memory answered on it, written
+	// after the seal, would grow a sealed file.
 	wait := s.barrier
 	if seal {
+		s.wb.mu.Lock()
+		if s.wb.sealing == nil {
+			s.wb.sealing = map[int64]int{}
+		}
+		s.wb.sealing[fileID]++
+		s.wb.mu.Unlock()
+		defer func() {
+			s.wb.mu.Lock()
+			if s.wb.sealing[fileID]--; s.wb.sealing[fileID] <= 0 {
+				delete(s.wb.sealing, fileID)
+			}
+			s.wb.mu.Unlock()
+		}()
 		wait = func(ctx context.Context) error {
 			return s.waitPending(ctx, func(c *cachedFile) bool { return c.file.ID == fileID })
 		}
 	}
 	if err := wait(ctx); err != nil {
 		return f, err
+	}
+	if h := sealHook.Load(); h != nil && seal {
+		(*h)()
 	}
 	err := s.tx(ctx, func(tx *sql.Tx) error {
 		var err error
@@ -753,9 +770,6 @@ func (s *sqlStore) Commit(ctx context.Context, fileID int64, size int64, lengths
 		_, err = tx.ExecContext(ctx, s.q(`UPDATE files SET size = ?, sealed = ?, mtime = ? WHERE id = ?`), f.Size, sealed, now.UnixNano(), fileID)
 		return wrapDB(err)
 	})
-	if err == nil && seal { // a sealed file takes no commit answered from memory
-		s.forgetFiles(func(c *cachedFile) bool { return c.file.ID == fileID })
-	}
 	return f, err
 }
 

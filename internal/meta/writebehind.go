@@ -124,6 +124,10 @@ var flushHook atomic.Pointer[func() error]
 // or a read behind the barrier, is about to wait for a log to be written.
 var waitHook atomic.Pointer[func()]
 
+// sealHook, when set (tests), runs in a sealing Commit between its wait
+// for the file's logs and its transaction.
+var sealHook atomic.Pointer[func()]
+
 // errDiscarded fails a log that was not written: its operations, if still
 // waiting (flush mode), run again on the slow path.
 var errDiscarded = errs.New(errs.ErrUnavailable, "session changes were not written (the lead changed, or the metadata database failed): retry")
@@ -157,6 +161,10 @@ type writeBehind struct {
 	// leadTerm once that batch commits.
 	bump    bool
 	newTerm int64
+	// sealing counts, by file id, the seals running (Commit): memory does
+	// not load those files, so no commit answered from memory can be
+	// written after the seal's transaction and grow a sealed file.
+	sealing map[int64]int
 }
 
 // wlog is the statements of operations answered from memory, in order.
@@ -1001,7 +1009,7 @@ func (s *sqlStore) cacheFiles(ctx context.Context, tx execer, reload bool, paths
 			return err
 		}
 		c.journal.files = append(c.journal.files, p)
-		if f == nil {
+		if f == nil || s.wb.sealing[f.file.ID] > 0 {
 			delete(c.files, p)
 			continue
 		}

@@ -672,3 +672,62 @@ func TestQuotaLowMarkKeepsPlansInMemory(t *testing.T) {
 		})
 	}
 }
+
+// TestSealKeepsFileOutOfMemory: while a Commit seals a session's file, a
+// turn of the session (run between the seal's wait for the file's logs
+// and its transaction) must not be answered from memory: its commit,
+// written after the seal, would grow a sealed file past the size the
+// seal returned. Without wb.sealing the turn's plan, run in SQL, loads
+// the file back into memory and the next commit is answered there.
+func TestSealKeepsFileOutOfMemory(t *testing.T) {
+	for name, open := range engines(t) {
+		t.Run(name, func(t *testing.T) {
+			s := inMode(open, DurabilityWindow)(t)
+			ctx := context.Background()
+			if err := s.PutLayout(ctx, wbLayout); err != nil {
+				t.Fatal(err)
+			}
+			place := func(fileID, idx int64) ([]string, error) { return []string{"s1", "s2"}, nil }
+			var ids []uint32
+			turn := func(i int) Plan {
+				t.Helper()
+				ids = append(ids, seqIDs(uint32(100*i+1), 10)...)
+				p, err := s.PlanSession(ctx, PlanInput{Session: "chat", Model: "m", TokenIDs: ids, DecodeTokens: 4, Dir: "/kv-sessions",
+					Pool: "perf", ChunkSize: 700, PlanTTL: time.Hour, Now: time.Now(), Place: place, Quota: 1 << 30})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := s.CommitSession(ctx, CommitInput{Session: "chat", PlanID: p.ID, Written: true, Now: time.Now()}); err != nil {
+					t.Fatal(err)
+				}
+				ids = append(ids, seqIDs(uint32(100*i+50), 4)...)
+				return p
+			}
+			var p Plan
+			for i := range 4 {
+				p = turn(i)
+			}
+			h := func() {
+				for i := 4; i < 7; i++ {
+					turn(i)
+				}
+			}
+			sealHook.Store(&h)
+			sealed, err := s.Commit(ctx, p.FreshFile.ID, 0, nil, true, time.Now())
+			sealHook.Store(nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !sealed.Sealed {
+				t.Fatalf("Commit with seal returned %+v", sealed)
+			}
+			f, err := s.File(ctx, sealed.Path) // waits for the log
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !f.Sealed || f.Size != sealed.Size {
+				t.Fatalf("sealed at %d bytes, now %+v: a commit written after the seal grew it", sealed.Size, f)
+			}
+		})
+	}
+}
