@@ -469,7 +469,10 @@ func (c *sessionCache) shed(limit int64) int {
 	if int64(len(c.sessions))*avg <= limit {
 		return 0
 	}
-	keep := int(limit / 16 * 15 / avg)
+	// At least one stays (the last picked is the most recently used of
+	// those left): a cap below one session would otherwise drop the
+	// session each of its operations just loaded, every time.
+	keep := max(1, int(limit/16*15/avg))
 	dropped := 0
 	for len(c.sessions) > keep {
 		victim, oldest, n := "", int64(0), 0
@@ -489,6 +492,21 @@ func (c *sessionCache) shed(limit int64) int {
 		}
 		delete(c.owned, victim)
 		dropped++
+	}
+	// Files whose owner memory no longer holds (a fork's ranges loaded its
+	// parent's file, or the owner was dropped by an eviction run elsewhere)
+	// go too, else they would outlive every cap; a plan that needs one
+	// loads it again.
+	for owner, paths := range c.owned {
+		if _, ok := c.sessions[owner]; ok {
+			continue
+		}
+		for _, p := range paths {
+			if f := c.files[p]; f != nil && f.owner == owner {
+				delete(c.files, p)
+			}
+		}
+		delete(c.owned, owner)
 	}
 	return dropped
 }

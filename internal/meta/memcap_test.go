@@ -92,3 +92,37 @@ func TestSessionPropertyMemoryCap(t *testing.T) {
 		}
 	})
 }
+
+// TestShedDropsFilesOfSessionsNotHeld: past the cap, shed drops the files
+// of owners memory does not hold as well as its victims' (a fork's ranges
+// load its parent's file; the parent may never be loaded itself), so no
+// file outlives the cap. Memory only: such a file is loaded again when a
+// plan needs it.
+func TestShedDropsFilesOfSessionsNotHeld(t *testing.T) {
+	c := &sessionCache{on: true}
+	c.reset()
+	for i := range 64 {
+		id := fmt.Sprintf("s%d", i)
+		c.sessions[id] = &cachedSession{lastUsed: int64(i)}
+		c.files["/kv/"+id] = &cachedFile{owner: id}
+		c.owned[id] = []string{"/kv/" + id}
+	}
+	c.files["/kv/parent"] = &cachedFile{owner: "parent"}
+	c.owned["parent"] = []string{"/kv/parent"}
+	if n := c.shed(8 << 10); n == 0 || len(c.sessions) == 64 {
+		t.Fatalf("shed dropped %d of 64 sessions", n)
+	}
+	for owner := range c.owned {
+		if _, ok := c.sessions[owner]; !ok {
+			t.Errorf("owned lists files of %s, which memory does not hold", owner)
+		}
+	}
+	for p, f := range c.files {
+		if _, ok := c.sessions[f.owner]; !ok {
+			t.Errorf("file %s of %s, which memory does not hold, stays", p, f.owner)
+		}
+	}
+	if len(c.files) != len(c.sessions) {
+		t.Fatalf("%d files for %d sessions held", len(c.files), len(c.sessions))
+	}
+}
