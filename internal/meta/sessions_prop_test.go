@@ -352,7 +352,7 @@ func runSessionProperty(t *testing.T, s Store, plans, workers int, seed uint64, 
 	var stats struct {
 		sync.Mutex
 		plans, checked, rewinds, edits, forks, deletes, evicted, refused, abandoned, recreated, rivals int
-		modes                                                                                  [3]int
+		modes                                                                                          [3]int
 	}
 	// covered: every kind of traffic the test must exercise has happened.
 	// A worker goes on past its share of plans (up to 4 times it) until
