@@ -29,6 +29,7 @@ var (
 	benchGD2FS      = flag.String("gd2fs", "", "BenchmarkRouterConcurrentChats: a gd2fs binary; the master and servers then run as `gd2fs up`, a process of their own (default: in the benchmark's process)")
 	benchCompute    = flag.Duration("engine-time", 0, "BenchmarkRouterConcurrentChats: how long the stand-in engine takes per completion (0: it answers at once, and 64 chats run as fast as the CPU allows)")
 	benchWarmTurns  = flag.Int("warm-turns", 4, "BenchmarkRouterConcurrentChats: turns each chat makes before the measured ones")
+	benchRouterProc = flag.Bool("router-process", false, "BenchmarkRouterConcurrentChats, with -gd2fs: the router runs as `gd2fs router`, a process of its own, as users run it (default: in the benchmark's process)")
 	benchStagger    = flag.Bool("stagger", false, "BenchmarkRouterConcurrentChats: chat i starts i/64 of -engine-time after the first, so requests arrive spread over a completion's time, as users' do (default: all chats in step, 64 requests at the same instant each round)")
 )
 
@@ -59,7 +60,8 @@ func BenchmarkRouterConcurrentChats(b *testing.B) {
 	cfg := func(cl *client.Client) Config { return Config{Planner: cl.Sessions(), SharedSessions: true} }
 	var p parts
 	where := "in process"
-	masterPID := 0
+	masterPID, routerPID := 0, 0
+	front := "" // the router's URL when it runs as a process
 	if *benchGD2FS != "" {
 		where = "gd2fs up, its own process"
 		var cl *client.Client
@@ -67,8 +69,15 @@ func BenchmarkRouterConcurrentChats(b *testing.B) {
 		cl, masterPID, master = startUp(b, *benchGD2FS, *benchDurability)
 		p = startRouterOn(b, cl, l, e, cfg)
 		p.master = master
+		if *benchRouterProc {
+			where = "gd2fs up and gd2fs router, processes of their own"
+			front, routerPID = startRouterProcess(b, *benchGD2FS, master, p.up.URL, l.Model)
+		}
 	} else {
 		p = startRouter(b, cluster.Config{MemBytes: 64 << 20, DiskBytes: 1 << 30, SessionDurability: *benchDurability}, l, e, cfg)
+	}
+	if front == "" {
+		front = p.front.URL
 	}
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2 * chats}}
 	// A chat's prompt at turn t: a shared system prompt of 200 words, then
@@ -130,7 +139,7 @@ func BenchmarkRouterConcurrentChats(b *testing.B) {
 						errc <- err
 						return
 					}
-					y, err := send(p.front.URL, fmt.Sprintf("chat-%d", w), i)
+					y, err := send(front, fmt.Sprintf("chat-%d", w), i)
 					if err != nil {
 						errc <- err
 						return
@@ -152,17 +161,23 @@ func BenchmarkRouterConcurrentChats(b *testing.B) {
 		}
 	}
 	run(0, *benchWarmTurns, false)
-	before := routerCounters(b, p.front.URL)
+	before := routerCounters(b, front)
 	mbefore := masterSessionRequests(b, p.master)
 	e.mu.Lock()
 	e.saves = nil
 	e.mu.Unlock()
-	cpu0, mcpu0 := cpuSeconds(b, 0), cpuSeconds(b, masterPID)
+	cpu0, mcpu0, rcpu0 := cpuSeconds(b, 0), cpuSeconds(b, masterPID), 0.0
+	if routerPID != 0 {
+		rcpu0 = cpuSeconds(b, routerPID)
+	}
 	b.ResetTimer()
 	run(*benchWarmTurns, *benchWarmTurns+b.N, true)
 	b.StopTimer()
-	cpu, mcpu := cpuSeconds(b, 0)-cpu0, cpuSeconds(b, masterPID)-mcpu0
-	after := routerCounters(b, p.front.URL)
+	cpu, mcpu, rcpu := cpuSeconds(b, 0)-cpu0, cpuSeconds(b, masterPID)-mcpu0, 0.0
+	if routerPID != 0 {
+		rcpu = cpuSeconds(b, routerPID) - rcpu0
+	}
+	after := routerCounters(b, front)
 	mafter := masterSessionRequests(b, p.master)
 	q := func(d []time.Duration, p float64) time.Duration {
 		slices.Sort(d)
@@ -196,7 +211,9 @@ func BenchmarkRouterConcurrentChats(b *testing.B) {
 	b.Logf("master requests a measured routed turn: plans %.2f alone + %.2f batches, commits %.2f alone + %.2f plain batches + %.2f engine batches",
 		md("POST /v1/sessions/{id}/plan")/turns, md("POST /v1/sessions/plans")/turns,
 		md("POST /v1/sessions/{id}/commit")/turns, md("POST /v1/sessions/commits")/turns, md("POST /v1/sessions/commits/saved")/turns)
-	if masterPID != 0 {
+	if routerPID != 0 {
+		b.Logf("CPU per turn (a direct and a routed request): the benchmark's process (chats, engine) %.2f ms, gd2fs router %.2f ms, gd2fs up (master, servers) %.2f ms", 1e3*cpu/turns, 1e3*rcpu/turns, 1e3*mcpu/turns)
+	} else if masterPID != 0 {
 		b.Logf("CPU per turn (a direct and a routed request): the benchmark's process (chats, engine, router) %.2f ms, gd2fs up (master, servers) %.2f ms", 1e3*cpu/turns, 1e3*mcpu/turns)
 	} else {
 		b.Logf("CPU per turn (a direct and a routed request): the benchmark's process (chats, engine, router, master, servers) %.2f ms", 1e3*cpu/turns)
@@ -344,5 +361,43 @@ func startUp(tb testing.TB, bin, durability string) (*client.Client, int, string
 			tb.Fatalf("gd2fs up at %s: 3 servers not up within 60 s (%v)", addr, err)
 		case <-tick.C:
 		}
+	}
+}
+
+// startRouterProcess runs `bin router` (shared sessions, as the in-process
+// router is configured) in front of upstream and returns its URL and
+// process id once it answers /metrics. The process ends with tb.
+func startRouterProcess(tb testing.TB, bin, master, upstream, model string) (string, int) {
+	tb.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	cmd := exec.Command(bin, "router", "--master", master, "--listen", addr, "--upstream", upstream, "--model", model, "--shared-sessions")
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		cmd.Process.Signal(os.Interrupt)
+		cmd.Wait()
+	})
+	base := "http://" + addr
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get(base + "/metrics")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return base, cmd.Process.Pid
+			}
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("gd2fs router at %s: no answer within 30 s (%v)", addr, err)
+		}
+		time.Sleep(50 * time.Millisecond) // set-up, not a measurement
 	}
 }
