@@ -346,8 +346,28 @@ func (s *sqlStore) checkCache(ctx context.Context) error {
 	if !c.on {
 		return nil
 	}
+	// One snapshot (as checkInvariants), and only while SQL is still at the
+	// term and generation memory was built under: a master that does not
+	// lead (a stale leader, from SQL) may have written since this batch's
+	// COMMIT, and this leader then drops its memory at its next batch.
+	var opts *sql.TxOptions
+	if s.postgres {
+		opts = &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true}
+	}
+	tx, err := s.db.BeginTx(ctx, opts)
+	if err != nil {
+		return wrapDB(err)
+	}
+	defer tx.Rollback()
+	var term, gen int64
+	if err := tx.QueryRowContext(ctx, `SELECT (SELECT v FROM counters WHERE k = 'lead_term'), (SELECT v FROM counters WHERE k = 'sessions_gen')`).Scan(&term, &gen); err != nil {
+		return wrapDB(err)
+	}
+	if term != c.term || gen != c.gen {
+		return nil
+	}
 	for id, e := range c.sessions {
-		got, ok, err := s.loadSession(ctx, s.db, id)
+		got, ok, err := s.loadSession(ctx, tx, id)
 		if err != nil {
 			return err
 		}
@@ -359,19 +379,19 @@ func (s *sqlStore) checkCache(ctx context.Context) error {
 		}
 	}
 	for m, l := range c.layouts {
-		got, err := s.layoutTx(ctx, s.db, m)
+		got, err := s.layoutTx(ctx, tx, m)
 		if err != nil || got != l {
 			return errs.New(errs.ErrInternal, "layout cache differs from SQL for %s: %+v, %+v %v", m, l, got, err)
 		}
 	}
-	if err := s.checkFiles(ctx); err != nil { // writebehind.go
+	if err := s.checkFiles(ctx, tx); err != nil { // writebehind.go
 		return err
 	}
-	if err := s.checkIDs(ctx); err != nil { // writebehind.go
+	if err := s.checkIDs(ctx, tx); err != nil { // writebehind.go
 		return err
 	}
 	if c.plansLoaded {
-		ps, err := s.allPlans(ctx, s.db)
+		ps, err := s.allPlans(ctx, tx)
 		if err != nil {
 			return err
 		}

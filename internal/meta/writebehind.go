@@ -1100,13 +1100,13 @@ func (s *sqlStore) afterSlowCommit(ctx context.Context, tx execer, id string, fr
 // before any of it was answered), and nothing in SQL holds an id of it
 // that memory has not handed out yet (plans, files and chunks share
 // next_id): an id answered and lost is then never given again.
-func (s *sqlStore) checkIDs(ctx context.Context) error {
+func (s *sqlStore) checkIDs(ctx context.Context, x execer) error {
 	c := &s.cache
 	if c.ids.next >= c.ids.end {
 		return nil
 	}
 	var next, used int64
-	if err := s.db.QueryRowContext(ctx, s.q(`SELECT (SELECT v FROM counters WHERE k = 'next_id'),
+	if err := x.QueryRowContext(ctx, s.q(`SELECT (SELECT v FROM counters WHERE k = 'next_id'),
 		(SELECT COUNT(*) FROM kv_plans WHERE id >= ? AND id < ?) + (SELECT COUNT(*) FROM files WHERE id >= ? AND id < ?) +
 		(SELECT COUNT(*) FROM chunks WHERE id >= ? AND id < ?)`), c.ids.next, c.ids.end, c.ids.next, c.ids.end, c.ids.next, c.ids.end).Scan(&next, &used); err != nil {
 		return wrapDB(err)
@@ -1121,9 +1121,9 @@ func (s *sqlStore) checkIDs(ctx context.Context) error {
 // checkFiles compares the files in memory with SQL (GD2FS_META_INVARIANTS=1):
 // memory may hold fewer chunks, shorter ones and a smaller size (a client's
 // Sync), never more, and exactly the reservation.
-func (s *sqlStore) checkFiles(ctx context.Context) error {
+func (s *sqlStore) checkFiles(ctx context.Context, x execer) error {
 	for p, f := range s.cache.files {
-		got, err := s.loadFile(ctx, s.db, p)
+		got, err := s.loadFile(ctx, x, p)
 		if err != nil {
 			return err
 		}
@@ -1144,7 +1144,7 @@ func (s *sqlStore) checkFiles(ctx context.Context) error {
 	}
 	if c := &s.cache; c.totalKnown {
 		var total int64
-		if err := s.db.QueryRowContext(ctx, `SELECT COALESCE(SUM(reserved), 0) FROM kv_files`).Scan(&total); err != nil {
+		if err := x.QueryRowContext(ctx, `SELECT COALESCE(SUM(reserved), 0) FROM kv_files`).Scan(&total); err != nil {
 			return wrapDB(err)
 		}
 		if total != c.total {
