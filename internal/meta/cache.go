@@ -62,6 +62,15 @@ type sessionCache struct {
 	total      int64
 	totalKnown bool
 	ids        struct{ next, end int64 }
+	// absentGen counts what could hide from memory a session SQL holds or
+	// is about to (a drop of memory, a session shed, a fork made in SQL
+	// alone): a plan that read SQL to learn a session is absent makes it
+	// in memory only if absentGen did not move meanwhile (planFast).
+	// unwritten: sessions made in memory whose log may not be written yet
+	// (kept only under a memory cap, where shed may drop them: a plan of
+	// one runs in SQL, whose batch writes the log first).
+	absentGen int64
+	unwritten map[string]*wlog
 	// idsWanted: the ids a plan sent to SQL for want of them needed (one,
 	// and one a chunk it allocates); the slow path then takes a new block.
 	idsWanted int64
@@ -112,6 +121,8 @@ func (c *sessionCache) reset() {
 	c.layouts = map[string]Layout{}
 	c.files = map[string]*cachedFile{}
 	c.owned = map[string][]string{}
+	c.unwritten = map[string]*wlog{}
+	c.absentGen++
 	c.totalKnown = false
 	c.ids.next, c.ids.end = 0, 0
 	c.dropPlans()
@@ -470,10 +481,24 @@ func (c *sessionCache) size(id string, e *cachedSession) int64 {
 // written through, and a window-mode log is written before any operation
 // that loads an entry again), and a plan or commit of a dropped session
 // runs in SQL, which loads it back (SlowNotInMemory), as on a new leader.
+// A session made in memory whose log is not written yet (unwritten) is
+// not in SQL: its next plan runs in SQL without asking whether it exists.
 // Outstanding plans stay (memory must hold all of them). It returns how
 // many it dropped. Called with wb.mu held, after a batch's COMMIT: entries
-// are loaded only in batches.
-func (c *sessionCache) shed(limit int64) int {
+// are loaded by batches and made by plans answered from memory, whose
+// logs batches write (written: the log this batch wrote).
+func (c *sessionCache) shed(limit int64, written *wlog) int {
+	for id, lg := range c.unwritten {
+		if lg == written {
+			delete(c.unwritten, id)
+			continue
+		}
+		select {
+		case <-lg.done:
+			delete(c.unwritten, id)
+		default:
+		}
+	}
 	if limit <= 0 || len(c.sessions) == 0 {
 		return 0
 	}
@@ -527,6 +552,9 @@ func (c *sessionCache) shed(limit int64) int {
 			}
 		}
 		delete(c.owned, owner)
+	}
+	if dropped > 0 {
+		c.absentGen++
 	}
 	return dropped
 }

@@ -132,7 +132,7 @@ func (s *sqlStore) runBatch(ops []*groupOp) (err error) {
 		wb.mu.Unlock()
 	}
 	var lg *wlog
-	held, committed := false, false
+	held, committed, ran := false, false, 0
 	defer func() {
 		if !held {
 			wb.mu.Lock()
@@ -147,6 +147,15 @@ func (s *sqlStore) runBatch(ops []*groupOp) (err error) {
 				wb.bump = true
 			}
 			wb.newTerm = 0
+		}
+		if err == nil && committed && s.cache.on && (ran > 0 || lg != nil && lg.ops > 0) {
+			// Entries are loaded by operations in SQL and made by plans
+			// answered from memory (new sessions): the cap is kept after
+			// every batch that wrote either.
+			if n := s.cache.shed(s.memCap, lg); n > 0 {
+				wb.shed.Add(int64(n))
+			}
+			wb.held.Store(int64(len(s.cache.sessions)))
 		}
 		wb.inflight = nil
 		if lg != nil {
@@ -226,7 +235,7 @@ func (s *sqlStore) runBatch(ops []*groupOp) (err error) {
 	if err := s.writeLog(ctx, conn, tx, lg); err != nil { // writebehind.go
 		return err
 	}
-	ran := 0
+	ran = 0
 	// The release of one operation's savepoint goes in one statement with
 	// the next one's SAVEPOINT (a round trip each to PostgreSQL); COMMIT
 	// releases the last.
@@ -271,12 +280,6 @@ func (s *sqlStore) runBatch(ops []*groupOp) (err error) {
 		s.leadTerm.Store(wb.newTerm)
 		wb.newTerm = 0
 		wb.bump = false
-	}
-	if ran > 0 && s.cache.on { // wb.mu held (a batch with operations keeps it)
-		if n := s.cache.shed(s.memCap); n > 0 {
-			wb.shed.Add(int64(n))
-		}
-		wb.held.Store(int64(len(s.cache.sessions)))
 	}
 	return s.flushed(ctx, lg, began, ran, &held)
 }

@@ -39,10 +39,13 @@ func TestSessionMemoryCap(t *testing.T) {
 					wbTurn(t, s, "hot", hot, true)
 					for i := range sessions {
 						wbTurn(t, s, fmt.Sprintf("idle-%d", i), seqIDs(uint32(1000*i+1), 20+i%7), true)
-						if i%4 == 0 { // the hot chat goes on meanwhile
+						if i%2 == 0 { // the hot chat goes on meanwhile
 							hot = append(hot, seqIDs(uint32(500000+i), 6)...)
 							wbTurn(t, s, "hot", hot, true)
 						}
+					}
+					if err := s.barrier(ctx); err != nil { // window mode: the batches that shed
+						t.Fatal(err)
 					}
 					st := s.WriteBehindStats()
 					if capped && (st.Shed == 0 || st.Held >= sessions/2) {
@@ -109,7 +112,7 @@ func TestShedDropsFilesOfSessionsNotHeld(t *testing.T) {
 	}
 	c.files["/kv/parent"] = &cachedFile{owner: "parent"}
 	c.owned["parent"] = []string{"/kv/parent"}
-	if n := c.shed(8 << 10); n == 0 || len(c.sessions) == 64 {
+	if n := c.shed(8<<10, nil); n == 0 || len(c.sessions) == 64 {
 		t.Fatalf("shed dropped %d of 64 sessions", n)
 	}
 	for owner := range c.owned {

@@ -376,9 +376,15 @@ func runSessionProperty(t *testing.T, s Store, plans, workers int, seed uint64, 
 			sessions := map[string]*modelSession{}
 			var names []string
 			nextName := 0
+			// Half the sessions are made without the model's prefix (a
+			// router's chats): their first plans may be answered from
+			// memory (writebehind.go, newSessionMem).
+			noPrefix := map[string]bool{}
 			newName := func() string {
 				nextName++
-				return fmt.Sprintf("w%d-s%d", w, nextName)
+				id := fmt.Sprintf("w%d-s%d", w, nextName)
+				noPrefix[id] = r.IntN(2) == 0
+				return id
 			}
 			fail := func(format string, args ...any) {
 				errc <- fmt.Errorf("worker %d: "+format, append([]any{w}, args...)...)
@@ -526,7 +532,11 @@ func runSessionProperty(t *testing.T, s Store, plans, workers int, seed uint64, 
 				}
 				// Half the plans are for an engine of whole blocks (vllm format).
 				aligned := r.IntN(2) == 0
-				in := PlanInput{Session: id, Model: pl.l.Model, Prefixes: []string{"/prefixes/" + pl.l.Model}, PromptTokens: prompt,
+				pfx := []string{"/prefixes/" + pl.l.Model}
+				if noPrefix[id] {
+					pfx = nil
+				}
+				in := PlanInput{Session: id, Model: pl.l.Model, Prefixes: pfx, PromptTokens: prompt,
 					DecodeTokens: decode, NewFile: r.IntN(5) == 0, Dir: "/kv-sessions", Pool: "perf", ChunkSize: 1 << 20,
 					Quota: quota, PlanTTL: time.Duration(2000*workers) * time.Microsecond, Now: tick(), Aligned: aligned}
 				// Half the plans take the fast path: chunks allocated by the
@@ -573,6 +583,9 @@ func runSessionProperty(t *testing.T, s Store, plans, workers int, seed uint64, 
 					}
 					m = &modelSession{layout: pl.l, c: prefixes[pl.l.Model], segs: []seg{{0, pl.prefix}}, created: got.Created,
 						hashed: prefixHashed[pl.l.Model]}
+					if noPrefix[id] {
+						m.c, m.segs, m.hashed = conv{}, nil, 0
+					}
 					sessions[id] = m
 				}
 				total := prompt + decode

@@ -124,6 +124,10 @@ var flushHook atomic.Pointer[func() error]
 // or a read behind the barrier, is about to wait for a log to be written.
 var waitHook atomic.Pointer[func()]
 
+// absentHook, when set (tests), runs in planFast between the read of SQL
+// that found a session absent and the look at memory again.
+var absentHook atomic.Pointer[func()]
+
 // sealHook, when set (tests), runs in a sealing Commit between its wait
 // for the file's logs and its transaction.
 var sealHook atomic.Pointer[func()]
@@ -569,7 +573,25 @@ func (s *sqlStore) planFast(in PlanInput) (Plan, bool, error) {
 		wb.mu.Unlock()
 		return Plan{}, s.slow(0, SlowNotReady), nil
 	}
-	p, ok := s.planMem(in)
+	var ask bool
+	p, ok := s.planMem(in, false, &ask)
+	if ask {
+		// A session memory does not hold may not exist: a read of SQL
+		// (without wb.mu) says, and memory then makes it unless something
+		// that could hide a session from memory happened meanwhile.
+		gen := s.cache.absentGen
+		wb.mu.Unlock()
+		absent, err := s.sessionAbsent(in)
+		if h := absentHook.Load(); h != nil {
+			(*h)()
+		}
+		wb.mu.Lock()
+		if err == nil && absent && s.fastReady() && s.cache.absentGen == gen {
+			p, ok = s.planMem(in, true, &ask)
+		} else {
+			s.slow(0, SlowNotInMemory)
+		}
+	}
 	if !ok {
 		wb.mu.Unlock()
 		return Plan{}, false, nil
@@ -589,8 +611,12 @@ func (s *sqlStore) planFast(in PlanInput) (Plan, bool, error) {
 	return p, ok, err
 }
 
-// planMem is PlanSession's transaction in memory (wb.mu held).
-func (s *sqlStore) planMem(in PlanInput) (Plan, bool) {
+// planMem is PlanSession's transaction in memory (wb.mu held). *ask is
+// set when the session is not in memory and memory could make it, were it
+// known not to exist (then nothing is counted as slow yet); absent: it is
+// known not to exist in SQL (sessionAbsent), so a plan of a session memory
+// does not hold makes it, with its first file.
+func (s *sqlStore) planMem(in PlanInput, absent bool, ask *bool) (Plan, bool) {
 	c := &s.cache
 	var p Plan
 	now := in.Now.UnixNano()
@@ -615,7 +641,18 @@ func (s *sqlStore) planMem(in PlanInput) (Plan, bool) {
 		return p, s.slow(0, SlowOther)
 	}
 	e, ok := c.sessions[in.Session]
-	if !ok || e.row.model != in.Model {
+	// made: the new session's first file, when this plan makes the session
+	// (no prefixes: their ranges are not in memory).
+	var made *cachedFile
+	switch {
+	case !ok && len(in.Prefixes) == 0 && absent:
+		e = &cachedSession{row: sessionRow{model: in.Model, fileSeq: c.ids.next}, lastUsed: now, created: now}
+		made = &cachedFile{file: File{ID: c.ids.next + 1, Path: sessionFile(in.Dir, in.Session, c.ids.next), Pool: in.Pool,
+			ChunkSize: in.ChunkSize, Modified: time.Unix(0, now).UTC()}, chunks: map[int64]Chunk{}, owner: in.Session, term: c.term}
+	case !ok && len(in.Prefixes) == 0 && (in.Quota <= 0 || c.totalKnown) && c.unwritten[in.Session] == nil:
+		*ask = true // not counted: planFast asks SQL
+		return p, false
+	case !ok || e.row.model != in.Model:
 		return p, s.slow(0, SlowNotInMemory)
 	}
 	sess, ranges := e.row, e.ranges
@@ -646,13 +683,15 @@ func (s *sqlStore) planMem(in PlanInput) (Plan, bool) {
 		for _, part := range splitFresh(l, fr, split) {
 			fr.KVLength += part.KVLength
 		}
-		if sess.fileSeq == 0 || in.NewFile {
+		if made == nil && (sess.fileSeq == 0 || in.NewFile) {
 			return p, s.slow(0, SlowFile)
 		}
 		fr.Path = sessionFile(in.Dir, in.Session, sess.fileSeq)
 		// Only a file this leader created: an earlier leader may have
 		// handed out bytes past what SQL says it reserved.
-		if f = c.files[fr.Path]; f == nil || f.owner != in.Session || f.term != c.term {
+		if f = c.files[fr.Path]; made != nil {
+			f = made
+		} else if f == nil || f.owner != in.Session || f.term != c.term {
 			return p, s.slow(0, SlowFile)
 		}
 		if in.Reachable != nil && f.reserved > 0 {
@@ -672,11 +711,21 @@ func (s *sqlStore) planMem(in PlanInput) (Plan, bool) {
 	if in.Quota > 0 && (!c.totalKnown || c.total+fr.KVLength > in.Quota) {
 		return p, s.slow(0, SlowQuota) // an eviction: the slow path picks the victims
 	}
-	if c.ids.end-c.ids.next < int64(1+len(missing)) {
-		c.idsWanted = int64(1 + len(missing))
+	if made != nil && f == nil {
+		return p, s.slow(0, SlowNotInMemory) // nothing to write: the slow path makes the session alone
+	}
+	need := int64(1 + len(missing))
+	if made != nil {
+		need += 2 // the file's number and its id
+	}
+	if c.ids.end-c.ids.next < need {
+		c.idsWanted = need
 		return p, s.slow(0, SlowIDs)
 	}
 	// Every check passed: from here on nothing fails.
+	if made != nil {
+		s.newSessionMem(s.wb.log, in, made, now)
+	}
 	if in.Place != nil && f != nil {
 		s.allocMem(s.wb.log, f, chunks, missing)
 		p.FreshFile, p.FreshChunks = f.file, chunks
@@ -717,6 +766,59 @@ func (s *sqlStore) planMem(in PlanInput) (Plan, bool) {
 		split: split, requestID: in.RequestID, answer: answer, created: now})
 	c.sessions[in.Session] = &ne
 	return p, true
+}
+
+// newSessionMem makes, in memory and in log lg, a session planMem found
+// absent: its directories (if missing), its first file (number and id
+// from the block persisted ahead: planMem checked there are enough), its
+// row and its file's reservation row, as createSessionTx and reserveTx do
+// in SQL. The file's path holds a number never used before, so its plain
+// INSERT fails only if something made that very path since sessionAbsent;
+// then the flush fails and its operations are lost or run again in SQL,
+// as with any failed flush (allocMem).
+func (s *sqlStore) newSessionMem(lg *wlog, in PlanInput, f *cachedFile, now int64) {
+	c := &s.cache
+	c.ids.next += 2
+	var dirs []string
+	for d := parentOf(f.file.Path); d != "/"; d = parentOf(d) {
+		dirs = append(dirs, d)
+	}
+	for i := len(dirs) - 1; i >= 0; i-- {
+		lg.add(s, `INSERT INTO dirs (path, parent, mtime) VALUES (?, ?, ?) ON CONFLICT (path) DO NOTHING`, dirs[i], parentOf(dirs[i]), now)
+	}
+	lg.add(s, `INSERT INTO files (id, path, parent, pool, chunk_size, size, sealed, mtime) VALUES (?, ?, ?, ?, ?, 0, 0, ?)`,
+		f.file.ID, f.file.Path, parentOf(f.file.Path), f.file.Pool, f.file.ChunkSize, now)
+	lg.add(s, `INSERT INTO kv_sessions (id, model, tokens, last_used, created, file_seq, hashes, hashed_tokens) VALUES (?, ?, 0, ?, ?, ?, '', 0)`,
+		in.Session, in.Model, now, now, f.file.ID-1)
+	lg.add(s, `INSERT INTO kv_files (path, session_id, reserved, lead_term) VALUES (?, ?, 0, ?)`, f.file.Path, in.Session, c.term)
+	c.files[f.file.Path] = f
+	c.owned[in.Session] = append(c.owned[in.Session], f.file.Path)
+	if s.memCap > 0 {
+		c.unwritten[in.Session] = lg // until lg is written, SQL does not know it (shed)
+	}
+}
+
+// sessionAbsent reads SQL, without wb.mu: true when no session in.Session
+// exists and no file stands where a directory of its first file's path
+// goes (createFileTx's checks). Memory may make the session then, if
+// nothing that could hide a session from memory happened during the read
+// (absentGen): a session made in SQL since is in memory (a slow plan puts
+// it there), and one made in memory is there until its log is written.
+func (s *sqlStore) sessionAbsent(in PlanInput) (bool, error) {
+	q := `SELECT (SELECT COUNT(*) FROM kv_sessions WHERE id = ?) + (SELECT COUNT(*) FROM files WHERE path IN (`
+	args := []any{in.Session}
+	for d := parentOf(sessionFile(in.Dir, in.Session, 1)); d != "/"; d = parentOf(d) {
+		if len(args) > 1 {
+			q += ", "
+		}
+		q += "?"
+		args = append(args, d)
+	}
+	var n int64
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := s.db.QueryRowContext(ctx, s.q(q+`))`), args...).Scan(&n)
+	return n == 0, wrapDB(err)
 }
 
 // toAllocate is f's chunks holding bytes [start, start+n), in index order,
