@@ -3,6 +3,7 @@ package meta
 import (
 	"context"
 	"database/sql"
+	"hash/maphash"
 	"reflect"
 
 	"github.com/gd2fs/gd2fs/errs"
@@ -71,6 +72,10 @@ type sessionCache struct {
 	// one runs in SQL, whose batch writes the log first).
 	absentGen int64
 	unwritten map[string]*wlog
+	// shedIDs: the sessions shed dropped (they are in SQL), so that a plan
+	// of one runs in SQL at once instead of first reading SQL to learn it
+	// exists (planMem's ask).
+	shedIDs idFilter
 	// idsWanted: the ids a plan sent to SQL for want of them needed (one,
 	// and one a chunk it allocates); the slow path then takes a new block.
 	idsWanted int64
@@ -530,6 +535,7 @@ func (c *sessionCache) shed(limit int64, written *wlog) int {
 			}
 		}
 		delete(c.sessions, victim)
+		c.shedIDs.add(victim)
 		for _, p := range c.owned[victim] {
 			if f := c.files[p]; f != nil && f.owner == victim {
 				delete(c.files, p)
@@ -557,4 +563,47 @@ func (c *sessionCache) shed(limit int64, written *wlog) int {
 		c.absentGen++
 	}
 	return dropped
+}
+
+// idFilter is a Bloom filter of session ids (4 probes in 2^20 bits, ~1 %
+// false positives at its capacity). It only answers "maybe" or "no", and
+// a full one starts again empty: what it forgot costs a read of SQL.
+type idFilter struct {
+	bits []uint64
+	n    int
+	seed maphash.Seed
+}
+
+const (
+	idFilterBits = 1 << 20
+	idFilterCap  = 100_000
+)
+
+func (f *idFilter) probes(id string, fn func(bit uint32)) {
+	h := maphash.String(f.seed, id)
+	h1, h2 := uint32(h), uint32(h>>32)|1
+	for i := range uint32(4) {
+		fn((h1 + i*h2) % idFilterBits)
+	}
+}
+
+func (f *idFilter) add(id string) {
+	if f.bits == nil {
+		f.bits, f.seed = make([]uint64, idFilterBits/64), maphash.MakeSeed()
+	}
+	if f.n >= idFilterCap {
+		clear(f.bits)
+		f.n = 0
+	}
+	f.probes(id, func(b uint32) { f.bits[b/64] |= 1 << (b % 64) })
+	f.n++
+}
+
+func (f *idFilter) has(id string) bool {
+	if f.bits == nil {
+		return false
+	}
+	all := true
+	f.probes(id, func(b uint32) { all = all && f.bits[b/64]&(1<<(b%64)) != 0 })
+	return all
 }

@@ -129,3 +129,33 @@ func TestShedDropsFilesOfSessionsNotHeld(t *testing.T) {
 		t.Fatalf("%d files for %d sessions held", len(c.files), len(c.sessions))
 	}
 }
+
+// TestIDFilter: every id added is found; of ids never added, about 1 % at
+// the filter's capacity; a full filter starts again.
+func TestIDFilter(t *testing.T) {
+	var f idFilter
+	if f.has("x") {
+		t.Fatal("an empty filter has x")
+	}
+	for i := range idFilterCap {
+		f.add(fmt.Sprint("s-", i))
+	}
+	for i := range idFilterCap {
+		if !f.has(fmt.Sprint("s-", i)) {
+			t.Fatalf("s-%d added, not found", i)
+		}
+	}
+	fp := 0
+	for i := range 10000 {
+		if f.has(fmt.Sprint("other-", i)) {
+			fp++
+		}
+	}
+	if fp > 300 {
+		t.Fatalf("%d of 10,000 ids never added found", fp)
+	}
+	f.add("next") // full: starts again
+	if f.n != 1 || !f.has("next") {
+		t.Fatalf("a full filter after one more id: %d ids", f.n)
+	}
+}

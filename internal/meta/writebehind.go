@@ -649,7 +649,7 @@ func (s *sqlStore) planMem(in PlanInput, absent bool, ask *bool) (Plan, bool) {
 		e = &cachedSession{row: sessionRow{model: in.Model, fileSeq: c.ids.next}, lastUsed: now, created: now}
 		made = &cachedFile{file: File{ID: c.ids.next + 1, Path: sessionFile(in.Dir, in.Session, c.ids.next), Pool: in.Pool,
 			ChunkSize: in.ChunkSize, Modified: time.Unix(0, now).UTC()}, chunks: map[int64]Chunk{}, owner: in.Session, term: c.term}
-	case !ok && len(in.Prefixes) == 0 && (in.Quota <= 0 || c.totalKnown) && c.unwritten[in.Session] == nil:
+	case !ok && len(in.Prefixes) == 0 && (in.Quota <= 0 || c.totalKnown) && c.unwritten[in.Session] == nil && !c.shedIDs.has(in.Session):
 		*ask = true // not counted: planFast asks SQL
 		return p, false
 	case !ok || e.row.model != in.Model:
