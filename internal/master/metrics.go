@@ -94,6 +94,9 @@ func newMetrics(m *Master) *metrics {
 		x.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "gd2fs_master_sessions_shed_total",
 			Help: "Sessions the leader dropped from memory to stay within --session-memory (they plan from SQL next, which loads them back)."},
 			func() float64 { return float64(st.WriteBehindStats().Shed) }))
+		x.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "gd2fs_master_session_flushes_failed_total",
+			Help: "Logs of session operations answered from memory that the leader could not write (lost in window mode, run again in SQL in flush mode); each drops the leader's memory."},
+			func() float64 { return float64(st.WriteBehindStats().FailedFlushes) }))
 		x.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gd2fs_master_sessions_in_memory",
 			Help: "Sessions the leader holds in memory (after its last batch of operations run in SQL)."},
 			func() float64 { return float64(st.WriteBehindStats().Held) }))

@@ -187,7 +187,7 @@ func (s *sqlStore) endBatch(ctx context.Context, tx *sql.Tx, wrote bool) error {
 func (s *sqlStore) opFailed() {
 	c := &s.cache
 	for _, id := range c.journal.sessions {
-		delete(c.sessions, id)
+		c.unload(id)
 	}
 	for _, m := range c.journal.layouts {
 		delete(c.layouts, m)
@@ -210,13 +210,21 @@ func (s *sqlStore) opFailed() {
 // cache entry (or loads it).
 func (c *sessionCache) touchSession(id string) { c.journal.sessions = append(c.journal.sessions, id) }
 
+// unload drops session id's entry from memory. Whatever the reason, SQL
+// may hold the session still (or again, after a rollback): absentGen moves,
+// so a plan that read SQL before does not take it for absent (planFast).
+func (c *sessionCache) unload(id string) {
+	delete(c.sessions, id)
+	c.absentGen++
+}
+
 // dropSession forgets session id and its plans.
 func (c *sessionCache) dropSession(id string) {
 	if !c.on {
 		return
 	}
 	c.touchSession(id)
-	delete(c.sessions, id)
+	c.unload(id)
 	delete(c.owned, id)
 	c.journal.plans = true
 	for pid, p := range c.plans {
@@ -534,7 +542,7 @@ func (c *sessionCache) shed(limit int64, written *wlog) int {
 				break
 			}
 		}
-		delete(c.sessions, victim)
+		c.unload(victim)
 		c.shedIDs.add(victim)
 		for _, p := range c.owned[victim] {
 			if f := c.files[p]; f != nil && f.owner == victim {
@@ -558,9 +566,6 @@ func (c *sessionCache) shed(limit int64, written *wlog) int {
 			}
 		}
 		delete(c.owned, owner)
-	}
-	if dropped > 0 {
-		c.absentGen++
 	}
 	return dropped
 }

@@ -23,8 +23,12 @@ func TestFirstPlanFromMemory(t *testing.T) {
 			t.Run(name+"-"+mode, func(t *testing.T) {
 				s := inMode(open, mode)(t).(*sqlStore)
 				ctx := context.Background()
-				if err := s.PutLayout(ctx, wbLayout); err != nil {
-					t.Fatal(err)
+				other := wbLayout
+				other.Model = "other"
+				for _, l := range []Layout{wbLayout, other} {
+					if err := s.PutLayout(ctx, l); err != nil {
+						t.Fatal(err)
+					}
 				}
 				plan := func(id string, prompt []uint32) (Plan, error) {
 					return s.PlanSession(ctx, PlanInput{Session: id, Model: "m", TokenIDs: prompt, DecodeTokens: 4, Dir: "/kv-sessions",
@@ -80,12 +84,81 @@ func TestFirstPlanFromMemory(t *testing.T) {
 					t.Fatalf("a plan of a fork made during its read of SQL caches %d tokens, the fork holds 30 of its prompt", p.Cached)
 				}
 				commit("fork", p)
+				if n := s.WriteBehindStats().FailedFlushes; n != 0 {
+					t.Fatalf("%d flushes failed", n)
+				}
+				// A session made (from memory) and written during the read,
+				// then dropped from memory by an operation that touched it
+				// and failed: SQL holds it, memory does not. Taking it for
+				// absent would make it twice (the flush fails).
+				h = func() {
+					absentHook.Store(nil) // once: this plan reads SQL too
+					p1, err := plan("twice", seqIDs(5001, 20))
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					commit("twice", p1)
+					if _, err := s.Session(ctx, "twice"); err != nil { // writes the log
+						t.Error(err)
+					}
+					if _, err := s.PlanSession(ctx, PlanInput{Session: "twice", Model: "other", PromptTokens: 20, UnsafeCountOnly: true, Dir: "/kv-sessions",
+						Pool: "perf", ChunkSize: 700, PlanTTL: time.Hour, Now: time.Now(), Place: wbPlace, Quota: 1 << 30}); !errors.Is(err, errs.ErrBadRequest) {
+						t.Errorf("a plan of another model's session: %v", err)
+					}
+				}
+				absentHook.Store(&h)
+				// (No quota: a failed operation makes memory forget the
+				// reserved total, which alone would send a plan under a
+				// quota to SQL.)
+				p, err = s.PlanSession(ctx, PlanInput{Session: "twice", Model: "m", TokenIDs: seqIDs(5001, 30), DecodeTokens: 4, Dir: "/kv-sessions",
+					Pool: "perf", ChunkSize: 700, PlanTTL: time.Hour, Now: time.Now(), Place: wbPlace})
+				absentHook.Store(nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if p.Cached < 16 {
+					t.Fatalf("a plan of a session made during its read of SQL caches %d tokens, the session holds 20 of its prompt", p.Cached)
+				}
+				commit("twice", p)
+				if n := s.WriteBehindStats().FailedFlushes; n != 0 {
+					t.Fatalf("%d flushes failed: the session was made twice", n)
+				}
+				// A file made where the session's directory goes, during the
+				// read: the guard fails the flush (no file and directory at
+				// one path); in flush mode the plan runs again in SQL and is
+				// refused there.
+				failed := s.WriteBehindStats().FailedFlushes
+				h = func() {
+					if _, err := s.CreateFile(ctx, File{Path: "/kv-sessions/late", Pool: "perf", ChunkSize: 700, Modified: time.Now()}); err != nil {
+						t.Error(err)
+					}
+				}
+				absentHook.Store(&h)
+				_, err = plan("late", seqIDs(1, 10))
+				absentHook.Store(nil)
+				if mode == DurabilityFlush && !errors.Is(err, errs.ErrNotDir) {
+					t.Fatalf("flush mode: plan of a session whose directory became a file during its read: %v", err)
+				}
+				// (A read behind the failed flush gets its error once.)
+				if err := s.barrier(ctx); err != nil && mode != DurabilityWindow {
+					t.Fatal(err)
+				}
+				if dir, err := s.IsDir(ctx, "/kv-sessions/late"); err != nil || dir {
+					t.Fatalf("/kv-sessions/late is a file and a directory (%v)", err)
+				}
+				if n := s.WriteBehindStats().FailedFlushes - failed; n != 1 {
+					t.Fatalf("%d flushes failed on the guard, want 1", n)
+				}
 				// A file where the session's directory would be.
 				if _, err := s.CreateFile(ctx, File{Path: "/kv-sessions/blocked", Pool: "perf", ChunkSize: 700, Modified: time.Now()}); err != nil {
 					t.Fatal(err)
 				}
 				if _, err := plan("blocked", seqIDs(1, 10)); !errors.Is(err, errs.ErrNotDir) {
 					t.Fatalf("plan of a session whose directory is a file: %v", err)
+				}
+				if n := s.WriteBehindStats().FailedFlushes - failed; n != 1 {
+					t.Fatalf("%d flushes failed, want only the one above", n)
 				}
 			})
 		}

@@ -159,6 +159,9 @@ func (s *sqlStore) runBatch(ops []*groupOp) (err error) {
 		}
 		wb.inflight = nil
 		if lg != nil {
+			if err != nil && !committed && lg.ops > 0 {
+				wb.failed.Add(1)
+			}
 			if err != nil && !committed {
 				lg.err = errDiscarded
 			} else if err != nil {

@@ -52,7 +52,7 @@ func (s *sqlStore) expirePlansC(ctx context.Context, tx *sql.Tx, dir string, bef
 	// Only the entries: a session's other plans are outstanding still.
 	forget := func(id string) {
 		c.touchSession(id)
-		delete(c.sessions, id)
+		c.unload(id)
 	}
 	for id, p := range c.plans {
 		if p.created < before {

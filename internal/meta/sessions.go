@@ -807,7 +807,7 @@ func (s *sqlStore) deleteSessionTx(ctx context.Context, tx *sql.Tx, id string) e
 			}
 			if s.cache.on { // its bytes now count for the heir
 				s.cache.touchSession(heir)
-				delete(s.cache.sessions, heir)
+				s.cache.unload(heir)
 			}
 		}
 	}

@@ -151,6 +151,10 @@ type writeBehind struct {
 	// shed counts the sessions dropped from memory for its cap, and held
 	// is how many memory held after the last batch (cache.go, shed).
 	shed, held atomic.Int64
+	// failed counts the logs with operations answered from memory that a
+	// failed batch did not write (lost in window mode, run again in SQL
+	// in flush mode).
+	failed atomic.Int64
 	// mu guards the session cache against operations answered from
 	// memory, and the log. The group runner holds it while it runs
 	// operations in SQL, so they and the fast path see one history.
@@ -304,6 +308,10 @@ type WriteBehindStats struct {
 	// Held is how many sessions the leader's memory held after its last
 	// batch; Shed how many it dropped for its cap (SetSessionMemory).
 	Held, Shed int64
+	// FailedFlushes: logs of operations answered from memory that were
+	// not written (a database error, a guard that found the sessions
+	// changed under the leader, a statement of the log refused).
+	FailedFlushes int64
 }
 
 // SlowReason says why a plan or a commit ran in SQL instead of being
@@ -340,7 +348,7 @@ type WriteBehindStatser interface{ WriteBehindStats() WriteBehindStats }
 
 func (s *sqlStore) WriteBehindStats() WriteBehindStats {
 	st := WriteBehindStats{Fast: s.wb.fast.Load(), Flushes: s.wb.flushes.Load(), Flushed: s.wb.flushed.Load(), FlushTime: time.Duration(s.wb.flushNanos.Load()),
-		Statements: s.wb.written.Load(), Dropped: s.wb.dropped.Load(), Held: s.wb.held.Load(), Shed: s.wb.shed.Load()}
+		Statements: s.wb.written.Load(), Dropped: s.wb.dropped.Load(), Held: s.wb.held.Load(), Shed: s.wb.shed.Load(), FailedFlushes: s.wb.failed.Load()}
 	for op := range st.Slow {
 		for r := range st.Slow[op] {
 			st.Slow[op][r] = s.wb.slow[op][r].Load()
@@ -783,6 +791,21 @@ func (s *sqlStore) newSessionMem(lg *wlog, in PlanInput, f *cachedFile, now int6
 	for d := parentOf(f.file.Path); d != "/"; d = parentOf(d) {
 		dirs = append(dirs, d)
 	}
+	// A guard first: sessionAbsent found no file where these directories
+	// go, but a file made since (CreateFile does not see the log) would
+	// leave a file and a directory at one path. Any such file, or a
+	// directory at the file's own path, inserts a row with no parent,
+	// which fails the flush (and in flush mode the plan runs again in SQL,
+	// which refuses it as createFileTx does).
+	q, args := `INSERT INTO dirs (path, parent, mtime) SELECT path, NULL, 0 FROM files WHERE path IN (`, []any{}
+	for i, d := range dirs {
+		if i > 0 {
+			q += ", "
+		}
+		q += "?"
+		args = append(args, d)
+	}
+	lg.add(s, q+`) UNION ALL SELECT path, NULL, 0 FROM dirs WHERE path = ?`, append(args, f.file.Path)...)
 	for i := len(dirs) - 1; i >= 0; i-- {
 		lg.add(s, `INSERT INTO dirs (path, parent, mtime) VALUES (?, ?, ?) ON CONFLICT (path) DO NOTHING`, dirs[i], parentOf(dirs[i]), now)
 	}
