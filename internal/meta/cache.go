@@ -374,13 +374,9 @@ func (s *sqlStore) checkCache(ctx context.Context) error {
 	// term and generation memory was built under: a master that does not
 	// lead (a stale leader, from SQL) may have written since this batch's
 	// COMMIT, and this leader then drops its memory at its next batch.
-	var opts *sql.TxOptions
-	if s.postgres {
-		opts = &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true}
-	}
-	tx, err := s.db.BeginTx(ctx, opts)
+	tx, err := s.snapshot(ctx)
 	if err != nil {
-		return wrapDB(err)
+		return err
 	}
 	defer tx.Rollback()
 	var term, gen int64

@@ -13,19 +13,26 @@ import (
 // snapshot (REPEATABLE READ on PostgreSQL) sees one committed state even
 // while other transactions run.
 func (s *sqlStore) checkInvariants(ctx context.Context) error {
-	var opts *sql.TxOptions
-	if s.postgres {
-		opts = &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true}
-	}
-	tx, err := s.db.BeginTx(ctx, opts)
+	tx, err := s.snapshot(ctx)
 	if err != nil {
-		return wrapDB(err)
+		return err
 	}
 	defer tx.Rollback()
 	if err := s.invariantsTx(ctx, tx); err != nil {
 		return errs.New(errs.ErrInternal, "metadata invariant broken after a transaction: %v", err)
 	}
 	return nil
+}
+
+// snapshot begins a read-only transaction that sees one committed state
+// (REPEATABLE READ on PostgreSQL; on SQLite any transaction does).
+func (s *sqlStore) snapshot(ctx context.Context) (*sql.Tx, error) {
+	var opts *sql.TxOptions
+	if s.postgres {
+		opts = &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true}
+	}
+	tx, err := s.db.BeginTx(ctx, opts)
+	return tx, wrapDB(err)
 }
 
 // invariantsTx checks what every transaction must leave true of

@@ -318,23 +318,9 @@ func cpuSeconds(tb testing.TB, pid int) float64 {
 // process ends with tb.
 func startUp(tb testing.TB, bin, durability string) (*client.Client, int, string) {
 	tb.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	cmd := exec.Command(bin, "up", "--dir", tb.TempDir(), "--listen", addr, "--port", "0", "--resp-port", "0",
+	addr := freeAddr(tb)
+	cmd := startProcess(tb, bin, "up", "--dir", tb.TempDir(), "--listen", addr, "--port", "0", "--resp-port", "0",
 		"--servers", "3", "--mem", "64MiB", "--session-durability", durability)
-	cmd.Stderr = os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // an interrupted run leaves nothing behind
-	if err := cmd.Start(); err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() {
-		cmd.Process.Signal(os.Interrupt)
-		cmd.Wait()
-	})
 	cl, err := client.New(client.Config{Master: "http://" + addr})
 	if err != nil {
 		tb.Fatal(err)
@@ -369,22 +355,8 @@ func startUp(tb testing.TB, bin, durability string) (*client.Client, int, string
 // process id once it answers /metrics. The process ends with tb.
 func startRouterProcess(tb testing.TB, bin, master, upstream, model string) (string, int) {
 	tb.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	cmd := exec.Command(bin, "router", "--master", master, "--listen", addr, "--upstream", upstream, "--model", model, "--shared-sessions")
-	cmd.Stderr = os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() {
-		cmd.Process.Signal(os.Interrupt)
-		cmd.Wait()
-	})
+	addr := freeAddr(tb)
+	cmd := startProcess(tb, bin, "router", "--master", master, "--listen", addr, "--upstream", upstream, "--model", model, "--shared-sessions")
 	base := "http://" + addr
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -400,4 +372,32 @@ func startRouterProcess(tb testing.TB, bin, master, upstream, model string) (str
 		}
 		time.Sleep(50 * time.Millisecond) // set-up, not a measurement
 	}
+}
+
+// freeAddr is a loopback address no one listens on (a moment ago).
+func freeAddr(tb testing.TB) string {
+	tb.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// startProcess starts bin with args, its standard error on the test's,
+// interrupted and waited for when tb ends.
+func startProcess(tb testing.TB, bin string, args ...string) *exec.Cmd {
+	tb.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // an interrupted run leaves nothing behind
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		cmd.Process.Signal(os.Interrupt)
+		cmd.Wait()
+	})
+	return cmd
 }
