@@ -548,7 +548,14 @@ func (s *sqlStore) waitPending(ctx context.Context, forget func(f *cachedFile) b
 	}
 	if current { // else the runner is writing it
 		if err := s.groupTx(ctx, nil); err != nil {
-			return err
+			select {
+			case <-lg.done:
+				// Written or lost with a failed batch: either way the
+				// caller reads SQL as it is now (memory was dropped with
+				// the lost log); the batch's error is not the reader's.
+			default:
+				return err
+			}
 		}
 	}
 	<-lg.done
