@@ -662,12 +662,14 @@ func (s *sqlStore) reserveTx(ctx context.Context, tx *sql.Tx, in PlanInput, sess
 	if sess.fileSeq != 0 && !in.NewFile {
 		// Only into a file of this store's term (writebehind.go): another
 		// leader may have reserved past what SQL says, in memory.
-		var ft int64
-		err := tx.QueryRowContext(ctx, s.q(`SELECT lead_term FROM kv_files WHERE path = ?`), sessionFile(in.Dir, in.Session, sess.fileSeq)).Scan(&ft)
+		// Nor into a sealed file (a user's Close of it): a new file.
+		var ft, sealed int64
+		err := tx.QueryRowContext(ctx, s.q(`SELECT k.lead_term, COALESCE((SELECT f.sealed FROM files f WHERE f.path = k.path), 0) FROM kv_files k WHERE k.path = ?`),
+			sessionFile(in.Dir, in.Session, sess.fileSeq)).Scan(&ft, &sealed)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return "", 0, wrapDB(err)
 		}
-		in.NewFile = err == nil && ft != term
+		in.NewFile = err == nil && (ft != term || sealed != 0)
 	}
 	if sess.fileSeq == 0 || in.NewFile {
 		// Numbers come from the global id counter, so a session deleted and

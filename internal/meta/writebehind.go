@@ -706,7 +706,7 @@ func (s *sqlStore) planMem(in PlanInput, absent bool, ask *bool) (Plan, bool) {
 		// handed out bytes past what SQL says it reserved.
 		if f = c.files[fr.Path]; made != nil {
 			f = made
-		} else if f == nil || f.owner != in.Session || f.term != c.term {
+		} else if f == nil || f.owner != in.Session || f.term != c.term || f.file.Sealed {
 			return p, s.slow(0, SlowFile)
 		}
 		if in.Reachable != nil && f.reserved > 0 {

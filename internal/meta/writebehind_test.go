@@ -678,7 +678,8 @@ func TestQuotaLowMarkKeepsPlansInMemory(t *testing.T) {
 // and its transaction) must not be answered from memory: its commit,
 // written after the seal, would grow a sealed file past the size the
 // seal returned. Without wb.sealing the turn's plan, run in SQL, loads
-// the file back into memory and the next commit is answered there.
+// the file back into memory and the next commit is answered there. After
+// the seal the chat goes on in a new file.
 func TestSealKeepsFileOutOfMemory(t *testing.T) {
 	for name, open := range engines(t) {
 		t.Run(name, func(t *testing.T) {
@@ -727,6 +728,13 @@ func TestSealKeepsFileOutOfMemory(t *testing.T) {
 			}
 			if !f.Sealed || f.Size != sealed.Size {
 				t.Fatalf("sealed at %d bytes, now %+v: a commit written after the seal grew it", sealed.Size, f)
+			}
+			// The chat goes on in a new file; the sealed one takes nothing.
+			if p := turn(7); p.Fresh[0].Path == sealed.Path {
+				t.Fatalf("a plan after the seal appends to the sealed file %s", sealed.Path)
+			}
+			if f, err = s.File(ctx, sealed.Path); err != nil || f.Size != sealed.Size {
+				t.Fatalf("after the seal a turn left %+v, %v", f, err)
 			}
 		})
 	}
