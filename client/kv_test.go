@@ -167,7 +167,31 @@ func TestKVNoMasterOnPath(t *testing.T) {
 	defer cl.Close()
 	ctx := context.Background()
 	kv := cl.KV("perf")
-	kv.Put(ctx, "warm", []byte("up")) // fetches the membership map once
+	if err := kv.Put(ctx, "warm", []byte("up")); err != nil { // fetches the membership map once
+		t.Fatal(err)
+	}
+	// The map must be the one the servers hold when the master goes: a
+	// change after the client's fetch (a late heartbeat under load) would
+	// make a server answer with a newer epoch, and the client ask the
+	// master, which is gone.
+	testutil.Eventually(t, 10*time.Second, func() (bool, string) {
+		before, err := cl.Status(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		if err := cl.RefreshMembers(ctx); err != nil {
+			return false, err.Error()
+		}
+		st, err := cl.Status(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		same := before.Epoch == st.Epoch
+		for _, s := range c.Servers {
+			same = same && s.Epoch() == st.Epoch
+		}
+		return same, "servers and master disagree on the membership map"
+	})
 	c.Master.Close()
 	for i := 0; i < 50; i++ {
 		k := fmt.Sprint("k", i)
