@@ -172,6 +172,10 @@ func (s *sqlStore) beginBatch(ctx context.Context, tx *sql.Tx, term, gen int64) 
 	return nil
 }
 
+// termGenQuery reads the lead term and the sessions generation, which a
+// batch compares with memory's (beginBatch, checkCache).
+const termGenQuery = `SELECT (SELECT v FROM counters WHERE k = 'lead_term'), (SELECT v FROM counters WHERE k = 'sessions_gen')`
+
 // endBatch runs after the batch's operations, before COMMIT: a batch that
 // wrote session tables without the cache tells every cache so.
 func (s *sqlStore) endBatch(ctx context.Context, tx *sql.Tx, wrote bool) error {
@@ -380,7 +384,7 @@ func (s *sqlStore) checkCache(ctx context.Context) error {
 	}
 	defer tx.Rollback()
 	var term, gen int64
-	if err := tx.QueryRowContext(ctx, `SELECT (SELECT v FROM counters WHERE k = 'lead_term'), (SELECT v FROM counters WHERE k = 'sessions_gen')`).Scan(&term, &gen); err != nil {
+	if err := tx.QueryRowContext(ctx, termGenQuery).Scan(&term, &gen); err != nil {
 		return wrapDB(err)
 	}
 	if term != c.term || gen != c.gen {

@@ -215,7 +215,7 @@ func (s *sqlStore) runBatch(ops []*groupOp) (err error) {
 		return err
 	}
 	var term, gen int64
-	if err := tx.QueryRowContext(ctx, `SELECT (SELECT v FROM counters WHERE k = 'lead_term'), (SELECT v FROM counters WHERE k = 'sessions_gen')`).Scan(&term, &gen); err != nil {
+	if err := tx.QueryRowContext(ctx, termGenQuery).Scan(&term, &gen); err != nil {
 		return wrapDB(err)
 	}
 	wb.mu.Lock()
@@ -238,7 +238,6 @@ func (s *sqlStore) runBatch(ops []*groupOp) (err error) {
 	if err := s.writeLog(ctx, conn, tx, lg); err != nil { // writebehind.go
 		return err
 	}
-	ran = 0
 	// The release of one operation's savepoint goes in one statement with
 	// the next one's SAVEPOINT (a round trip each to PostgreSQL); COMMIT
 	// releases the last.

@@ -409,7 +409,7 @@ func (s *sqlStore) PlanSession(ctx context.Context, in PlanInput) (Plan, error) 
 	if err := ctx.Err(); err != nil {
 		return Plan{}, err
 	}
-	if p, ok, err := s.planFast(in); ok { // writebehind.go
+	if p, ok, err := s.planFast(ctx, in); ok { // writebehind.go
 		return p, err
 	}
 	var p Plan

@@ -429,15 +429,25 @@ func (s *sqlStore) Pools(ctx context.Context) ([]Pool, error) {
 
 func parentOf(p string) string { return path.Dir(p) }
 
+// dirsAbove is every directory above p, the nearest first, "/" left out.
+func dirsAbove(p string) []string {
+	var dirs []string
+	for d := parentOf(p); d != "/" && d != "."; d = parentOf(d) {
+		dirs = append(dirs, d)
+	}
+	return dirs
+}
+
+// placeholders is "?, ?, ..." for n values (an IN list).
+func placeholders(n int) string {
+	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
+}
+
 // ensureDirs creates every ancestor directory of p (p itself too when self).
 func (s *sqlStore) ensureDirs(ctx context.Context, x execer, p string, self bool, now time.Time) error {
-	var dirs []string
-	d := p
-	if !self {
-		d = parentOf(p)
-	}
-	for ; d != "/"; d = parentOf(d) {
-		dirs = append(dirs, d)
+	dirs := dirsAbove(p)
+	if self && p != "/" {
+		dirs = append([]string{p}, dirs...)
 	}
 	for i := len(dirs) - 1; i >= 0; i-- {
 		var n int

@@ -581,7 +581,7 @@ func (s *sqlStore) forgetLocked(match func(f *cachedFile) bool) {
 
 // planFast answers a plan from memory when it can; ok false sends it to
 // the slow path. Nothing changes before every check passed.
-func (s *sqlStore) planFast(in PlanInput) (Plan, bool, error) {
+func (s *sqlStore) planFast(ctx context.Context, in PlanInput) (Plan, bool, error) {
 	wb := &s.wb
 	wb.mu.Lock()
 	if !s.fastReady() {
@@ -596,7 +596,7 @@ func (s *sqlStore) planFast(in PlanInput) (Plan, bool, error) {
 		// that could hide a session from memory happened meanwhile.
 		gen := s.cache.absentGen
 		wb.mu.Unlock()
-		absent, err := s.sessionAbsent(in)
+		absent, err := s.sessionAbsent(ctx, in)
 		if h := absentHook.Load(); h != nil {
 			(*h)()
 		}
@@ -794,25 +794,19 @@ func (s *sqlStore) planMem(in PlanInput, absent bool, ask *bool) (Plan, bool) {
 func (s *sqlStore) newSessionMem(lg *wlog, in PlanInput, f *cachedFile, now int64) {
 	c := &s.cache
 	c.ids.next += 2
-	var dirs []string
-	for d := parentOf(f.file.Path); d != "/"; d = parentOf(d) {
-		dirs = append(dirs, d)
-	}
+	dirs := dirsAbove(f.file.Path)
 	// A guard first: sessionAbsent found no file where these directories
 	// go, but a file made since (CreateFile does not see the log) would
 	// leave a file and a directory at one path. Any such file, or a
 	// directory at the file's own path, inserts a row with no parent,
 	// which fails the flush (and in flush mode the plan runs again in SQL,
 	// which refuses it as createFileTx does).
-	q, args := `INSERT INTO dirs (path, parent, mtime) SELECT path, NULL, 0 FROM files WHERE path IN (`, []any{}
-	for i, d := range dirs {
-		if i > 0 {
-			q += ", "
-		}
-		q += "?"
+	args := make([]any, 0, len(dirs)+1)
+	for _, d := range dirs {
 		args = append(args, d)
 	}
-	lg.add(s, q+`) UNION ALL SELECT path, NULL, 0 FROM dirs WHERE path = ?`, append(args, f.file.Path)...)
+	lg.add(s, `INSERT INTO dirs (path, parent, mtime) SELECT path, NULL, 0 FROM files WHERE path IN (`+placeholders(len(dirs))+`)
+		UNION ALL SELECT path, NULL, 0 FROM dirs WHERE path = ?`, append(args, f.file.Path)...)
 	for i := len(dirs) - 1; i >= 0; i-- {
 		lg.add(s, `INSERT INTO dirs (path, parent, mtime) VALUES (?, ?, ?) ON CONFLICT (path) DO NOTHING`, dirs[i], parentOf(dirs[i]), now)
 	}
@@ -834,20 +828,15 @@ func (s *sqlStore) newSessionMem(lg *wlog, in PlanInput, f *cachedFile, now int6
 // nothing that could hide a session from memory happened during the read
 // (absentGen): a session made in SQL since is in memory (a slow plan puts
 // it there), and one made in memory is there until its log is written.
-func (s *sqlStore) sessionAbsent(in PlanInput) (bool, error) {
-	q := `SELECT (SELECT COUNT(*) FROM kv_sessions WHERE id = ?) + (SELECT COUNT(*) FROM files WHERE path IN (`
+func (s *sqlStore) sessionAbsent(ctx context.Context, in PlanInput) (bool, error) {
+	dirs := dirsAbove(sessionFile(in.Dir, in.Session, 1))
 	args := []any{in.Session}
-	for d := parentOf(sessionFile(in.Dir, in.Session, 1)); d != "/"; d = parentOf(d) {
-		if len(args) > 1 {
-			q += ", "
-		}
-		q += "?"
+	for _, d := range dirs {
 		args = append(args, d)
 	}
 	var n int64
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	err := s.db.QueryRowContext(ctx, s.q(q+`))`), args...).Scan(&n)
+	err := s.db.QueryRowContext(ctx, s.q(`SELECT (SELECT COUNT(*) FROM kv_sessions WHERE id = ?) +
+		(SELECT COUNT(*) FROM files WHERE path IN (`+placeholders(len(dirs))+`))`), args...).Scan(&n)
 	return n == 0, wrapDB(err)
 }
 
