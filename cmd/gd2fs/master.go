@@ -80,7 +80,7 @@ func newMaster(g *globals) *cobra.Command {
 	f.StringSliceVar(&allowHosts, "allow-host", nil, "a DNS name clients reach this master by; without a token a master answers only IP addresses, localhost, its own and these names (against DNS rebinding)")
 	f.DurationVar(&downAfter, "down-after", 5*time.Second, "mark a server down after this long without a heartbeat")
 	f.DurationVar(&repairAfter, "repair-after", 30*time.Second, "re-replicate HA chunks of a server down this long (negative: never)")
-	f.BoolVar(&planWarm, "plan-warm", true, "after each explicit-mode plan, ask the servers holding its stored ranges to copy them into DRAM (asynchronous, bounded, never pinned)")
+	f.BoolVar(&planWarm, "plan-warm", true, "after each explicit-mode plan, ask the servers holding its stored ranges (those with a disk tier) to copy them into DRAM (asynchronous, bounded, never pinned)")
 	f.DurationVar(&unsealedTTL, "unsealed-ttl", master.DefaultUnsealedTTL, "remove a file left unsealed this long without a write (its writer died: kill -9, a lost host); negative: never")
 	f.DurationVar(&leadWarmup, "lead-warmup", 2*time.Second, "on taking over leadership, wait at most this long for the servers' heartbeats before placing chunks or declaring servers down (clients are told to retry meanwhile; at least the servers' --heartbeat)")
 	return cmd
