@@ -99,6 +99,8 @@ func (s *sqlStore) runGroup() bool {
 		}
 		close(op.done)
 	}
+	// Between two transactions, once the batch's callers are answered.
+	s.ckpt.finishTail(s.db)
 	return true
 }
 

@@ -83,11 +83,12 @@ func Open(ctx context.Context, dsn string) (Store, error) {
 		}
 		// cache_size: a 64 MiB page cache (SQLite's default is 2 MB) keeps
 		// the tables' inner pages and hot rows of a leader's flushes in
-		// memory; wal_autocheckpoint: a checkpoint every 16,384 pages (64
-		// MiB of WAL) instead of 1,000 copies once a page that many
-		// flushes dirtied, and only a bound: the checkpointer
-		// (checkpoint.go) checkpoints beside the writer long before. On
-		// this VM, where a system call is dear, the two cut a chat turn's
+		// memory; wal_autocheckpoint: a checkpoint inside a commit only
+		// past 65,536 pages (256 MiB of WAL), a bound the checkpointer
+		// (checkpoint.go), which copies beside the writer and starts the
+		// WAL again about once a second, keeps far from. SQLite's 1,000
+		// copied a page once that many flushes dirtied; on this VM, where
+		// a system call is dear, 16,384 and the cache cut a chat turn's
 		// master system calls from about 50 to 33 (docs/kv-cache.md, "What
 		// a flush costs").
 		s.db, err = openSQLiteCached("file:" + file + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=synchronous(" + syncMode + ")&_pragma=foreign_keys(ON)" + sqliteCachePragmas)
@@ -121,7 +122,7 @@ func Open(ctx context.Context, dsn string) (Store, error) {
 }
 
 // sqliteCachePragmas size SQLite's page cache and WAL (above).
-const sqliteCachePragmas = "&_pragma=cache_size(-65536)&_pragma=wal_autocheckpoint(16384)"
+const sqliteCachePragmas = "&_pragma=cache_size(-65536)&_pragma=wal_autocheckpoint(65536)"
 
 func redact(dsn string) string {
 	if i := strings.Index(dsn, "@"); i > 0 {

@@ -20,7 +20,7 @@ func TestSQLiteCacheSettings(t *testing.T) {
 	for _, c := range []struct {
 		pragma string
 		want   int64
-	}{{"cache_size", -65536}, {"wal_autocheckpoint", 16384}, {"synchronous", 2}} {
+	}{{"cache_size", -65536}, {"wal_autocheckpoint", 65536}, {"synchronous", 2}} {
 		var got int64
 		if err := db.QueryRowContext(ctx, "PRAGMA "+c.pragma).Scan(&got); err != nil {
 			t.Fatalf("PRAGMA %s: %v", c.pragma, err)
@@ -52,7 +52,7 @@ func TestSQLiteCacheSettingsEveryConn(t *testing.T) {
 		for _, p := range []struct {
 			pragma string
 			want   int64
-		}{{"cache_size", -65536}, {"wal_autocheckpoint", 16384}, {"synchronous", 1}, {"foreign_keys", 1}, {"busy_timeout", 10000}} {
+		}{{"cache_size", -65536}, {"wal_autocheckpoint", 65536}, {"synchronous", 1}, {"foreign_keys", 1}, {"busy_timeout", 10000}} {
 			var got int64
 			if err := c.QueryRowContext(ctx, "PRAGMA "+p.pragma).Scan(&got); err != nil {
 				t.Fatal(err)
