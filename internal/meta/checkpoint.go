@@ -24,10 +24,13 @@ import (
 // the writer's own bound and the checkpoint ran inside a commit after all,
 // with every frame written since the last background pass to copy (150–220
 // ms flushes at 2,000 turns/s on 100,000 sessions, about 120 MiB of WAL a
-// second). So the background pass runs again while it copied more than
-// ckptTail frames, each pass shorter than the last, and then asks the
-// writer to copy the few left between two of its transactions
-// (finishTail): the next write starts the WAL again. The writer's own autocheckpoint stays, far above, as the bound
+// second). So the background pass runs again while the WAL grew by more
+// than ckptTail frames since the pass before, each pass shorter than the
+// last, and then asks the writer to copy the few left between two of its
+// transactions (finishTail): the next write starts the WAL again. (A
+// reader of an older snapshot on another connection, as a standby's,
+// stops both the copy and the new start; the round then asks nothing.)
+// The WAL file keeps the largest size it reached (no journal_size_limit). The writer's own autocheckpoint stays, far above, as the bound
 // should all this fall behind (sqliteCachePragmas).
 
 // ckptEvery is the least time between two background checkpoints: rarely
@@ -37,10 +40,11 @@ import (
 // to 2.1 ms. A variable for tests.
 var ckptEvery = time.Second
 
-// ckptTail: a background pass that copied at most this many frames is the
-// round's last, and what the writer wrote during it (about as many) is
-// left to the writer (finishTail): 1,024 frames are 4 MiB. ckptPasses
-// bounds the passes of a round.
+// ckptTail: a background pass that found the WAL grown by at most this
+// many frames since the pass before is the round's last, and what the
+// writer wrote during it (about as many) is left to the writer
+// (finishTail): 1,024 frames are 4 MiB. ckptPasses bounds the passes of a
+// round.
 const (
 	ckptTail   = 1024
 	ckptPasses = 4
@@ -96,26 +100,7 @@ func (c *checkpointer) loop() {
 			return
 		case <-c.kick:
 		}
-		// Each pass copies what the writer wrote during the one before:
-		// fewer frames, a shorter pass, until one copies at most ckptTail
-		// (what the writer wrote meanwhile, the tail, is then as few).
-		var before walState
-		for pass := 1; ; pass++ {
-			now, err := walCheckpoint(c.ctx, db)
-			c.record(err)
-			if err != nil {
-				break
-			}
-			restarted := now.frames < before.frames
-			if restarted || now.copied-before.copied <= ckptTail {
-				c.tail.Store(!restarted)
-				break
-			}
-			if pass == ckptPasses {
-				break
-			}
-			before = now
-		}
+		c.round(db)
 		select {
 		case <-c.ctx.Done():
 			return
@@ -124,9 +109,40 @@ func (c *checkpointer) loop() {
 	}
 }
 
+// round runs the passes of one background round on db. Each pass copies
+// what the writer wrote during the one before: fewer frames, a shorter
+// pass. The writer is asked to copy the rest (finishTail) only after a
+// pass that copied every frame it found, when the WAL grew by at most
+// ckptTail frames since the pass before (what the writer wrote during
+// this one is then about as few). A pass that copied less than it found
+// (another connection reads an older snapshot: a standby reading the same
+// file) or found the checkpoint lock taken (busy) ends the round without
+// asking: the writer must never be handed a backlog. A WAL that shrank
+// was started again by the writer: nothing is left to ask for.
+func (c *checkpointer) round(db *sql.DB) {
+	var before walState
+	for pass := 1; pass <= ckptPasses; pass++ {
+		now, err := walCheckpoint(c.ctx, db)
+		c.record(err)
+		if err != nil || now.busy || now.frames < before.frames || now.copied < now.frames {
+			return
+		}
+		if now.frames-before.frames <= ckptTail {
+			c.tail.Store(true)
+			return
+		}
+		before = now
+	}
+}
+
 // walState is what a checkpoint found: the frames in the WAL when it
-// began, and how many of them are copied into the database file.
-type walState struct{ frames, copied int64 }
+// began and how many of them are copied into the database file (since the
+// WAL last started again), or busy: another checkpoint held the lock, and
+// the counts are unknown.
+type walState struct {
+	busy           bool
+	frames, copied int64
+}
 
 // walCheckpoint runs a PASSIVE checkpoint on db.
 func walCheckpoint(ctx context.Context, db interface {
@@ -135,6 +151,7 @@ func walCheckpoint(ctx context.Context, db interface {
 	var busy int64
 	var w walState
 	err := db.QueryRowContext(ctx, `PRAGMA wal_checkpoint(PASSIVE)`).Scan(&busy, &w.frames, &w.copied)
+	w.busy = busy != 0 || w.frames < 0 || w.copied < 0
 	return w, err
 }
 
@@ -146,7 +163,11 @@ func (c *checkpointer) finishTail(db *sql.DB) {
 	if c == nil || !c.tail.CompareAndSwap(true, false) {
 		return
 	}
-	_, err := walCheckpoint(c.ctx, db)
+	w, err := walCheckpoint(c.ctx, db)
+	if err == nil && w.busy {
+		c.tail.Store(true) // the background round holds the lock: next time
+		return
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.tails++

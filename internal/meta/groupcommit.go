@@ -67,7 +67,14 @@ func (s *sqlStore) groupTx(ctx context.Context, fn func(tx *sql.Tx) error) error
 		// when the queue is empty.
 		s.runGroup()
 		go func() {
-			for s.runGroup() {
+			// Between two transactions, on the runner's goroutine (not
+			// in the path of a caller), the tail of the WAL a background
+			// checkpoint asked for (checkpoint.go).
+			for {
+				s.ckpt.finishTail(s.db)
+				if !s.runGroup() {
+					return
+				}
 			}
 		}()
 	}
@@ -99,8 +106,6 @@ func (s *sqlStore) runGroup() bool {
 		}
 		close(op.done)
 	}
-	// Between two transactions, once the batch's callers are answered.
-	s.ckpt.finishTail(s.db)
 	return true
 }
 

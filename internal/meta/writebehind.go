@@ -116,8 +116,9 @@ const idLow = 1 << 10
 // however slow the database is, and the log cannot outgrow memory. At
 // 256, a flush slowed by a sync of SQLite's checkpoint (30–130 ms on this
 // VM) made every operation behind it wait at 4,000 operations a second
-// (2,000 turns/s): plan p99 131 ms against 44 ms at 1,024, and 1,941
-// against 2,530 turns/s (gd2fs-bench turns, 100,000 sessions).
+// (2,000 turns/s): with the WAL already started again by the writer
+// (checkpoint.go), plan p99 67 ms against 44 ms at 1,024, and 2,068
+// against 2,530 turns/s (gd2fs-bench turns, 100,000 sessions, one run each).
 const windowOps = 1024
 
 // flushHook, when set (tests), runs in each flush transaction before the
