@@ -62,23 +62,7 @@ func TestCheckpointerBesideWriter(t *testing.T) {
 // would change. Fails if the round does not ask, the writer does not copy,
 // or it copies twice.
 func TestCheckpointTailByWriter(t *testing.T) {
-	s := leading(t, sqliteForTest(t)).(*sqlStore)
-	c := s.ckpt
-	c.once.Do(func() { close(c.done) }) // no background loop: the test runs the round
-	side, err := sql.Open("sqlite", c.dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer side.Close()
-	ctx := context.Background()
-	put := func(model string) {
-		t.Helper()
-		l := wbLayout
-		l.Model = model
-		if err := s.PutLayout(ctx, l); err != nil { // a group commit
-			t.Fatal(err)
-		}
-	}
+	s, c, side, put := byHandRounds(t)
 	put("a")
 	// The round copies a's frames and, the WAL small, asks the writer.
 	c.round(side)
@@ -130,28 +114,13 @@ func walIndex(t *testing.T, file string) (frames, copied uint32) {
 // what was written after it; the round then must not hand the writer that
 // backlog to copy inside its path. Fails if the round asks anyway.
 func TestCheckpointRoundAsksNoBacklog(t *testing.T) {
-	s := leading(t, sqliteForTest(t)).(*sqlStore)
-	c := s.ckpt
-	c.once.Do(func() { close(c.done) }) // no background loop: the test runs the round
-	side, err := sql.Open("sqlite", c.dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer side.Close()
+	s, c, side, put := byHandRounds(t)
 	reader, err := sql.Open("sqlite", c.dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer reader.Close()
 	ctx := context.Background()
-	put := func(model string) {
-		t.Helper()
-		l := wbLayout
-		l.Model = model
-		if err := s.PutLayout(ctx, l); err != nil {
-			t.Fatal(err)
-		}
-	}
 	put("a")
 	tx, err := reader.BeginTx(ctx, nil)
 	if err != nil {
@@ -171,4 +140,28 @@ func TestCheckpointRoundAsksNoBacklog(t *testing.T) {
 	if c.tail.Load() {
 		t.Fatal("the round asked the writer to copy frames a reader held back")
 	}
+}
+
+// byHandRounds is a leading SQLite store whose background checkpoint loop
+// never starts (the test runs c.round itself, on side, a connection of its
+// own), and put, a group commit of a layout named model.
+func byHandRounds(t *testing.T) (s *sqlStore, c *checkpointer, side *sql.DB, put func(model string)) {
+	t.Helper()
+	s = leading(t, sqliteForTest(t)).(*sqlStore)
+	c = s.ckpt
+	c.once.Do(func() { close(c.done) })
+	side, err := sql.Open("sqlite", c.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { side.Close() })
+	put = func(model string) {
+		t.Helper()
+		l := wbLayout
+		l.Model = model
+		if err := s.PutLayout(context.Background(), l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return s, c, side, put
 }
