@@ -64,6 +64,19 @@ func TestCheckpointerBesideWriter(t *testing.T) {
 func TestCheckpointTailByWriter(t *testing.T) {
 	s, c, side, put := byHandRounds(t)
 	put("a")
+	// put answers before its batch's runner goroutine ends; that runner
+	// would take the round's ask for a's frames, which the round copied.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Millisecond) {
+		s.group.mu.Lock()
+		running := s.group.running
+		s.group.mu.Unlock()
+		if !running {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the group-commit runner did not end")
+		}
+	}
 	// The round copies a's frames and, the WAL small, asks the writer.
 	c.round(side)
 	if !c.tail.Load() {
