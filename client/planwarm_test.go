@@ -21,22 +21,7 @@ func TestPlanWarmsStoredRanges(t *testing.T) {
 	defer cl.Close()
 	ctx := context.Background()
 	ss := cl.Sessions()
-	// 8 KiB of KV per token: 128 tokens are one chunk of 1 MiB.
-	l := client.Layout{Model: "warm", Layers: 4, KVHeads: 4, HeadDim: 128, DType: "fp16", PageTokens: 16, Order: "page_first"}
-	if err := ss.SetLayout(ctx, l); err != nil {
-		t.Fatal(err)
-	}
-	p, err := ss.Plan(ctx, "s", client.PlanRequest{Model: l.Model, TokenIDs: seq(0, 128)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := bytes.Repeat([]byte("kv-bytes"), int(l.RangeBytes(128))/8)
-	if err := ss.WriteFresh(ctx, p, want); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ss.Commit(ctx, "s", p.PlanID); err != nil {
-		t.Fatal(err)
-	}
+	l, want := warmFirstTurn(t, ss)
 
 	// A filler file of four 1 MiB chunks, read whole, fills the 4 MiB DRAM
 	// tier and pushes the session's chunk out to disk only.
@@ -128,21 +113,8 @@ func TestPlanWarmSkipsServersWithoutDisk(t *testing.T) {
 	defer cl.Close()
 	ctx := context.Background()
 	ss := cl.Sessions()
-	l := client.Layout{Model: "warm", Layers: 4, KVHeads: 4, HeadDim: 128, DType: "fp16", PageTokens: 16, Order: "page_first"}
-	if err := ss.SetLayout(ctx, l); err != nil {
-		t.Fatal(err)
-	}
-	p, err := ss.Plan(ctx, "s", client.PlanRequest{Model: l.Model, TokenIDs: seq(0, 128)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ss.WriteFresh(ctx, p, bytes.Repeat([]byte("kv-bytes"), int(l.RangeBytes(128))/8)); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ss.Commit(ctx, "s", p.PlanID); err != nil {
-		t.Fatal(err)
-	}
-	p, err = ss.Plan(ctx, "s", client.PlanRequest{Model: l.Model, TokenIDs: seq(0, 144)})
+	l, _ := warmFirstTurn(t, ss)
+	p, err := ss.Plan(ctx, "s", client.PlanRequest{Model: l.Model, TokenIDs: seq(0, 144)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,4 +124,28 @@ func TestPlanWarmSkipsServersWithoutDisk(t *testing.T) {
 	if asked, _ := c.Master.WaitPlanWarm(); asked != 0 {
 		t.Fatalf("the master asked a server without a disk tier for %d chunk copies into DRAM", asked)
 	}
+}
+
+// warmFirstTurn sets the warming tests' layout (8 KiB of KV per token: 128
+// tokens are one chunk of 1 MiB) and stores 128 tokens in session "s" by a
+// plan, a write and a commit; it returns the layout and the bytes written.
+func warmFirstTurn(t *testing.T, ss *client.Sessions) (client.Layout, []byte) {
+	t.Helper()
+	ctx := context.Background()
+	l := client.Layout{Model: "warm", Layers: 4, KVHeads: 4, HeadDim: 128, DType: "fp16", PageTokens: 16, Order: "page_first"}
+	if err := ss.SetLayout(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	p, err := ss.Plan(ctx, "s", client.PlanRequest{Model: l.Model, TokenIDs: seq(0, 128)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := bytes.Repeat([]byte("kv-bytes"), int(l.RangeBytes(128))/8)
+	if err := ss.WriteFresh(ctx, p, want); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ss.Commit(ctx, "s", p.PlanID); err != nil {
+		t.Fatal(err)
+	}
+	return l, want
 }

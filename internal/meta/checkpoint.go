@@ -30,8 +30,9 @@ import (
 // transactions (finishTail): the next write starts the WAL again. (A
 // reader of an older snapshot on another connection, as a standby's,
 // stops both the copy and the new start; the round then asks nothing.)
-// The WAL file keeps the largest size it reached (no journal_size_limit). The writer's own autocheckpoint stays, far above, as the bound
-// should all this fall behind (sqliteCachePragmas).
+// The WAL file keeps the largest size it reached (no journal_size_limit).
+// The writer's own autocheckpoint stays, far above, as the bound should
+// all this fall behind (sqliteCachePragmas).
 
 // ckptEvery is the least time between two background checkpoints: rarely
 // enough that a page flushes rewrite every few milliseconds is copied once
@@ -145,9 +146,7 @@ type walState struct {
 }
 
 // walCheckpoint runs a PASSIVE checkpoint on db.
-func walCheckpoint(ctx context.Context, db interface {
-	QueryRowContext(context.Context, string, ...any) *sql.Row
-}) (walState, error) {
+func walCheckpoint(ctx context.Context, db *sql.DB) (walState, error) {
 	var busy int64
 	var w walState
 	err := db.QueryRowContext(ctx, `PRAGMA wal_checkpoint(PASSIVE)`).Scan(&busy, &w.frames, &w.copied)
