@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"net/http"
 	"reflect"
 	"runtime"
 	"strings"
@@ -380,5 +381,53 @@ func TestPlainListsAllocateLittle(t *testing.T) {
 				t.Fatalf("the hand decoder allocated %d MiB for a bad %d-byte body that encoding/json refuses with %d MiB", wireN>>20, len(c.body), refN>>20)
 			}
 		})
+	}
+}
+
+// TestReadJSONKeepsNoView: readJSON reads bodies into pooled buffers, so
+// nothing a decoder answers may be a view of the body. Each body is decoded
+// by readJSON, its buffer (back in the pool) scribbled over, and the value
+// must still equal a decode of a copy of the body that nothing touched.
+func TestReadJSONKeepsNoView(t *testing.T) {
+	h := kvlayout.BlockHashes([]uint32{1, 2, 3, 4, 5}, 2)
+	hs, err := json.Marshal(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		body string
+		v    func() any
+	}{
+		{`{"model":"m","prefixes":["p1"],"token_ids":[1,2,3],"format":"vllm"}`, func() any { return &planWire{} }},
+		{`{"model":"m\u00e9","token_ids":[7,8]}`, func() any { return &planWire{} }}, // escapes: encoding/json
+		{`{"model":"m","block_hashes":` + string(hs) + `}`, func() any { return &planWire{} }},
+		{`{"plans":[{"session":"s1","request_id":"r1","plan":{"model":"m","token_ids":[4,5]}}]}`, func() any { return &planBatchWire{} }},
+		{`{"plan_id":3,"written":true}`, func() any { return &commitWire{} }},
+		{`{"commits":[{"session":"s2","plan_id":4,"fresh_kvcache":[{"token_start":0,"token_length":16,"kv_uri":"gd2fs://c/kv/s2","kv_start":0,"kv_length":4096}]}]}`, func() any { return &commitBatchWire{} }},
+		{`{"model":"m","layers":2,"kv_heads":1,"head_dim":64,"dtype":"fp16","page_tokens":16}`, func() any { return &api.Layout{} }},
+	}
+	for _, c := range cases {
+		got := c.v()
+		r, err := http.NewRequest("POST", "/", strings.NewReader(c.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := readJSON(r, got); err != nil {
+			t.Fatalf("%s: %v", c.body, err)
+		}
+		buf := bodies.Get().(*bytes.Buffer)
+		buf.Reset()
+		room := buf.AvailableBuffer()[:buf.Available()]
+		for i := range room {
+			room[i] = 'x'
+		}
+		bodies.Put(buf)
+		want := c.v()
+		if err := decodeStrict([]byte(c.body), want); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s: decoded %+v, after its buffer was reused %+v", c.body, want, got)
+		}
 	}
 }

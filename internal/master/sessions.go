@@ -1,6 +1,7 @@
 package master
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -170,17 +171,29 @@ func (m *Master) planBatch(r *http.Request) (any, error) {
 }
 
 // marshalPlan writes a plan of a batch as json.Marshal does, by hand where
-// it can (api.AppendPlanJSON).
+// it can (api.AppendPlanJSON): into a pooled buffer, then copied at its
+// exact size, as the batch's answer copies it again (a buffer grown from
+// nothing left about twice its size to the collector, a plan a turn).
 func marshalPlan(p any) ([]byte, error) {
+	buf := answers.Get().(*answerBuf)
+	var b []byte
+	ok := false
 	switch a := p.(type) {
 	case api.Plan:
-		if b, ok := api.AppendPlanJSON(nil, &a); ok {
-			return b, nil
-		}
+		b, ok = api.AppendPlanJSON(buf.B[:0], &a)
 	case api.EnginePlan:
-		if b, ok := api.AppendEnginePlanJSON(nil, &a); ok {
-			return b, nil
-		}
+		b, ok = api.AppendEnginePlanJSON(buf.B[:0], &a)
+	}
+	var out []byte
+	if ok {
+		out = bytes.Clone(b)
+	}
+	if cap(b) <= 64<<10 { // a large buffer is not kept
+		buf.B = b[:0]
+	}
+	answers.Put(buf)
+	if ok {
+		return out, nil
 	}
 	return json.Marshal(p)
 }

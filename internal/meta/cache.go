@@ -472,16 +472,24 @@ func (s *sqlStore) SetSessionMemory(bytes int64) error {
 const shedSample = 16
 
 // Sizes shed counts (heap bytes, measured: docs/kv-cache.md): an entry's
-// fixed part and its map slot, a range's, and a file the session owns.
+// fixed part and its map slot, a range's, and a file the session owns, its
+// fixed part and each chunk it holds (chunkSet).
 const (
 	entryBytes = 512
 	rangeBytes = 96
-	fileBytes  = 640
+	fileBytes  = 128
+	chunkBytes = 64
 )
 
 // size estimates the heap an entry holds, its owned files included.
 func (c *sessionCache) size(id string, e *cachedSession) int64 {
-	n := int64(entryBytes + len(id) + 16*len(e.row.hashes) + fileBytes*len(c.owned[id]))
+	n := int64(entryBytes + len(id) + 16*len(e.row.hashes))
+	for _, p := range c.owned[id] {
+		n += fileBytes
+		if f := c.files[p]; f != nil {
+			n += chunkBytes * int64(len(f.chunks))
+		}
+	}
 	for _, r := range e.ranges {
 		n += rangeBytes + int64(len(r.Path))
 	}

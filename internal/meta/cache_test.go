@@ -2,6 +2,7 @@ package meta
 
 import (
 	"context"
+	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
@@ -103,5 +104,34 @@ func TestCacheStaleLeader(t *testing.T) {
 				t.Fatalf("the leader's commit after the old leader's: %v", err)
 			}
 		})
+	}
+}
+
+// TestChunkSet: a file's chunks in memory answer what a map by index
+// would, whatever the order they are put in, and stay sorted.
+func TestChunkSet(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 13))
+	for round := range 200 {
+		var cs chunkSet
+		model := map[int64]Chunk{}
+		for k := range rng.IntN(40) {
+			idx := rng.Int64N(24)
+			if round%3 == 0 {
+				idx = int64(k) // a file that grows at its end
+			}
+			ch := Chunk{ID: rng.Uint64(), Index: idx, Length: rng.Int64N(100)}
+			cs.put(ch)
+			model[idx] = ch
+			for i := int64(-1); i <= 25; i++ {
+				got, ok := cs.get(i)
+				want, wok := model[i]
+				if ok != wok || got.ID != want.ID || got.Length != want.Length {
+					t.Fatalf("round %d: get(%d) = %+v %v, want %+v %v", round, i, got, ok, want, wok)
+				}
+			}
+			if len(cs) != len(model) || !slices.IsSortedFunc(cs, func(a, b Chunk) int { return int(a.Index - b.Index) }) {
+				t.Fatalf("round %d: %d chunks for %d indexes, or out of order: %+v", round, len(cs), len(model), cs)
+			}
+		}
 	}
 }

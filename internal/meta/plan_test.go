@@ -1,6 +1,7 @@
 package meta
 
 import (
+	"encoding/json"
 	"reflect"
 	"testing"
 )
@@ -110,5 +111,28 @@ func TestAfterCommitRefuses(t *testing.T) {
 	bad := []Range{{TokenStart: 0, TokenLength: 16, KVLength: lf.RangeBytes(16)}, {TokenStart: 8, TokenLength: 16, KVLength: lf.RangeBytes(16)}}
 	if checkRanges(lf, bad) == nil {
 		t.Fatal("overlapping ranges pass the invariant")
+	}
+}
+
+// TestPlanAnswerIsMarshal: the answer a plan keeps for a repeat of its
+// request id is what json.Marshal writes of it, escapes included.
+func TestPlanAnswerIsMarshal(t *testing.T) {
+	for _, p := range []Plan{
+		{},
+		{ID: 7, Verified: 32, Stored: []Range{{Path: "/kv/s<1>&", TokenLength: 16, KVLength: 4096}}, Fresh: []Range{{Path: "/kv/é", TokenStart: 16}},
+			Cached: 16, Evicted: []string{"a\"b", "\n"}, FreshFile: File{ID: 3, Path: "/kv/s"}, FreshChunks: []Chunk{{ID: 9, Replicas: []string{"s0"}}},
+			Repeat: true, Shortened: "server_down", ShortenedTokens: 5},
+	} {
+		want, err := json.Marshal(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := planAnswer(&p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != string(want) {
+			t.Fatalf("planAnswer %s, json.Marshal %s", got, want)
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package meta
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -8,6 +9,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/gd2fs/gd2fs/errs"
@@ -530,11 +532,11 @@ func (s *sqlStore) PlanSession(ctx context.Context, in PlanInput) (Plan, error) 
 		// A plan with a request id keeps its answer, for a repeat.
 		answer := ""
 		if in.RequestID != "" {
-			a, err := json.Marshal(p)
+			a, err := planAnswer(&p)
 			if err != nil {
 				return errs.New(errs.ErrInternal, "plan answer: %v", err)
 			}
-			answer = string(a)
+			answer = a
 		}
 		if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO kv_plans (id, session_id, token_start, token_length, path, kv_start, kv_length, base_tokens, base_version, created,
 			hash_from, hashes, planned_tokens, split_at, request_id, answer) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`), p.ID, in.Session, fr.TokenStart, fr.TokenLength, fr.Path, fr.KVStart, fr.KVLength,
@@ -1222,3 +1224,22 @@ func (s *sqlStore) inUseTx(ctx context.Context, x execer, path string) (string, 
 	}
 	return id, nil
 }
+
+// planAnswer is p as json.Marshal writes it, kept for a repeat of its
+// request id: encoded into a pooled buffer and copied once into the string
+// (json.Marshal copies its result out of its own buffer first).
+func planAnswer(p *Plan) (string, error) {
+	b := answerBufs.Get().(*bytes.Buffer)
+	b.Reset()
+	defer func() {
+		if b.Cap() <= 64<<10 {
+			answerBufs.Put(b)
+		}
+	}()
+	if err := json.NewEncoder(b).Encode(p); err != nil {
+		return "", err
+	}
+	return string(bytes.TrimSuffix(b.Bytes(), []byte("\n"))), nil // Encode ends the value with one newline
+}
+
+var answerBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}

@@ -1,6 +1,7 @@
 package meta
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -284,7 +285,7 @@ func (l *wlog) toWrite(s *sqlStore) []stmt {
 // repair that moves a replica, a seal or a removal drops the entry.
 type cachedFile struct {
 	file     File
-	chunks   map[int64]Chunk
+	chunks   chunkSet
 	owner    string // session that reserves in it (kv_files), "" if none
 	reserved int64
 	term     int64 // lead term it was created under (kv_files.lead_term)
@@ -668,7 +669,7 @@ func (s *sqlStore) planMem(in PlanInput, absent bool, ask *bool) (Plan, bool) {
 	case !ok && len(in.Prefixes) == 0 && absent:
 		e = &cachedSession{row: sessionRow{model: in.Model, fileSeq: c.ids.next}, lastUsed: now, created: now}
 		made = &cachedFile{file: File{ID: c.ids.next + 1, Path: sessionFile(in.Dir, in.Session, c.ids.next), Pool: in.Pool,
-			ChunkSize: in.ChunkSize, Modified: time.Unix(0, now).UTC()}, chunks: map[int64]Chunk{}, owner: in.Session, term: c.term}
+			ChunkSize: in.ChunkSize, Modified: time.Unix(0, now).UTC()}, owner: in.Session, term: c.term}
 	case !ok && len(in.Prefixes) == 0 && (in.Quota <= 0 || c.totalKnown) && c.unwritten[in.Session] == nil && !c.shedIDs.has(in.Session):
 		*ask = true // not counted: planFast asks SQL
 		return p, false
@@ -758,12 +759,12 @@ func (s *sqlStore) planMem(in PlanInput, absent bool, ask *bool) (Plan, bool) {
 	}
 	answer := ""
 	if in.RequestID != "" {
-		a, err := json.Marshal(p)
+		a, err := planAnswer(&p)
 		if err != nil {
 			c.ids.next--
 			return Plan{}, s.slow(0, SlowOther)
 		}
-		answer = string(a)
+		answer = a
 	}
 	lg := s.wb.log
 	ne := *e
@@ -859,7 +860,7 @@ func (f *cachedFile) toAllocate(start, n int64, place PlaceFunc) (cs []Chunk, mi
 	first, last := start/size, (start+n-1)/size
 	cs = make([]Chunk, 0, last-first+1)
 	for idx := first; idx <= last; idx++ {
-		ch, ok := f.chunks[idx]
+		ch, ok := f.chunks.get(idx)
 		if !ok {
 			replicas, err := place(f.file.ID, idx)
 			if err != nil || len(replicas) == 0 {
@@ -889,7 +890,7 @@ func (s *sqlStore) allocMem(lg *wlog, f *cachedFile, cs []Chunk, missing []int) 
 		ch := &cs[i]
 		ch.ID = uint64(c.ids.next)
 		c.ids.next++
-		f.chunks[ch.Index] = *ch
+		f.chunks.put(*ch)
 		lg.add(s, `INSERT INTO chunks (id, file_id, idx, length) VALUES (?, ?, ?, 0)`, int64(ch.ID), ch.FileID, ch.Index)
 		for pos, sv := range ch.Replicas {
 			lg.add(s, `INSERT INTO replicas (chunk_id, pos, server_id) VALUES (?, ?, ?)`, int64(ch.ID), pos, sv)
@@ -929,7 +930,7 @@ func (f *cachedFile) under(start, n int64) ([]Chunk, bool) {
 	first, last := start/cs, (start+n-1)/cs
 	out := make([]Chunk, 0, last-first+1)
 	for idx := first; idx <= last; idx++ {
-		ch, ok := f.chunks[idx]
+		ch, ok := f.chunks.get(idx)
 		if !ok {
 			return nil, false
 		}
@@ -1064,9 +1065,9 @@ func (s *sqlStore) writtenMem(lg *wlog, f *cachedFile, r Range, nowNano int64) {
 	end := r.KVStart + r.KVLength
 	for idx := r.KVStart / cs; idx <= (end-1)/cs; idx++ {
 		l := min(end-idx*cs, cs)
-		if ch := f.chunks[idx]; ch.Length < l {
+		if ch, ok := f.chunks.get(idx); ok && ch.Length < l {
 			ch.Length = l
-			f.chunks[idx] = ch
+			f.chunks.put(ch)
 			lg.add(s, `UPDATE chunks SET length = ? WHERE file_id = ? AND idx = ? AND length < ?`, l, f.file.ID, idx, l)
 		}
 	}
@@ -1096,13 +1097,13 @@ func (s *sqlStore) loadFile(ctx context.Context, x execer, path string) (*cached
 	if err != nil {
 		return nil, err
 	}
-	cf := &cachedFile{file: f, chunks: map[int64]Chunk{}}
+	cf := &cachedFile{file: f}
 	cs, err := s.chunksTx(ctx, x, f.ID, 0, math.MaxInt64)
 	if err != nil {
 		return nil, err
 	}
 	for _, ch := range cs {
-		cf.chunks[ch.Index] = ch
+		cf.chunks.put(ch)
 	}
 	var owner string
 	var reserved, term int64
@@ -1261,10 +1262,10 @@ func (s *sqlStore) checkFiles(ctx context.Context, x execer) error {
 			return errs.New(errs.ErrInternal, "session cache differs from SQL for file %s:\ncache %+v owner %q reserved %d term %d\nsql   %+v owner %q reserved %d term %d",
 				p, f.file, f.owner, f.reserved, f.term, got.file, got.owner, got.reserved, got.term)
 		}
-		for idx, ch := range f.chunks {
-			g, ok := got.chunks[idx]
+		for _, ch := range f.chunks {
+			g, ok := got.chunks.get(ch.Index)
 			if !ok || g.ID != ch.ID || g.Length < ch.Length {
-				return errs.New(errs.ErrInternal, "session cache holds chunk %d of %s as %+v, SQL as %+v", idx, p, ch, g)
+				return errs.New(errs.ErrInternal, "session cache holds chunk %d of %s as %+v, SQL as %+v", ch.Index, p, ch, g)
 			}
 		}
 	}
@@ -1278,4 +1279,36 @@ func (s *sqlStore) checkFiles(ctx context.Context, x execer) error {
 		}
 	}
 	return nil
+}
+
+// chunkSet is a file's chunks held in memory, sorted by index. A session
+// file has a few chunks, and a map of one chunk held a whole group of
+// slots: about 550 bytes a file, a third of a leader's heap at 100,000
+// sessions (docs/kv-cache.md, "The leader's memory and its cap").
+type chunkSet []Chunk
+
+// get is the chunk at index idx.
+func (cs chunkSet) get(idx int64) (Chunk, bool) {
+	if i, ok := cs.find(idx); ok {
+		return cs[i], true
+	}
+	return Chunk{}, false
+}
+
+// put adds ch, or replaces the chunk at its index.
+func (cs *chunkSet) put(ch Chunk) {
+	i, ok := cs.find(ch.Index)
+	if ok {
+		(*cs)[i] = ch
+		return
+	}
+	*cs = slices.Insert(*cs, i, ch)
+}
+
+// find is where the chunk at idx is, or would go.
+func (cs chunkSet) find(idx int64) (int, bool) {
+	if n := len(cs); n > 0 && cs[n-1].Index < idx {
+		return n, false // a file grows at its end
+	}
+	return slices.BinarySearchFunc(cs, idx, func(c Chunk, idx int64) int { return cmp.Compare(c.Index, idx) })
 }
