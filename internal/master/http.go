@@ -70,11 +70,19 @@ func newHTTPServer(h http.Handler, cfg Config) *http.Server {
 func readJSON(r *http.Request, v any) error {
 	buf := bodies.Get().(*bytes.Buffer)
 	defer putBody(buf)
+	return readJSONInto(r, v, buf)
+}
+
+// readJSONInto is readJSON with the body read into buf.
+func readJSONInto(r *http.Request, v any, buf *bytes.Buffer) error {
 	buf.Reset()
 	if n := r.ContentLength; n > 0 && n <= limits.MaxJSONBody {
-		// ReadFrom asks for bytes.MinRead of room before each read, the
-		// one that finds the end too.
-		buf.Grow(int(n) + bytes.MinRead)
+		// Room for what is announced, up to preGrow: past it the buffer
+		// grows as bytes arrive, so a client that announces 4 MiB and
+		// sends nothing holds no more than that. ReadFrom asks for
+		// bytes.MinRead of room before each read, the one that finds the
+		// end too.
+		buf.Grow(int(min(n, preGrow)) + bytes.MinRead)
 	}
 	if _, err := buf.ReadFrom(http.MaxBytesReader(nil, r.Body, limits.MaxJSONBody)); err != nil {
 		var mb *http.MaxBytesError
@@ -90,7 +98,10 @@ func readJSON(r *http.Request, v any) error {
 // large request) is left to the collector.
 var bodies = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
-const maxPooledBody = 1 << 20
+const (
+	maxPooledBody = 1 << 20
+	preGrow       = 64 << 10
+)
 
 func putBody(b *bytes.Buffer) {
 	if b.Cap() <= maxPooledBody {

@@ -1065,11 +1065,18 @@ func (s *sqlStore) writtenMem(lg *wlog, f *cachedFile, r Range, nowNano int64) {
 	end := r.KVStart + r.KVLength
 	for idx := r.KVStart / cs; idx <= (end-1)/cs; idx++ {
 		l := min(end-idx*cs, cs)
-		if ch, ok := f.chunks.get(idx); ok && ch.Length < l {
+		ch, ok := f.chunks.get(idx)
+		if ok && ch.Length >= l {
+			continue
+		}
+		// The plan placed every chunk under its fresh range, so one is
+		// absent only if memory lost it: SQL's row, if any, still grows,
+		// and memory gets no chunk it does not know the id of.
+		if ok {
 			ch.Length = l
 			f.chunks.put(ch)
-			lg.add(s, `UPDATE chunks SET length = ? WHERE file_id = ? AND idx = ? AND length < ?`, l, f.file.ID, idx, l)
 		}
+		lg.add(s, `UPDATE chunks SET length = ? WHERE file_id = ? AND idx = ? AND length < ?`, l, f.file.ID, idx, l)
 	}
 	if end > f.file.Size {
 		f.file.Size = end
