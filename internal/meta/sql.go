@@ -276,7 +276,9 @@ func (s *sqlStore) addColumns(ctx context.Context, x execer) error {
 }
 
 func (s *sqlStore) Close() error {
-	// What was answered from memory is written before the lead goes.
+	// What was answered from memory is written before the lead goes, at
+	// once (no paced flush waits, none starts after).
+	s.stopPace()
 	s.barrier(context.Background()) //nolint:errcheck // a failed write is what a crash would lose
 	s.lead.release()
 	s.leadTerm.Store(0)

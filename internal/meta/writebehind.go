@@ -52,9 +52,10 @@ import (
 //     crash or a failover, as before; the gain is that a flush carries
 //     every operation that arrived while the previous one ran, with no
 //     per-operation savepoint or read.
-//   - window: an operation is answered at once and the log is written as
-//     soon as the previous flush ends. A crash loses what was answered
-//     since the last flush committed (the window: about one flush): those
+//   - window: an operation is answered at once and the log is written
+//     windowPace after the previous flush began, or when it ends if it
+//     took longer. A crash loses what was answered since the last flush
+//     committed (the window: about one flush, at least windowPace): those
 //     sessions read shorter, their plans are gone.
 //   - sync: no write-behind; every operation runs in the group
 //     transaction (the path before write-behind).
@@ -122,6 +123,18 @@ const idLow = 1 << 10
 // against 2,530 turns/s (gd2fs-bench turns, 100,000 sessions, one run each).
 const windowOps = 1024
 
+// windowPace is the least time window mode leaves between the starts of
+// two flushes: an operation answered from memory sooner after the last
+// flush began waits in the log for the rest of it, so one flush carries
+// what that time brings. At 1,000 turns a second flushes ran back to back
+// with about 12 operations each, and a flush costs a turn about 3.7 times
+// what it costs at saturation (docs/benchmarks.md, "Thirteenth session"):
+// SQLite's transaction, the pages an operation dirties shared by fewer
+// operations. A crash loses up to this much more; a reader behind the
+// barrier, a full window (windowOps) and Close do not wait for it. A
+// variable for tests.
+var windowPace = 20 * time.Millisecond
+
 // flushHook, when set (tests), runs in each flush transaction before the
 // log is written; an error fails the flush as a database error would.
 var flushHook atomic.Pointer[func() error]
@@ -170,6 +183,12 @@ type writeBehind struct {
 	// its transaction ends; the fast path may run meanwhile.
 	inflight *wlog
 	kicked   bool // window: a flush is queued
+	// taken is when the runner last took a log to write; pace starts the
+	// next flush windowPace after it (window mode); closed: no more
+	// paced flushes.
+	taken  time.Time
+	pace   *time.Timer
+	closed bool
 	// bump: a log was lost; take a new lead term before memory is used.
 	// newTerm: the term the running batch took for it, stored in
 	// leadTerm once that batch commits.
@@ -401,7 +420,7 @@ func (s *sqlStore) answered(lg *wlog) (ok bool, err error) {
 	if wb.mode == DurabilityWindow && lg.ops <= windowOps {
 		if current && !wb.kicked {
 			wb.kicked = true
-			go s.groupTx(context.Background(), nil) //nolint:errcheck // its log's waiters see the outcome
+			s.kick()
 		}
 		wb.mu.Unlock()
 		return true, nil
@@ -420,9 +439,38 @@ func (s *sqlStore) answered(lg *wlog) (ok bool, err error) {
 	return true, lg.err
 }
 
+// kick starts a flush of the current log, at once or windowPace after the
+// last one began (window mode, wb.mu held).
+func (s *sqlStore) kick() {
+	wb := &s.wb
+	flush := func() { s.groupTx(context.Background(), nil) } //nolint:errcheck // its log's waiters see the outcome
+	wait := windowPace - time.Since(wb.taken)
+	switch {
+	case wait <= 0 || wb.closed:
+		go flush()
+	case wb.pace == nil:
+		wb.pace = time.AfterFunc(wait, flush)
+	default:
+		wb.pace.Reset(wait)
+	}
+}
+
+// stopPace ends paced flushes (Close): what is answered from now on is
+// flushed at once.
+func (s *sqlStore) stopPace() {
+	wb := &s.wb
+	wb.mu.Lock()
+	defer wb.mu.Unlock()
+	wb.closed = true
+	if wb.pace != nil {
+		wb.pace.Stop()
+	}
+}
+
 // takeLog hands the runner the log to write and starts a new one (wb.mu held).
 func (s *sqlStore) takeLog() *wlog {
 	wb := &s.wb
+	wb.taken = time.Now()
 	lg := wb.log
 	if lg == nil {
 		lg = newLog()

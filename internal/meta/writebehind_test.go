@@ -739,3 +739,72 @@ func TestSealKeepsFileOutOfMemory(t *testing.T) {
 		})
 	}
 }
+
+// TestWindowPace: in window mode, operations answered within windowPace of
+// the last flush's start wait for one flush together, and a read behind
+// the barrier, or Close, writes them at once without waiting for the pace
+// (here an hour: this test would time out waiting for it).
+func TestWindowPace(t *testing.T) {
+	defer func(p time.Duration) { windowPace = p }(windowPace)
+	windowPace = time.Hour
+	for name, dsn := range sharedDSNs {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			url := dsn(t)
+			st, err := Open(ctx, url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := st.(*sqlStore)
+			if err := s.SetSessionDurability(DurabilityWindow); err != nil {
+				t.Fatal(err)
+			}
+			leading(t, s)
+			if err := s.PutLayout(ctx, wbLayout); err != nil {
+				t.Fatal(err)
+			}
+			ids := seqIDs(1, 10)
+			wbTurn(t, s, "chat", ids, true) // its first plan makes the session in SQL
+			if _, err := s.Session(ctx, "chat"); err != nil {
+				t.Fatal(err)
+			}
+			before := s.WriteBehindStats()
+			const turns = 5
+			for i := range turns {
+				ids = append(ids, seqIDs(uint32(100*i+20), 8)...)
+				wbTurn(t, s, "chat", ids, true)
+			}
+			if got := s.WriteBehindStats(); got.Flushes != before.Flushes || got.Fast != before.Fast+2*turns {
+				t.Fatalf("%d flushes before the pace ended (%d before), %d operations from memory (%d before)", got.Flushes, before.Flushes, got.Fast, before.Fast)
+			}
+			s.wb.mu.Lock()
+			paced := s.wb.pace != nil && s.wb.pace.Stop() // Stop: it was waiting
+			if paced {
+				s.wb.pace.Reset(windowPace)
+			}
+			s.wb.mu.Unlock()
+			if !paced {
+				t.Fatal("the turns' flush was started at once, not windowPace after the last one began")
+			}
+			sess, err := s.Session(ctx, "chat") // behind the barrier
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := s.WriteBehindStats(); got.Flushes != before.Flushes+1 || got.Flushed != before.Flushed+2*turns || sess.Tokens != int64(len(ids))+4 {
+				t.Fatalf("the barrier's read: %d flushes carrying %d operations (want 1 of %d), session of %d tokens (want %d and the answer's 4)",
+					got.Flushes-before.Flushes, got.Flushed-before.Flushed, 2*turns, sess.Tokens, len(ids))
+			}
+			// Answered, then Close: written at once.
+			ids = append(ids, seqIDs(900, 8)...)
+			wbTurn(t, s, "chat", ids, true)
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			b := openShared(t, url)
+			leading(t, b)
+			if sess, err := b.Session(ctx, "chat"); err != nil || sess.Tokens != int64(len(ids))+4 {
+				t.Fatalf("after Close the session holds %d tokens (%v), want %d and the answer's 4", sess.Tokens, err, len(ids))
+			}
+		})
+	}
+}
