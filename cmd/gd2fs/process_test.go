@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"sync"
 	"testing"
 	"time"
 
@@ -34,14 +35,34 @@ func buildBinary(t *testing.T) string {
 	return bin
 }
 
+// freeAddr is a loopback address with a port free now, never one it gave
+// before in this process: a port is free again once its probe closes, and
+// the kernel handed the same one to a master and then to a server spawned
+// before the master had bound it (TestLinkedSurvivesSIGKILL failed so).
 func freeAddr(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	t.Helper()
+	givenAddrs.Lock()
+	defer givenAddrs.Unlock()
+	for range 100 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := l.Addr().String()
+		l.Close()
+		if !givenAddrs.m[a] {
+			givenAddrs.m[a] = true
+			return a
+		}
 	}
-	defer l.Close()
-	return l.Addr().String()
+	t.Fatal("no free port that this test process has not handed out before")
+	return ""
 }
+
+var givenAddrs = struct {
+	sync.Mutex
+	m map[string]bool
+}{m: map[string]bool{}}
 
 func spawn(t *testing.T, bin string, args ...string) *exec.Cmd {
 	t.Helper()
