@@ -90,7 +90,7 @@ func newMaster(g *globals) *cobra.Command {
 const sessionMemoryHelp = "bytes of explicit-mode sessions the leader keeps in memory (estimated: about 3 KiB a session of a 1,000-token prompt); past it the least recently used are dropped from memory only, and their next plan runs in SQL, which loads them back (0: no bound, every session served stays in memory); docs/kv-cache.md"
 
 // durabilityHelp is --session-durability's help, on master and up.
-const durabilityHelp = "when the leader answers explicit-mode session plans and commits: flush (after the SQL transaction that writes them, shared by all that arrived meanwhile: nothing acknowledged is lost), window (at once, written to SQL at most every 20 ms; a crash or failover loses what was answered since the last flush that committed, about two flushes (at least 20 ms) and at most about 2,048 operations: those sessions read shorter, never wrong KV) or sync (each in the group transaction, no write-behind); docs/kv-cache.md"
+const durabilityHelp = "when the leader answers explicit-mode session plans and commits: flush (after the SQL transaction that writes them, shared by all that arrived meanwhile: nothing acknowledged is lost), window (at once, written to SQL 20 ms after the previous write began, sooner when a read or an operation in SQL needs it; a crash or failover loses what was answered since the last flush that committed, about two flushes and at most about 2,048 operations: those sessions read shorter, never wrong KV) or sync (each in the group transaction, no write-behind); docs/kv-cache.md"
 
 // redactDSN names the metadata engine without a PostgreSQL DSN's password.
 func redactDSN(d string) string {

@@ -277,7 +277,7 @@ func (s *sqlStore) addColumns(ctx context.Context, x execer) error {
 
 func (s *sqlStore) Close() error {
 	// What was answered from memory is written before the lead goes, at
-	// once (no paced flush waits, none starts after).
+	// once: no paced flush is waited for, and none is armed after.
 	s.stopPace()
 	s.barrier(context.Background()) //nolint:errcheck // a failed write is what a crash would lose
 	s.lead.release()

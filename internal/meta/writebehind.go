@@ -55,8 +55,8 @@ import (
 //   - window: an operation is answered at once and the log is written
 //     windowPace after the previous flush began, or when it ends if it
 //     took longer. A crash loses what was answered since the last flush
-//     committed (the window: about one flush, at least windowPace): those
-//     sessions read shorter, their plans are gone.
+//     committed (the window: about two flushes, up to windowPace more):
+//     those sessions read shorter, their plans are gone.
 //   - sync: no write-behind; every operation runs in the group
 //     transaction (the path before write-behind).
 //
@@ -123,16 +123,16 @@ const idLow = 1 << 10
 // against 2,530 turns/s (gd2fs-bench turns, 100,000 sessions, one run each).
 const windowOps = 1024
 
-// windowPace is the least time window mode leaves between the starts of
-// two flushes: an operation answered from memory sooner after the last
-// flush began waits in the log for the rest of it, so one flush carries
-// what that time brings. At 1,000 turns a second flushes ran back to back
-// with about 12 operations each, and a flush costs a turn about 3.7 times
-// what it costs at saturation (docs/benchmarks.md, "Thirteenth session"):
-// SQLite's transaction, the pages an operation dirties shared by fewer
-// operations. A crash loses up to this much more; a reader behind the
-// barrier, a full window (windowOps) and Close do not wait for it. A
-// variable for tests.
+// windowPace is how long after a flush began window mode starts the next
+// one on its own: an operation answered from memory sooner than that waits
+// in the log for the rest of it, so one flush carries what that time
+// brings (a read behind the barrier, an operation that runs in SQL, a
+// full window and Close write sooner). At 1,000 turns a second flushes ran
+// back to back with about 12 operations each, and a flush costs a turn
+// about 3.7 times what it costs at saturation (docs/benchmarks.md,
+// "Thirteenth session"): SQLite's transaction, and the pages an operation
+// dirties, shared by fewer operations. A crash loses up to this much more.
+// A variable for tests.
 var windowPace = 20 * time.Millisecond
 
 // flushHook, when set (tests), runs in each flush transaction before the

@@ -170,6 +170,15 @@ func TestNewLeaderNeverReusesLostReservation(t *testing.T) {
 			if a.WriteBehindStats().Fast != before+1 {
 				t.Fatal("the plan was not answered from memory")
 			}
+			// Its flush now (not windowPace later, when a no longer leads):
+			// refused by the hook, the log is lost.
+			failed := a.WriteBehindStats().FailedFlushes
+			if err := a.barrier(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if a.WriteBehindStats().FailedFlushes != failed+1 {
+				t.Fatal("the lost plan's flush did not fail")
+			}
 			a.lead.release() // a is gone; its log with it
 			a.leadTerm.Store(0)
 			flushHook.Store(nil)
@@ -756,6 +765,12 @@ func TestWindowPace(t *testing.T) {
 				t.Fatal(err)
 			}
 			s := st.(*sqlStore)
+			closed := false
+			t.Cleanup(func() {
+				if !closed { // failed before its own Close
+					s.Close()
+				}
+			})
 			if err := s.SetSessionDurability(DurabilityWindow); err != nil {
 				t.Fatal(err)
 			}
@@ -797,6 +812,7 @@ func TestWindowPace(t *testing.T) {
 			// Answered, then Close: written at once.
 			ids = append(ids, seqIDs(900, 8)...)
 			wbTurn(t, s, "chat", ids, true)
+			closed = true
 			if err := s.Close(); err != nil {
 				t.Fatal(err)
 			}
