@@ -6,9 +6,9 @@ import (
 	"errors"
 	"io"
 	"reflect"
-	"sync"
 	"time"
 
+	"github.com/gd2fs/gd2fs/internal/bufpool"
 	"github.com/gd2fs/gd2fs/internal/fastjson"
 )
 
@@ -31,7 +31,7 @@ type plainDecoder interface {
 
 // bodies holds the buffers answers are read into before a hand decoder
 // runs: what it keeps it copies.
-var bodies = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+var bodies = bufpool.NewBuffers(64 << 10)
 
 // readAnswer decodes the answer body r into out as json.Decoder.Decode
 // did (the first JSON value; what follows it is not looked at), by hand
@@ -42,14 +42,8 @@ func readAnswer(r io.Reader, out any) error {
 	if !ok || !reflect.ValueOf(out).Elem().IsZero() {
 		return json.NewDecoder(r).Decode(out)
 	}
-	buf := bodies.Get().(*bytes.Buffer)
-	defer func() {
-		if buf.Cap() <= 64<<10 {
-			buf.Reset()
-			bodies.Put(buf)
-		}
-	}()
-	buf.Reset()
+	buf := bodies.Get()
+	defer bodies.Put(buf)
 	_, rerr := buf.ReadFrom(r)
 	if pd.decodePlain(buf.Bytes()) {
 		return nil // all of it was read and it is a whole answer

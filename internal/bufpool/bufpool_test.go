@@ -120,3 +120,23 @@ func TestConcurrentHeld(t *testing.T) {
 	}
 	drain(t)
 }
+
+// TestBuffers: a buffer comes back empty, and one grown past the bound is
+// not kept.
+func TestBuffers(t *testing.T) {
+	p := NewBuffers(64)
+	b := p.Get()
+	b.WriteString("left from the last use")
+	p.Put(b)
+	if got := p.Get(); got.Len() != 0 {
+		t.Fatalf("Get returned %d bytes of an earlier use", got.Len())
+	}
+	big := p.Get()
+	big.Grow(1 << 10)
+	p.Put(big)
+	for range 8 {
+		if got := p.Get(); got == big {
+			t.Fatal("a buffer past the bound was kept")
+		}
+	}
+}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gd2fs/gd2fs/errs"
 	"github.com/gd2fs/gd2fs/internal/api"
+	"github.com/gd2fs/gd2fs/internal/bufpool"
 	"github.com/gd2fs/gd2fs/internal/limits"
 	"github.com/gd2fs/gd2fs/internal/nspath"
 )
@@ -68,8 +69,8 @@ func newHTTPServer(h http.Handler, cfg Config) *http.Server {
 // growing buffers were the master's largest allocation at 64 chats (15 % of
 // its bytes: docs/benchmarks.md, "Thirteenth session").
 func readJSON(r *http.Request, v any) error {
-	buf := bodies.Get().(*bytes.Buffer)
-	defer putBody(buf)
+	buf := bodies.Get()
+	defer bodies.Put(buf)
 	return readJSONInto(r, v, buf)
 }
 
@@ -94,20 +95,11 @@ func readJSONInto(r *http.Request, v any, buf *bytes.Buffer) error {
 	return decodeStrict(buf.Bytes(), v)
 }
 
-// bodies are readJSON's buffers; one grown past maxPooledBody (a rare
-// large request) is left to the collector.
-var bodies = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+// bodies are readJSON's buffers, kept up to 1 MiB.
+var bodies = bufpool.NewBuffers(1 << 20)
 
-const (
-	maxPooledBody = 1 << 20
-	preGrow       = 64 << 10
-)
-
-func putBody(b *bytes.Buffer) {
-	if b.Cap() <= maxPooledBody {
-		bodies.Put(b)
-	}
-}
+// preGrow bounds the room readJSON makes for an announced body at once.
+const preGrow = 64 << 10
 
 // decodeStrict decodes exactly one non-null JSON value from b into v: by
 // v's hand decoder when it has one (planjson.go), v is a zero value and b

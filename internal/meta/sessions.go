@@ -9,10 +9,10 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/gd2fs/gd2fs/errs"
+	"github.com/gd2fs/gd2fs/internal/bufpool"
 	"github.com/gd2fs/gd2fs/internal/limits"
 	"github.com/gd2fs/gd2fs/kvlayout"
 )
@@ -1229,17 +1229,12 @@ func (s *sqlStore) inUseTx(ctx context.Context, x execer, path string) (string, 
 // request id: encoded into a pooled buffer and copied once into the string
 // (json.Marshal copies its result out of its own buffer first).
 func planAnswer(p *Plan) (string, error) {
-	b := answerBufs.Get().(*bytes.Buffer)
-	b.Reset()
-	defer func() {
-		if b.Cap() <= 64<<10 {
-			answerBufs.Put(b)
-		}
-	}()
+	b := answerBufs.Get()
+	defer answerBufs.Put(b)
 	if err := json.NewEncoder(b).Encode(p); err != nil {
 		return "", err
 	}
 	return string(bytes.TrimSuffix(b.Bytes(), []byte("\n"))), nil // Encode ends the value with one newline
 }
 
-var answerBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+var answerBufs = bufpool.NewBuffers(64 << 10)
