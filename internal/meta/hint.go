@@ -26,10 +26,9 @@ func (s *sqlStore) HintChunks(path string) (File, []Chunk, bool) {
 		return File{}, nil, false
 	}
 	cs := make([]Chunk, 0, len(cf.chunks))
-	for _, c := range cf.chunks {
+	for _, c := range cf.chunks { // in index order (chunkSet)
 		c.Replicas = slices.Clone(c.Replicas)
 		cs = append(cs, c)
 	}
-	slices.SortFunc(cs, func(a, b Chunk) int { return int(a.Index - b.Index) })
 	return cf.file, cs, true
 }
