@@ -164,22 +164,30 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	buf := answers.Get().(*answerBuf)
-	if b, ok := plainAnswer(buf.B[:0], v); ok {
+	b, ok := plainAnswer(buf.B[:0], v)
+	if ok {
 		w.Write(b)
-		if cap(b) <= 64<<10 { // a large buffer is not kept
-			buf.B = b[:0]
-			answers.Put(buf)
-		}
-		return
 	}
-	answers.Put(buf)
-	json.NewEncoder(w).Encode(v)
+	putAnswer(buf, b)
+	if !ok {
+		json.NewEncoder(w).Encode(v)
+	}
 }
 
-// answerBuf is a pooled buffer of writeJSON's.
+// answerBuf is a pooled buffer of writeJSON's (and marshalPlan's).
 type answerBuf struct{ B []byte }
 
 var answers = sync.Pool{New: func() any { return &answerBuf{B: make([]byte, 0, 1024)} }}
+
+// putAnswer returns buf to the pool, keeping b (what was appended to
+// buf.B) as its bytes unless it grew past 64 KiB: a large answer's buffer
+// is left to the collector.
+func putAnswer(buf *answerBuf, b []byte) {
+	if b != nil && cap(b) <= 64<<10 {
+		buf.B = b[:0]
+	}
+	answers.Put(buf)
+}
 
 // plainAnswer appends the answers of a chat turn (a plan, an engine's
 // plan, a commit's session, and batches of plans and of commits) written by hand, to the bytes json.Encoder writes for them

@@ -188,10 +188,7 @@ func marshalPlan(p any) ([]byte, error) {
 	if ok {
 		out = bytes.Clone(b)
 	}
-	if cap(b) <= 64<<10 { // a large buffer is not kept
-		buf.B = b[:0]
-	}
-	answers.Put(buf)
+	putAnswer(buf, b)
 	if ok {
 		return out, nil
 	}
