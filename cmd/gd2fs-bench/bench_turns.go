@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -25,8 +26,10 @@ import (
 // servers, Commit) against a master and three servers, each its own process,
 // on sessions that already hold a turn. It reports what a scheduler sees
 // (turns/s, plan and commit latency), what the master spends (CPU seconds
-// per 1,000 turns, master requests per turn by route) and, as the
-// reference, the same client's plain KV put and get of the same bytes.
+// per 1,000 turns, master requests per turn by route, its own time for a
+// plan and its goroutines' waits for a CPU, both from its metrics, to tell
+// a slow master from a busy machine) and, as the reference, the same
+// client's plain KV put and get of the same bytes.
 
 func newBenchTurns() *cobra.Command {
 	var metaDSN string
@@ -367,9 +370,15 @@ func benchTurns(ctx context.Context, metaDSN, serverMem string, sessions, conc, 
 		fmt.Printf("  master system calls per turn (files and sockets): %.1f writes of %.1f KiB, %.1f reads\n",
 			float64(w1-w0)/float64(n), float64(wb1-wb0)/1024/float64(n), float64(r1-r0)/float64(n))
 	}
+	if p50, p99, ok := handled(before, after, "POST /v1/sessions/{id}/plan"); ok {
+		fmt.Printf("  the master's own time for a plan (request read to answer written, its histogram): p50 <= %s, p99 <= %s\n", p50, p99)
+	}
+	if over, ok := schedWaits(before, after, n); ok {
+		fmt.Printf("  the master's goroutines made runnable waited for a CPU (Go's scheduler): %s\n", over)
+	}
 	var routes []string
 	for k, v := range after {
-		if !strings.Contains(k, "/") {
+		if strings.HasPrefix(k, "bucket ") || !strings.Contains(k, "/") {
 			continue // the write-behind counters, below
 		}
 		if d := v - before[k]; d > 0 {
@@ -588,6 +597,22 @@ func masterRequests(ctx context.Context, url string) (map[string]float64, error)
 			}
 			continue
 		}
+		if rest, ok := strings.CutPrefix(line, "gd2fs_master_request_seconds_bucket{"); ok {
+			// {route="POST /v1/sessions/{id}/plan",le="0.0032"} 12 -> "bucket POST /v1/sessions/{id}/plan 0.0032"
+			labels, v, _ := strings.Cut(rest, "} ")
+			route, le := promLabel(labels, "route"), promLabel(labels, "le")
+			if f, err := strconv.ParseFloat(v, 64); err == nil && route != "" && le != "" {
+				out["bucket "+route+" "+le] = f
+			}
+			continue
+		}
+		if rest, ok := strings.CutPrefix(line, "go_sched_latencies_seconds_bucket{"); ok {
+			labels, v, _ := strings.Cut(rest, "} ")
+			if f, err := strconv.ParseFloat(v, 64); err == nil && promLabel(labels, "le") != "" {
+				out["bucket sched "+promLabel(labels, "le")] = f
+			}
+			continue
+		}
 		if !strings.HasPrefix(line, "gd2fs_master_requests_total{") {
 			continue
 		}
@@ -605,6 +630,83 @@ func masterRequests(ctx context.Context, url string) (map[string]float64, error)
 		out[route] += v
 	}
 	return out, sc.Err()
+}
+
+// handled is the p50 and p99 of the master's handling time for route between
+// two scrapes, as the upper bounds of the histogram buckets they fall in
+// (the master's own clock: from its handler's start to its answer written, no
+// network, no client). ok is false when the master counted no such request.
+func handled(before, after map[string]float64, route string) (p50, p99 string, ok bool) {
+	type bucket struct{ le, n float64 }
+	var bs []bucket
+	prefix := "bucket " + route + " "
+	for k, v := range after {
+		le, found := strings.CutPrefix(k, prefix)
+		if !found {
+			continue
+		}
+		b := bucket{n: v - before[k]}
+		if le == "+Inf" {
+			b.le = math.Inf(1)
+		} else if f, err := strconv.ParseFloat(le, 64); err == nil {
+			b.le = f
+		} else {
+			continue
+		}
+		bs = append(bs, b)
+	}
+	sort.Slice(bs, func(i, j int) bool { return bs[i].le < bs[j].le })
+	if len(bs) == 0 || bs[len(bs)-1].n == 0 {
+		return "", "", false
+	}
+	total := bs[len(bs)-1].n // buckets are cumulative
+	at := func(q float64) string {
+		for _, b := range bs {
+			if b.n >= q*total {
+				if math.IsInf(b.le, 1) {
+					return "above the largest bucket"
+				}
+				return dur(time.Duration(b.le * float64(time.Second)))
+			}
+		}
+		return "?"
+	}
+	return at(0.50), at(0.99), true
+}
+
+// schedWaits says which share of the master's goroutine wake-ups between
+// two scrapes waited longer than each of the larger bounds of
+// go_sched_latencies_seconds (the runtime's /sched/latencies, in the
+// Prometheus collector's coarse buckets): where a plan's tail goes when
+// the master's own time is short. ok is false for a master without it.
+func schedWaits(before, after map[string]float64, turns int) (string, bool) {
+	type bucket struct{ le, n float64 }
+	var bs []bucket
+	for k, v := range after {
+		le, found := strings.CutPrefix(k, "bucket sched ")
+		if !found {
+			continue
+		}
+		f, err := strconv.ParseFloat(le, 64)
+		if le == "+Inf" {
+			f, err = math.Inf(1), nil
+		}
+		if err == nil {
+			bs = append(bs, bucket{f, v - before[k]})
+		}
+	}
+	sort.Slice(bs, func(i, j int) bool { return bs[i].le < bs[j].le })
+	if len(bs) == 0 || bs[len(bs)-1].n == 0 {
+		return "", false
+	}
+	total := bs[len(bs)-1].n
+	var parts []string
+	for _, b := range bs {
+		if b.le >= 0.5e-3 && !math.IsInf(b.le, 1) { // the sub-millisecond buckets say nothing of a tail
+			parts = append(parts, fmt.Sprintf("%.2f%% over %s", 100*(total-b.n)/total, dur(time.Duration(b.le*float64(time.Second)))))
+		}
+	}
+	return fmt.Sprintf("%.1f wake-ups a turn; %s", total/float64(max(turns, 1)), strings.Join(parts, ", ")), true
 }
 
 func pct(d []time.Duration, p int) time.Duration {

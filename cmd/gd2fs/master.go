@@ -24,6 +24,7 @@ func newMaster(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "master",
 		Short: "Run the master: namespace, placement, membership (metadata in SQLite or PostgreSQL)",
+		Long:  "Run the master: namespace, placement, membership (metadata in SQLite or PostgreSQL).\n\n" + masterGCHelp,
 		Example: `  gd2fs master --listen :7070 --meta sqlite:///var/lib/gd2fs/meta.db
   gd2fs master --unsealed-ttl 2h     # remove files whose writer died after 2 hours, not 24
   # several masters on one PostgreSQL database: one leads, the others stand by
@@ -43,6 +44,7 @@ func newMaster(g *globals) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			tuneMasterGC(g.logger())
 			q, err := parseSize(quota)
 			if err != nil {
 				return err

@@ -49,7 +49,8 @@ func newMetrics(s *Server) *metrics {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gd2fs_bufpool_held_bytes",
 			Help: "Bytes of free payload buffers the process keeps for reuse (internal/bufpool; up to about 3.2 GiB)."},
 			func() float64 { return float64(bufpool.Held()) }),
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(collectors.MetricsGC, collectors.MetricsScheduler)),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 
