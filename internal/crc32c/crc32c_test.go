@@ -1,6 +1,7 @@
 package crc32c
 
 import (
+	"fmt"
 	"hash/crc32"
 	"math/rand/v2"
 	"testing"
@@ -96,5 +97,24 @@ func BenchmarkCombine(b *testing.B) {
 func BenchmarkCombineMatrix(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		matrixShift(uint32(i), 53248)
+	}
+}
+
+// BenchmarkChecksum is one CRC32C pass over a buffer that stays in the CPU's
+// cache (64 KiB, 256 KiB: what a receiver sums right after a read) and over
+// one that does not (256 MiB): the per-byte cost the byte's-cost bounds of
+// docs/benchmarks.md count once per receiving process.
+func BenchmarkChecksum(b *testing.B) {
+	for _, n := range []int{64 << 10, 256 << 10, 256 << 20} {
+		buf := make([]byte, n)
+		for i := range buf {
+			buf[i] = byte(i * 7)
+		}
+		b.Run(fmt.Sprintf("%dKiB", n>>10), func(b *testing.B) {
+			b.SetBytes(int64(n))
+			for i := 0; i < b.N; i++ {
+				Checksum(buf)
+			}
+		})
 	}
 }
