@@ -373,7 +373,7 @@ func benchTurns(ctx context.Context, metaDSN, serverMem string, sessions, conc, 
 	if p50, p99, ok := handled(before, after, "POST /v1/sessions/{id}/plan"); ok {
 		fmt.Printf("  the master's own time for a plan (request read to answer written, its histogram): p50 <= %s, p99 <= %s\n", p50, p99)
 	}
-	if over, ok := schedWaits(before, after, n); ok {
+	if over, ok := schedWaits(before, after); ok {
 		fmt.Printf("  the master's goroutines made runnable waited for a CPU (Go's scheduler): %s\n", over)
 	}
 	var routes []string
@@ -656,7 +656,7 @@ func handled(before, after map[string]float64, route string) (p50, p99 string, o
 		bs = append(bs, b)
 	}
 	sort.Slice(bs, func(i, j int) bool { return bs[i].le < bs[j].le })
-	if len(bs) == 0 || bs[len(bs)-1].n == 0 {
+	if len(bs) == 0 || bs[len(bs)-1].n <= 0 { // none, or the master restarted between the scrapes
 		return "", "", false
 	}
 	total := bs[len(bs)-1].n // buckets are cumulative
@@ -679,7 +679,7 @@ func handled(before, after map[string]float64, route string) (p50, p99 string, o
 // go_sched_latencies_seconds (the runtime's /sched/latencies, in the
 // Prometheus collector's coarse buckets): where a plan's tail goes when
 // the master's own time is short. ok is false for a master without it.
-func schedWaits(before, after map[string]float64, turns int) (string, bool) {
+func schedWaits(before, after map[string]float64) (string, bool) {
 	type bucket struct{ le, n float64 }
 	var bs []bucket
 	for k, v := range after {
@@ -696,7 +696,7 @@ func schedWaits(before, after map[string]float64, turns int) (string, bool) {
 		}
 	}
 	sort.Slice(bs, func(i, j int) bool { return bs[i].le < bs[j].le })
-	if len(bs) == 0 || bs[len(bs)-1].n == 0 {
+	if len(bs) == 0 || bs[len(bs)-1].n <= 0 { // none, or the master restarted between the scrapes
 		return "", false
 	}
 	total := bs[len(bs)-1].n
@@ -706,7 +706,9 @@ func schedWaits(before, after map[string]float64, turns int) (string, bool) {
 			parts = append(parts, fmt.Sprintf("%.2f%% over %s", 100*(total-b.n)/total, dur(time.Duration(b.le*float64(time.Second)))))
 		}
 	}
-	return fmt.Sprintf("%.1f wake-ups a turn; %s", total/float64(max(turns, 1)), strings.Join(parts, ", ")), true
+	// The runtime times one transition in eight: the count is a sample,
+	// the shares are not skewed by it.
+	return strings.Join(parts, ", "), true
 }
 
 func pct(d []time.Duration, p int) time.Duration {

@@ -21,36 +21,53 @@ import (
 // container's master from being killed for it.
 const masterGCPercent = 200
 
-// memLimitShare is the part of a cgroup's memory limit given to the Go heap
-// as its soft limit (GOMEMLIMIT): the rest is the runtime's own, stacks and
-// SQLite's page cache, which the Go heap does not count.
-const memLimitShare = 0.9
+// The soft limit (GOMEMLIMIT) counts the memory the Go runtime manages:
+// heap, stacks, its own metadata. What it leaves of a cgroup's limit must
+// hold the rest the cgroup is charged for: SQLite's page cache (64 MiB,
+// allocated outside the Go heap), the kernel's page cache of meta.db and
+// its WAL, the binary. So it is the limit less a tenth of it, and less at
+// least memLimitReserve; under memLimitFloor left, no soft limit is set.
+const (
+	memLimitReserve = 128 << 20
+	memLimitFloor   = 64 << 20
+)
+
+// softMemLimit is the soft limit for a cgroup memory limit, ok false when
+// too little would be left for the Go runtime.
+func softMemLimit(cgroup int64) (int64, bool) {
+	soft := cgroup - max(cgroup/10, memLimitReserve)
+	return soft, soft >= memLimitFloor
+}
 
 // masterGCHelp is the master's help on the collector's settings.
 const masterGCHelp = `The master runs Go's collector at GOGC=200 (half the collections of the
 default, for a heap of up to 3x the sessions it keeps live) and, under a
-cgroup memory limit (a container's, a systemd MemoryMax=), with a soft heap
-limit of 90 % of it, so that it collects harder near the limit instead of
-being killed. GOGC and GOMEMLIMIT in the environment override both.`
+cgroup memory limit (a container's, a systemd MemoryMax=), with a soft
+limit on the Go runtime's memory of that limit less a tenth (at least
+128 MiB), so that it collects harder near the limit instead of being
+killed. GOGC in the environment replaces the first, GOMEMLIMIT the second;
+the master logs what it set. (gd2fs up, whose servers share its process,
+keeps Go's defaults.)`
 
-// tuneMasterGC applies masterGCPercent and the cgroup's memory limit unless
-// GOGC or GOMEMLIMIT is set, and logs what it set.
-func tuneMasterGC(log *slog.Logger) {
+// tuneMasterGC applies masterGCPercent unless GOGC is set and a soft memory
+// limit under the cgroup's (read below root, given /proc/self/cgroup's
+// content) unless GOMEMLIMIT is set, and logs what it set.
+func tuneMasterGC(log *slog.Logger, root string, procCgroup []byte) {
 	var set []any
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(masterGCPercent)
 		set = append(set, "gogc", masterGCPercent)
 	}
 	if os.Getenv("GOMEMLIMIT") == "" {
-		cg, _ := os.ReadFile("/proc/self/cgroup")
-		if lim, where, ok := cgroupMemoryLimit("/sys/fs/cgroup", cg); ok {
-			soft := int64(float64(lim) * memLimitShare)
-			debug.SetMemoryLimit(soft)
-			set = append(set, "memory_limit", soft, "cgroup_limit", lim, "cgroup", where)
+		if lim, where, ok := cgroupMemoryLimit(root, procCgroup); ok {
+			if soft, ok := softMemLimit(lim); ok {
+				debug.SetMemoryLimit(soft)
+				set = append(set, "memory_limit", soft, "cgroup_limit", lim, "cgroup", where)
+			}
 		}
 	}
 	if len(set) > 0 {
-		log.Info("Go collector set for the master (GOGC / GOMEMLIMIT override)", set...)
+		log.Info("Go collector set for the master (GOGC and GOMEMLIMIT in the environment replace these)", set...)
 	}
 }
 

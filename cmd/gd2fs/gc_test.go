@@ -3,6 +3,7 @@ package main
 import (
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -75,16 +76,48 @@ func TestTuneMasterGCKeepsTheEnvironments(t *testing.T) {
 		debug.SetMemoryLimit(oldLimit)
 	}()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	root := t.TempDir()
+	if err := os.WriteFile(filepath.Join(root, "memory.max"), []byte("2147483648\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cg := []byte("0::/\n")
+	const noLimit = math.MaxInt64
 
 	t.Setenv("GOGC", "50")
-	tuneMasterGC(log)
+	t.Setenv("GOMEMLIMIT", "1GiB")
+	debug.SetMemoryLimit(noLimit)
+	tuneMasterGC(log, root, cg)
 	if p := debug.SetGCPercent(100); p != 100 {
 		t.Fatalf("GOGC=50 in the environment, but the master set the collector to %d", p)
 	}
+	if l := debug.SetMemoryLimit(-1); l != noLimit {
+		t.Fatalf("GOMEMLIMIT in the environment, but the master set the limit to %d", l)
+	}
 
-	os.Unsetenv("GOGC") // t.Setenv restores it
-	tuneMasterGC(log)
+	os.Unsetenv("GOGC") // t.Setenv restores them
+	os.Unsetenv("GOMEMLIMIT")
+	tuneMasterGC(log, root, cg)
 	if p := debug.SetGCPercent(100); p != masterGCPercent {
 		t.Fatalf("no GOGC in the environment: collector at %d, want %d", p, masterGCPercent)
+	}
+	if l, want := debug.SetMemoryLimit(-1), int64(2<<30-(2<<30)/10); l != want {
+		t.Fatalf("no GOMEMLIMIT under a 2 GiB cgroup: limit %d, want %d", l, want)
+	}
+}
+
+func TestSoftMemLimit(t *testing.T) {
+	for _, c := range []struct {
+		cgroup, want int64
+		ok           bool
+	}{
+		{2 << 30, 2<<30 - (2<<30)/10, true}, // a tenth
+		{512 << 20, 384 << 20, true},        // at least 128 MiB left out
+		{192 << 20, 64 << 20, true},
+		{160 << 20, 0, false}, // too little left for the runtime: no soft limit
+	} {
+		got, ok := softMemLimit(c.cgroup)
+		if ok != c.ok || (ok && got != c.want) {
+			t.Errorf("softMemLimit(%d) = %d, %v; want %d, %v", c.cgroup, got, ok, c.want, c.ok)
+		}
 	}
 }

@@ -44,7 +44,8 @@ func newMaster(g *globals) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			tuneMasterGC(g.logger())
+			cg, _ := os.ReadFile("/proc/self/cgroup") // none (not Linux): no cgroup limit to follow
+			tuneMasterGC(g.logger(), "/sys/fs/cgroup", cg)
 			q, err := parseSize(quota)
 			if err != nil {
 				return err
