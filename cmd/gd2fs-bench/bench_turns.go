@@ -637,26 +637,8 @@ func masterRequests(ctx context.Context, url string) (map[string]float64, error)
 // (the master's own clock: from its handler's start to its answer written, no
 // network, no client). ok is false when the master counted no such request.
 func handled(before, after map[string]float64, route string) (p50, p99 string, ok bool) {
-	type bucket struct{ le, n float64 }
-	var bs []bucket
-	prefix := "bucket " + route + " "
-	for k, v := range after {
-		le, found := strings.CutPrefix(k, prefix)
-		if !found {
-			continue
-		}
-		b := bucket{n: v - before[k]}
-		if le == "+Inf" {
-			b.le = math.Inf(1)
-		} else if f, err := strconv.ParseFloat(le, 64); err == nil {
-			b.le = f
-		} else {
-			continue
-		}
-		bs = append(bs, b)
-	}
-	sort.Slice(bs, func(i, j int) bool { return bs[i].le < bs[j].le })
-	if len(bs) == 0 || bs[len(bs)-1].n <= 0 { // none, or the master restarted between the scrapes
+	bs := bucketDiffs(before, after, "bucket "+route+" ")
+	if bs == nil {
 		return "", "", false
 	}
 	total := bs[len(bs)-1].n // buckets are cumulative
@@ -674,29 +656,42 @@ func handled(before, after map[string]float64, route string) (p50, p99 string, o
 	return at(0.50), at(0.99), true
 }
 
+// histBucket is one cumulative bucket of a histogram: the count at or under
+// le between two scrapes.
+type histBucket struct{ le, n float64 }
+
+// bucketDiffs is a histogram's buckets (keys prefix+le, as masterRequests
+// names them) between two scrapes, sorted by bound, the last +Inf; nil when
+// there are none or none were counted (or the master restarted between
+// the scrapes, so the counts went down).
+func bucketDiffs(before, after map[string]float64, prefix string) []histBucket {
+	var bs []histBucket
+	for k, v := range after {
+		le, found := strings.CutPrefix(k, prefix)
+		if !found {
+			continue
+		}
+		f, err := strconv.ParseFloat(le, 64) // "+Inf" parses as +Inf
+		if err != nil {
+			continue
+		}
+		bs = append(bs, histBucket{f, v - before[k]})
+	}
+	sort.Slice(bs, func(i, j int) bool { return bs[i].le < bs[j].le })
+	if len(bs) == 0 || !math.IsInf(bs[len(bs)-1].le, 1) || bs[len(bs)-1].n <= 0 {
+		return nil
+	}
+	return bs
+}
+
 // schedWaits says which share of the master's goroutine wake-ups between
 // two scrapes waited longer than each of the larger bounds of
 // go_sched_latencies_seconds (the runtime's /sched/latencies, in the
 // Prometheus collector's coarse buckets): where a plan's tail goes when
 // the master's own time is short. ok is false for a master without it.
 func schedWaits(before, after map[string]float64) (string, bool) {
-	type bucket struct{ le, n float64 }
-	var bs []bucket
-	for k, v := range after {
-		le, found := strings.CutPrefix(k, "bucket sched ")
-		if !found {
-			continue
-		}
-		f, err := strconv.ParseFloat(le, 64)
-		if le == "+Inf" {
-			f, err = math.Inf(1), nil
-		}
-		if err == nil {
-			bs = append(bs, bucket{f, v - before[k]})
-		}
-	}
-	sort.Slice(bs, func(i, j int) bool { return bs[i].le < bs[j].le })
-	if len(bs) == 0 || bs[len(bs)-1].n <= 0 { // none, or the master restarted between the scrapes
+	bs := bucketDiffs(before, after, "bucket sched ")
+	if bs == nil {
 		return "", false
 	}
 	total := bs[len(bs)-1].n
