@@ -31,6 +31,7 @@ type planBench struct {
 	system, turnTok, answerTok int64
 	reuse, warm, restart       bool
 	cpuProfile, memCap         string
+	durability                 string
 
 	ms   meta.Store
 	l    meta.Layout
@@ -51,7 +52,9 @@ process's RSS and Go heap before and after the plans (per session touched) and, 
 every session in the leader's memory; the SQLite file's size per session; with --restart, the time
 for a store opened again on the same database to lead and answer its first plan; with
 --quota-plans, plans under a session quota that evicts on each (the victims are checked to be
-exactly the least recently used sessions).
+exactly the least recently used sessions). --session-durability is the master's: in flush mode (the
+default) each plan waits for the group transaction that writes it to SQL, so its time is mostly the
+database's sync; in window mode a plan of a session in memory is answered at once.
 
 Set-up: --setup seed (default) makes one session through plans and commits and copies it row for
 row (meta.SeedSessions: each copy is what the same plans and commits make, TestSeedSessions);
@@ -60,6 +63,7 @@ row (meta.SeedSessions: each copy is what the same plans and commits make, TestS
 		Example: `  gd2fs-bench plan --sessions 10000                              # a temp SQLite file
   gd2fs-bench plan --sessions 1000000 --meta sqlite:///tmp/p1m.db --warm --restart --quota-plans 1000
   gd2fs-bench plan --sessions 1000000 --meta sqlite:///tmp/p1m.db --reuse --restart   # the same table again
+  gd2fs-bench plan --sessions 1000000 --meta sqlite:///tmp/p1m.db --warm --session-durability window
   gd2fs-bench plan --sessions 10000 --setup api                  # every session through plans and commits
   gd2fs-bench plan --meta 'postgres://postgres@127.0.0.1:55433/postgres?sslmode=disable'`,
 		Args: cobra.NoArgs,
@@ -82,6 +86,7 @@ row (meta.SeedSessions: each copy is what the same plans and commits make, TestS
 	f.IntVar(&b.quotaPlans, "quota-plans", 0, "then time this many plans under a session quota that evicts on each")
 	f.StringVar(&b.cpuProfile, "cpuprofile", "", "write a CPU profile of the timed plans (1 and --concurrency planners) to this file")
 	f.StringVar(&b.memCap, "session-memory", "0", "bound the leader's memory of sessions (gd2fs master --session-memory; 0: none)")
+	f.StringVar(&b.durability, "session-durability", meta.DurabilityFlush, "as gd2fs master --session-durability: flush (a plan waits for its write to SQL), window (answered at once) or sync")
 	return cmd
 }
 
@@ -113,6 +118,13 @@ func (b *planBench) open(ctx context.Context) error {
 	ms, err := meta.Open(ctx, b.dsn)
 	if err != nil {
 		return err
+	}
+	if ds, ok := ms.(meta.DurabilitySetter); !ok {
+		ms.Close()
+		return fmt.Errorf("--session-durability: the store of %s has no write-behind", engineName(b.dsn))
+	} else if err := ds.SetSessionDurability(b.durability); err != nil {
+		ms.Close()
+		return fmt.Errorf("--session-durability: %w", err)
 	}
 	// Plan as a master does: as the leader, from the session table in its
 	// memory (internal/meta/cache.go).
@@ -165,8 +177,8 @@ func (b *planBench) run(ctx context.Context) error {
 	defer func() { b.ms.Close() }()
 	b.l = meta.Layout{Model: "bench-llama", Layers: 32, KVHeads: 8, HeadDim: 128, DType: "bf16", PageTokens: 16, Order: "layer_first"}
 	b.conv = tokenIDs(0, b.system+int64(b.turns+1)*(b.turnTok+b.answerTok))
-	fmt.Printf("bench plan: %s, %d sessions of a %d-token system prompt and %d turns of %d+%d tokens\n",
-		engineName(b.dsn), b.sessions, b.system, b.turns, b.turnTok, b.answerTok)
+	fmt.Printf("bench plan: %s (session durability %s), %d sessions of a %d-token system prompt and %d turns of %d+%d tokens\n",
+		engineName(b.dsn), b.durability, b.sessions, b.system, b.turns, b.turnTok, b.answerTok)
 	if !b.reuse {
 		if err := b.fill(ctx); err != nil {
 			return err
@@ -223,8 +235,10 @@ func (b *planBench) run(ctx context.Context) error {
 			w := st.WriteBehindStats()
 			fmt.Printf("  sessions in the leader's memory: %d (%d dropped for --session-memory %s)\n", w.Held, w.Shed, b.memCap)
 		}
-		if err := b.timePlans(ctx, 1, touch); err != nil {
-			return err
+		for _, c := range []int{1, b.conc} {
+			if err := b.timePlans(ctx, c, touch); err != nil {
+				return err
+			}
 		}
 	}
 	if b.quotaPlans > 0 {

@@ -68,6 +68,11 @@ func SeedSessions(ctx context.Context, st Store, in SeedInput) error {
 			}
 		}
 	}
+	// The template's last commit may be answered from memory and not yet
+	// in SQL (window mode), where the copies are read from.
+	if err := s.barrier(ctx); err != nil {
+		return err
+	}
 	var tables []seedTable
 	var stride, reserved int64
 	err := s.tx(ctx, func(tx *sql.Tx) error {

@@ -30,6 +30,7 @@ var (
 	benchCompute    = flag.Duration("engine-time", 0, "BenchmarkRouterConcurrentChats: how long the stand-in engine takes per completion (0: it answers at once, and 64 chats run as fast as the CPU allows)")
 	benchWarmTurns  = flag.Int("warm-turns", 4, "BenchmarkRouterConcurrentChats: turns each chat makes before the measured ones")
 	benchRouterProc = flag.Bool("router-process", false, "BenchmarkRouterConcurrentChats, with -gd2fs: the router runs as `gd2fs router`, a process of its own, as users run it (default: in the benchmark's process)")
+	benchTokenIDs   = flag.Bool("token-ids", false, "BenchmarkRouterConcurrentChats: send each prompt as token ids (a client that tokenized already), which the router plans on without the engine's /tokenize")
 	benchStagger    = flag.Bool("stagger", false, "BenchmarkRouterConcurrentChats: chat i starts i/64 of -engine-time after the first, so requests arrive spread over a completion's time, as users' do (default: all chats in step, 64 requests at the same instant each round)")
 )
 
@@ -48,6 +49,7 @@ var (
 //
 //	go test -run '^$' -bench RouterConcurrentChats -benchtime 20x ./internal/router
 //	go test -run '^$' -bench RouterConcurrentChats -benchtime 20x ./internal/router -durability window
+//	go test -run '^$' -bench RouterConcurrentChats -benchtime 20x ./internal/router -token-ids
 //	go build -o /tmp/gd2fs ./cmd/gd2fs &&
 //	  go test -run '^$' -bench RouterConcurrentChats -benchtime 20x ./internal/router -gd2fs /tmp/gd2fs
 //
@@ -89,7 +91,10 @@ func BenchmarkRouterConcurrentChats(b *testing.B) {
 	// send posts one turn and returns its latency less the engine's time
 	// saving KV (zero for a direct request).
 	send := func(base, session string, turn int) (time.Duration, error) {
-		prompt := strings.Join(words[:200+60*turn], " ")
+		var prompt any = strings.Join(words[:200+60*turn], " ")
+		if *benchTokenIDs {
+			prompt = wordIDs(prompt.(string))
+		}
 		body, _ := json.Marshal(map[string]any{"model": "m", "prompt": prompt, "max_tokens": 4})
 		req, _ := http.NewRequest("POST", base+"/v1/completions", strings.NewReader(string(body)))
 		if session != "" {

@@ -34,8 +34,9 @@ type chatEngine struct {
 	l  client.Layout
 	mu sync.Mutex
 	// stale: stored segments whose bytes were computed for other content.
-	stale  []string
-	stored int64 // stored tokens loaded, over all requests
+	stale     []string
+	stored    int64 // stored tokens loaded, over all requests
+	tokenizes int   // /tokenize calls
 }
 
 // render is the prompt of a chat request: token ids (what /tokenize
@@ -57,6 +58,13 @@ func render(doc map[string]any) (ids, keys []uint32) {
 	}
 	if kw, ok := doc["chat_template_kwargs"].(map[string]any); ok && kw["enable_thinking"] == true {
 		add("THINK")
+	}
+	if p, ok := doc["prompt"].([]any); ok { // a completion's token ids: the prompt as it is
+		for _, id := range p {
+			f, _ := id.(float64)
+			ids, keys = append(ids, uint32(f)), append(keys, uint32(f))
+		}
+		return ids, keys
 	}
 	msgs, _ := doc["messages"].([]any)
 	for _, m := range msgs {
@@ -109,6 +117,9 @@ func (e *chatEngine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	json.NewDecoder(r.Body).Decode(&doc)
 	ids, keys := render(doc)
 	if r.URL.Path == "/tokenize" {
+		e.mu.Lock()
+		e.tokenizes++
+		e.mu.Unlock()
 		json.NewEncoder(w).Encode(map[string]any{"count": len(ids), "max_model_len": 4096, "tokens": ids})
 		return
 	}
@@ -205,8 +216,12 @@ func TestRouterChatContent(t *testing.T) {
 	chat := func(session string, doc map[string]any) {
 		t.Helper()
 		doc["model"], doc["max_tokens"] = "m", 2
+		path := "/v1/chat/completions"
+		if _, ok := doc["prompt"]; ok {
+			path = "/v1/completions"
+		}
 		b, _ := json.Marshal(doc)
-		req, _ := http.NewRequest("POST", front.URL+"/v1/chat/completions", bytes.NewReader(b))
+		req, _ := http.NewRequest("POST", front.URL+path, bytes.NewReader(b))
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("X-Session-ID", session)
 		resp, err := http.DefaultClient.Do(req)
@@ -228,11 +243,28 @@ func TestRouterChatContent(t *testing.T) {
 		return map[string]any{"role": "user", "content": []any{
 			map[string]any{"type": "image_url", "image_url": map[string]any{"url": url}}, map[string]any{"type": "text", "text": s}}}
 	}
+	ids := func(from, n int, edit ...int) []any {
+		out := make([]any, n)
+		for i := range out {
+			out[i] = from + i
+		}
+		for _, at := range edit {
+			out[at] = 99999
+		}
+		return out
+	}
 	turns := []struct {
 		name          string
 		session       string
 		first, second map[string]any
 	}{
+		// A completion whose prompt is token ids is planned on those ids,
+		// without /tokenize (checked below); an edit inside them is still
+		// seen by the content check.
+		{"token ids, same prompt grown", "ids-same",
+			map[string]any{"prompt": ids(1000, 20)}, map[string]any{"prompt": ids(1000, 30)}},
+		{"token ids, an early id edited, same length", "ids-edit",
+			map[string]any{"prompt": ids(2000, 20)}, map[string]any{"prompt": ids(2000, 20, 2)}},
 		{"same chat", "chat-same",
 			map[string]any{"messages": []any{user(text)}},
 			map[string]any{"messages": []any{user(text), map[string]any{"role": "assistant", "content": "ok"}, user("more")}}},
@@ -247,17 +279,26 @@ func TestRouterChatContent(t *testing.T) {
 			map[string]any{"messages": []any{image("https://example.invalid/dog.png", text), user("more")}}},
 	}
 	for _, tc := range turns {
+		e.mu.Lock()
+		stored0, tokenizes0 := e.stored, e.tokenizes
+		e.mu.Unlock()
 		chat(tc.session, tc.first)
 		chat(tc.session, tc.second)
 		e.mu.Lock()
-		stale, stored := e.stale, e.stored
+		stale, stored, tokenizes := e.stale, e.stored-stored0, e.tokenizes-tokenizes0
 		e.stale = nil
 		e.mu.Unlock()
 		if len(stale) > 0 {
 			t.Errorf("%s: the engine was given stale KV as stored: %v", tc.name, stale)
 		}
-		if tc.name == "same chat" && stored == 0 {
+		if (tc.name == "same chat" || tc.name == "token ids, same prompt grown") && stored == 0 {
 			t.Errorf("%s: nothing stored was loaded on the second turn", tc.name)
+		}
+		if _, ids := tc.first["prompt"]; ids && tokenizes != 0 {
+			t.Errorf("%s: a prompt of token ids was sent to /tokenize %d times", tc.name, tokenizes)
+		}
+		if tc.name == "same chat" && tokenizes != 2 {
+			t.Errorf("%s: %d calls to /tokenize for two turns", tc.name, tokenizes)
 		}
 	}
 }
@@ -274,6 +315,9 @@ func TestTokenizable(t *testing.T) {
 		`{"messages":[{"role":"user","content":"hi"}],"reasoning_effort":"high"}`:                          false,
 		`{"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function"}],"tool_choice":"none"}`: false,
 		`{"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function"}],"tool_choice":"auto"}`: true,
+		`{"prompt":[1,2,3],"truncate_prompt_tokens":2}`:                                                    false,
+		`{"messages":[{"role":"user","content":"hi"}],"truncate_prompt_tokens":null}`:                      true,
+		`{"prompt":"hi","prompt_embeds":"AAAA"}`:                                                           false,
 	} {
 		var doc map[string]json.RawMessage
 		if err := json.Unmarshal([]byte(body), &doc); err != nil {
@@ -281,6 +325,35 @@ func TestTokenizable(t *testing.T) {
 		}
 		if err := tokenizable(doc); (err == nil) != ok {
 			t.Errorf("%s: tokenizable %v, want ok %v", body, err, ok)
+		}
+	}
+}
+
+// TestPromptIDs: only a completion's prompt that is one non-empty list of
+// token ids is taken as the ids; everything else goes to /tokenize.
+func TestPromptIDs(t *testing.T) {
+	for _, tc := range []struct {
+		path, body string
+		want       []uint32
+	}{
+		{"/v1/completions", `{"prompt":[1, 2,3]}`, []uint32{1, 2, 3}},
+		{"/v1/completions", `{"prompt":"1 2 3"}`, nil},
+		{"/v1/completions", `{"prompt":[]}`, nil},
+		{"/v1/completions", `{"prompt":[[1,2],[3]]}`, nil},
+		{"/v1/completions", `{"prompt":[1,-2]}`, nil},
+		{"/v1/completions", `{"prompt":[1,4294967296]}`, nil},
+		{"/v1/completions", `{"prompt":[1,null]}`, nil},
+		{"/v1/completions", `{"prompt":["a"]}`, nil},
+		{"/v1/completions", `{}`, nil},
+		{"/v1/chat/completions", `{"prompt":[1,2]}`, nil},
+	} {
+		var doc map[string]json.RawMessage
+		if err := json.Unmarshal([]byte(tc.body), &doc); err != nil {
+			t.Fatal(err)
+		}
+		got, ok := promptIDs(tc.path, doc)
+		if ok != (tc.want != nil) || fmt.Sprint(got) != fmt.Sprint(tc.want) {
+			t.Errorf("%s %s: %v %v, want %v", tc.path, tc.body, got, ok, tc.want)
 		}
 	}
 }

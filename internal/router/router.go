@@ -301,6 +301,9 @@ func (r *Router) tokenize(ctx context.Context, path string, doc map[string]json.
 	if err := tokenizable(doc); err != nil {
 		return nil, 0, err
 	}
+	if ids, ok := promptIDs(path, doc); ok {
+		return ids, int64(len(ids)), nil
+	}
 	// Every field of vLLM's TokenizeChatRequest that shapes the prompt: the
 	// ids must be those of the prompt the engine runs, or the plan's content
 	// check compares the wrong thing (a chat whose tools change would be
@@ -359,6 +362,27 @@ func (r *Router) tokenize(ctx context.Context, path string, doc map[string]json.
 			len(ids), *out.Count)
 	}
 	return ids, *out.Count, nil
+}
+
+// promptIDs is the prompt of a /v1/completions request that is itself one
+// list of token ids: vLLM runs such a prompt as it is (no special tokens
+// added, no template), so these are the ids /tokenize would answer, and a
+// client that tokenized already (a KV-aware router, a batch job) saves the
+// engine's /tokenize round trip. A batch (a list of lists), an empty list
+// or anything else is left to /tokenize.
+func promptIDs(path string, doc map[string]json.RawMessage) ([]uint32, bool) {
+	if path != "/v1/completions" {
+		return nil, false
+	}
+	raw := bytes.TrimSpace(doc["prompt"])
+	if len(raw) < 3 || raw[0] != '[' {
+		return nil, false
+	}
+	ids, err := parseIDs(raw)
+	if err != nil || len(ids) == 0 {
+		return nil, false
+	}
+	return ids, true
 }
 
 // parseIDs reads a JSON array of token ids (or null, or nothing), as
@@ -546,10 +570,12 @@ func (r *Router) commit(session string, plan client.EnginePlan, saved *savedPara
 // check on the ids could pass KV computed for other content: media parts
 // (an image's placeholder tokens are the same for every image), documents
 // and reasoning_effort (they shape the chat template, and vLLM's /tokenize
-// does not take them), and tools the engine may leave out of the prompt
+// does not take them), truncate_prompt_tokens (the engine keeps only the
+// prompt's last k tokens, /tokenize all of them), prompt_embeds (content
+// with no ids at all), and tools the engine may leave out of the prompt
 // (tool_choice "none").
 func tokenizable(doc map[string]json.RawMessage) error {
-	for _, k := range []string{"documents", "reasoning_effort"} {
+	for _, k := range []string{"documents", "reasoning_effort", "truncate_prompt_tokens", "prompt_embeds"} {
 		if v, ok := doc[k]; ok && string(v) != "null" {
 			return fmt.Errorf("tokenize: the request's %s shapes the prompt and /tokenize does not take it; no plan", k)
 		}

@@ -93,6 +93,10 @@ func (e *engine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	e.lastBody = raw
 	e.mu.Unlock()
 	prompt, _ := doc["prompt"].(string)
+	tokens := len(strings.Fields(prompt))
+	if ids, ok := doc["prompt"].([]any); ok { // token ids, run as they are
+		tokens = len(ids)
+	}
 	if r.URL.Path == "/tokenize" {
 		answer := map[string]any{"count": len(strings.Fields(prompt)), "max_model_len": 4096, "tokens": wordIDs(prompt)}
 		if e.countOnly {
@@ -117,7 +121,7 @@ func (e *engine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			b, _ := json.Marshal(f)
 			json.Unmarshal(b, &seg)
 			// Generation stopped early: save the whole blocks of the prompt.
-			n := int64(len(strings.Fields(prompt))) / int64(e.l.PageTokens) * int64(e.l.PageTokens)
+			n := int64(tokens) / int64(e.l.PageTokens) * int64(e.l.PageTokens)
 			seg.TokenLength = min(seg.TokenLength, n-seg.TokenStart)
 			if seg.TokenLength <= 0 || e.noSave {
 				continue
