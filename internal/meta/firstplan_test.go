@@ -3,6 +3,7 @@ package meta
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -160,6 +161,135 @@ func TestFirstPlanFromMemory(t *testing.T) {
 				}
 				if n := s.WriteBehindStats().FailedFlushes - failed; n != 1 {
 					t.Fatalf("%d flushes failed, want only the one above", n)
+				}
+			})
+		}
+	}
+}
+
+// TestFirstPlanWithPrefixFromMemory: a new session's first plan that starts
+// from a registered prefix is answered from memory, and makes what the SQL
+// path makes (the prefix's range, its hashes); a prefix registered again
+// during the plan's read of SQL sends the plan there (absentGen), and one
+// removed after it fails the flush (the guard), so no session is ever
+// written on a prefix that is gone: in flush mode the plan runs again in
+// SQL and is refused, in window mode it is lost with its flush.
+func TestFirstPlanWithPrefixFromMemory(t *testing.T) {
+	for name, open := range engines(t) {
+		for _, mode := range []string{DurabilityFlush, DurabilityWindow} {
+			t.Run(name+"-"+mode, func(t *testing.T) {
+				s := inMode(open, mode)(t).(*sqlStore)
+				ctx := context.Background()
+				if err := s.PutLayout(ctx, wbLayout); err != nil {
+					t.Fatal(err)
+				}
+				l := wbLayout
+				prefix := func(path string, ids []uint32) {
+					t.Helper()
+					f, err := s.CreateFile(ctx, File{Path: path, Pool: "perf", ChunkSize: 700, Modified: now})
+					if err != nil {
+						t.Fatal(err)
+					}
+					if _, err := s.Commit(ctx, f.ID, l.RangeBytes(int64(len(ids))), nil, true, now); err != nil {
+						t.Fatal(err)
+					}
+					if err := s.PutPrefix(ctx, Prefix{Path: path, Model: "m", TokenIDs: ids}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				sys := seqIDs(7001, 16)
+				prefix("/prefixes/sys", sys)
+				prefix("/prefixes/gone", sys)
+				plan := func(id, pre string, prompt []uint32) (Plan, error) {
+					return s.PlanSession(ctx, PlanInput{Session: id, Model: "m", TokenIDs: prompt, DecodeTokens: 4, Prefixes: []string{pre},
+						Dir: "/kv-sessions", Pool: "perf", ChunkSize: 700, PlanTTL: time.Hour, Now: time.Now(), Place: wbPlace})
+				}
+				wbTurn(t, s, "warm", seqIDs(1, 20), true) // memory loaded
+				before := s.WriteBehindStats()
+				prompt := append(slices.Clone(sys), seqIDs(100, 10)...)
+				p, err := plan("chat", "/prefixes/sys", prompt)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if p.Cached != 16 || len(p.Fresh) == 0 || p.Fresh[0].TokenStart != 16 {
+					t.Fatalf("first plan on the prefix: cached %d, fresh %+v; want the prefix's 16 tokens stored", p.Cached, p.Fresh)
+				}
+				if _, err := s.CommitSession(ctx, CommitInput{Session: "chat", PlanID: p.ID, Written: true, Now: time.Now()}); err != nil {
+					t.Fatal(err)
+				}
+				st := s.WriteBehindStats()
+				if st.Fast-before.Fast != 2 || st.Slow[0] != before.Slow[0] {
+					t.Fatalf("a first plan on a prefix and its commit: %d from memory, plans in SQL %v (before %v)", st.Fast-before.Fast, st.Slow[0], before.Slow[0])
+				}
+				got, err := s.Session(ctx, "chat")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(got.Ranges) < 2 || got.Ranges[0] != (Range{TokenStart: 0, TokenLength: 16, Path: "/prefixes/sys", KVLength: l.RangeBytes(16)}) ||
+					got.Tokens != 30 || got.HashedTokens != 26 {
+					t.Fatalf("the session after its first turn: %+v", got)
+				}
+				// Its next turn finds the whole conversation stored.
+				p, err = plan("chat", "/prefixes/sys", append(slices.Clone(prompt), seqIDs(200, 12)...))
+				if err != nil || p.Cached < 24 {
+					t.Fatalf("second turn: cached %d, %v", p.Cached, err)
+				}
+				if err := s.checkInvariants(ctx); err != nil {
+					t.Fatal(err)
+				}
+
+				// Registered again with other ids during the read: the plan
+				// runs in SQL and sees the new ids (nothing cached).
+				h := func() {
+					if err := s.PutPrefix(ctx, Prefix{Path: "/prefixes/sys", Model: "m", TokenIDs: seqIDs(8001, 16)}); err != nil {
+						t.Error(err)
+					}
+				}
+				before = s.WriteBehindStats()
+				absentHook.Store(&h)
+				p, err = plan("chat2", "/prefixes/sys", prompt)
+				absentHook.Store(nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if p.Cached != 0 {
+					t.Fatalf("a prefix registered again with other ids: the plan caches %d tokens of the old ones", p.Cached)
+				}
+				if n := s.WriteBehindStats().Slow[0][SlowNotInMemory] - before.Slow[0][SlowNotInMemory]; n != 1 {
+					t.Fatalf("%d plans in SQL after the prefix changed during the read, want 1", n)
+				}
+
+				// Removed during the read: the flush's guard fails.
+				failed := s.WriteBehindStats().FailedFlushes
+				h = func() {
+					if err := s.RemoveFile(ctx, "/prefixes/gone"); err != nil {
+						t.Error(err)
+					}
+				}
+				absentHook.Store(&h)
+				_, err = plan("orphan", "/prefixes/gone", prompt)
+				absentHook.Store(nil)
+				if mode == DurabilityFlush && !errors.Is(err, errs.ErrNotFound) {
+					t.Fatalf("flush mode: a plan on a prefix removed during its read: %v", err)
+				}
+				if mode == DurabilityWindow && err != nil {
+					t.Fatalf("window mode: %v", err)
+				}
+				if err := s.barrier(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if n := s.WriteBehindStats().FailedFlushes - failed; n != 1 {
+					t.Fatalf("%d flushes failed on the prefix's guard, want 1", n)
+				}
+				if _, err := s.Session(ctx, "orphan"); !errors.Is(err, errs.ErrNotFound) {
+					t.Fatalf("a session on a removed prefix: %v", err)
+				}
+				if err := s.checkInvariants(ctx); err != nil {
+					t.Fatal(err)
+				}
+				// An unregistered prefix is refused, in SQL.
+				if _, err := plan("none", "/prefixes/never", prompt); !errors.Is(err, errs.ErrNotFound) {
+					t.Fatalf("a plan on an unregistered prefix: %v", err)
 				}
 			})
 		}

@@ -331,6 +331,9 @@ func (s *sqlStore) PutPrefix(ctx context.Context, p Prefix) error {
 		_, err = tx.ExecContext(ctx, s.q(`INSERT INTO kv_prefixes (path, model, tokens, token_ids) VALUES (?, ?, ?, ?)
 			ON CONFLICT (path) DO UPDATE SET model = excluded.model, tokens = excluded.tokens, token_ids = excluded.token_ids`),
 			p.Path, p.Model, p.Tokens, encodeIDs(p.TokenIDs))
+		// A first plan that read the prefix before this must not make its
+		// session in memory from the old row (writebehind.go, planFast).
+		s.cache.absentGen++
 		return wrapDB(err)
 	})
 }
@@ -609,49 +612,73 @@ func (s *sqlStore) tailDownTx(ctx context.Context, tx *sql.Tx, in PlanInput, ses
 	return s.unreachableTx(ctx, tx, in.Reachable, Range{Path: path, KVStart: reserved - 1, KVLength: 1})
 }
 
-// createSessionTx creates a session whose first ranges are its prefixes.
-// The session's hashes cover its first prefix when that was registered with
-// its token ids, and nothing after it: a prefix file's KV was computed for
-// its ids from position 0, so a second prefix's bytes are not the KV of its
-// tokens after the first (they attend to nothing before them); it is stored,
-// and a plan recomputes it.
+// createSessionTx creates a session whose first ranges are its prefixes
+// (newSession).
 func (s *sqlStore) createSessionTx(ctx context.Context, tx *sql.Tx, in PlanInput, l Layout) (*cachedSession, error) {
-	var tokens int64
-	var ids []uint32
-	var ranges []Range
+	rows := make([]prefixRow, len(in.Prefixes))
 	for i, path := range in.Prefixes {
-		var model, hexIDs string
-		var n int64
-		err := tx.QueryRowContext(ctx, s.q(`SELECT model, tokens, token_ids FROM kv_prefixes WHERE path = ?`), path).Scan(&model, &n, &hexIDs)
+		p := &rows[i]
+		err := tx.QueryRowContext(ctx, s.q(`SELECT model, tokens, token_ids FROM kv_prefixes WHERE path = ?`), path).Scan(&p.model, &p.tokens, &p.ids)
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil, errs.New(errs.ErrNotFound, "no registered prefix %s: register it with POST /v1/prefixes", path)
 		}
 		if err != nil {
 			return nil, wrapDB(err)
 		}
-		if model != in.Model {
-			return nil, errs.New(errs.ErrBadRequest, "prefix %s holds KV of model %s, not %s", path, model, in.Model)
+		if p.model != in.Model {
+			return nil, errs.New(errs.ErrBadRequest, "prefix %s holds KV of model %s, not %s", path, p.model, in.Model)
 		}
-		if i == 0 && hexIDs != "" {
-			pids, err := decodeIDs(hexIDs)
+	}
+	e, err := newSession(in, l, rows)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range e.ranges {
+		if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO kv_ranges (session_id, token_start, token_length, path, kv_start, kv_length)
+			VALUES (?, ?, ?, ?, 0, ?)`), in.Session, r.TokenStart, r.TokenLength, r.Path, r.KVLength); err != nil {
+			return nil, wrapDB(err)
+		}
+	}
+	now := in.Now.UnixNano()
+	if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO kv_sessions (id, model, tokens, last_used, created, file_seq, hashes, hashed_tokens) VALUES (?, ?, ?, ?, ?, 0, ?, ?)`),
+		in.Session, in.Model, e.row.tokens, now, now, encodeHashes(e.row.hashes), e.row.hashed); err != nil {
+		return nil, wrapDB(err)
+	}
+	return e, nil
+}
+
+// prefixRow is a registered prefix (kv_prefixes) as a new session starts
+// from it: its model, tokens and token ids (hex, "" when registered
+// without).
+type prefixRow struct {
+	model  string
+	tokens int64
+	ids    string
+}
+
+// newSession is a session made from prefixes (rows, in in.Prefixes'
+// order) whose models were checked. Its ranges are the prefixes. Its
+// hashes cover its first prefix when that was registered with its token
+// ids, and nothing after it: a prefix file's KV was computed for its ids
+// from position 0, so a second prefix's bytes are not the KV of its tokens
+// after the first (they attend to nothing before them); it is stored, and
+// a plan recomputes it.
+func newSession(in PlanInput, l Layout, rows []prefixRow) (*cachedSession, error) {
+	var tokens int64
+	var ids []uint32
+	var ranges []Range
+	for i, p := range rows {
+		if i == 0 && p.ids != "" {
+			pids, err := decodeIDs(p.ids)
 			if err != nil {
 				return nil, err
 			}
 			ids = append(ids, pids...)
 		}
-		if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO kv_ranges (session_id, token_start, token_length, path, kv_start, kv_length)
-			VALUES (?, ?, ?, ?, 0, ?)`), in.Session, tokens, n, path, l.RangeBytes(n)); err != nil {
-			return nil, wrapDB(err)
-		}
-		ranges = append(ranges, Range{TokenStart: tokens, TokenLength: n, Path: path, KVLength: l.RangeBytes(n)})
-		tokens += n
+		ranges = append(ranges, Range{TokenStart: tokens, TokenLength: p.tokens, Path: in.Prefixes[i], KVLength: l.RangeBytes(p.tokens)})
+		tokens += p.tokens
 	}
-	now := in.Now.UnixNano()
 	hashes := kvlayout.BlockHashes(ids, l.PageTokens)
-	if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO kv_sessions (id, model, tokens, last_used, created, file_seq, hashes, hashed_tokens) VALUES (?, ?, ?, ?, ?, 0, ?, ?)`),
-		in.Session, in.Model, tokens, now, now, encodeHashes(hashes), len(ids)); err != nil {
-		return nil, wrapDB(err)
-	}
 	return &cachedSession{row: sessionRow{model: in.Model, tokens: tokens, hashes: hashes, hashed: int64(len(ids))}, ranges: ranges}, nil
 }
 

@@ -345,8 +345,8 @@ func runSessionProperty(t *testing.T, s Store, plans, workers int, seed uint64, 
 		prefixes[pl.l.Model] = c
 	}
 	// A quota of a few sessions' worth, so evictions happen all the time
-	// (and yet new sessions without prefixes often fit, so that memory
-	// makes them: writebehind.go, newSessionMem).
+	// (and yet new sessions often fit, so that memory makes them, with
+	// their prefix or without: writebehind.go, newSessionMem).
 	quota := int64(0)
 	for _, pl := range propLayouts {
 		quota += 24 * pl.l.PageBytes()

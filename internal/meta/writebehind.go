@@ -32,15 +32,16 @@ import (
 // Only an operation whose whole input is in memory and that succeeds is
 // answered this way (the fast path): a plan of a session held in memory
 // whose current file this leader created, that evicts nothing and finds
-// no plan to expire; a commit of an outstanding plan whose files are in
-// memory. Such a plan also allocates the chunks its fresh range enters
+// no plan to expire; a new session's first plan, which makes the session
+// and its first file (newSessionMem); a commit of an outstanding plan whose
+// files are in memory. Such a plan also allocates the chunks its fresh range enters
 // (allocMem: placed by the master, ids from the block below, their rows in
 // the log), so a turn on an 8B model's layout (128 tokens a 16 MiB chunk)
-// is not sent to SQL every time. Everything else (a new session, a new
-// file, an eviction, an expiry, forks, deletions, errors) runs as before,
+// is not sent to SQL every time. Everything else (a new file of an
+// existing session, an eviction, an expiry, forks, deletions, errors) runs as before,
 // in the group transaction, after the log is written in that same
-// transaction, so it reads SQL equal to memory. Files are never created
-// in memory. In flush mode a chunk a plan names is in SQL before the plan
+// transaction, so it reads SQL equal to memory. No file is created in
+// memory but a new session's first. In flush mode a chunk a plan names is in SQL before the plan
 // is answered; in window mode a reader of the file's chunks waits for the
 // log (barrier), and so does AddChunks, so no second chunk is made for an
 // index memory allocated.
@@ -643,20 +644,20 @@ func (s *sqlStore) planFast(ctx context.Context, in PlanInput) (Plan, bool, erro
 		return Plan{}, s.slow(0, SlowNotReady), nil
 	}
 	var ask bool
-	p, ok := s.planMem(in, false, &ask)
+	p, ok := s.planMem(in, false, nil, &ask)
 	if ask {
 		// A session memory does not hold may not exist: a read of SQL
 		// (without wb.mu) says, and memory then makes it unless something
 		// that could hide a session from memory happened meanwhile.
 		gen := s.cache.absentGen
 		wb.mu.Unlock()
-		absent, err := s.sessionAbsent(ctx, in)
+		absent, pre, err := s.sessionAbsent(ctx, in)
 		if h := absentHook.Load(); h != nil {
 			(*h)()
 		}
 		wb.mu.Lock()
 		if err == nil && absent && s.fastReady() && s.cache.absentGen == gen {
-			p, ok = s.planMem(in, true, &ask)
+			p, ok = s.planMem(in, true, pre, &ask)
 		} else {
 			s.slow(0, SlowNotInMemory)
 		}
@@ -684,8 +685,9 @@ func (s *sqlStore) planFast(ctx context.Context, in PlanInput) (Plan, bool, erro
 // set when the session is not in memory and memory could make it, were it
 // known not to exist (then nothing is counted as slow yet); absent: it is
 // known not to exist in SQL (sessionAbsent), so a plan of a session memory
-// does not hold makes it, with its first file.
-func (s *sqlStore) planMem(in PlanInput, absent bool, ask *bool) (Plan, bool) {
+// does not hold makes it, with its first file, from its prefixes' rows pre
+// as SQL had them (nil when one is not registered, or not of in.Model).
+func (s *sqlStore) planMem(in PlanInput, absent bool, pre []prefixRow, ask *bool) (Plan, bool) {
 	c := &s.cache
 	var p Plan
 	now := in.Now.UnixNano()
@@ -710,15 +712,21 @@ func (s *sqlStore) planMem(in PlanInput, absent bool, ask *bool) (Plan, bool) {
 		return p, s.slow(0, SlowOther)
 	}
 	e, ok := c.sessions[in.Session]
-	// made: the new session's first file, when this plan makes the session
-	// (no prefixes: their ranges are not in memory).
+	// made: the new session's first file, when this plan makes the session.
 	var made *cachedFile
 	switch {
-	case !ok && len(in.Prefixes) == 0 && absent:
-		e = &cachedSession{row: sessionRow{model: in.Model, fileSeq: c.ids.next}, lastUsed: now, created: now}
+	case !ok && absent:
+		if len(pre) != len(in.Prefixes) {
+			return p, s.slow(0, SlowOther) // a prefix not registered, or of another model: SQL says so
+		}
+		var err error
+		if e, err = newSession(in, l, pre); err != nil {
+			return p, s.slow(0, SlowOther)
+		}
+		e.row.fileSeq, e.lastUsed, e.created = c.ids.next, now, now
 		made = &cachedFile{file: File{ID: c.ids.next + 1, Path: sessionFile(in.Dir, in.Session, c.ids.next), Pool: in.Pool,
 			ChunkSize: in.ChunkSize, Modified: time.Unix(0, now).UTC()}, owner: in.Session, term: c.term}
-	case !ok && len(in.Prefixes) == 0 && (in.Quota <= 0 || c.totalKnown) && c.unwritten[in.Session] == nil && !c.shedIDs.has(in.Session):
+	case !ok && (in.Quota <= 0 || c.totalKnown) && c.unwritten[in.Session] == nil && !c.shedIDs.has(in.Session):
 		*ask = true // not counted: planFast asks SQL
 		return p, false
 	case !ok || e.row.model != in.Model:
@@ -793,7 +801,7 @@ func (s *sqlStore) planMem(in PlanInput, absent bool, ask *bool) (Plan, bool) {
 	}
 	// Every check passed: from here on nothing fails.
 	if made != nil {
-		s.newSessionMem(s.wb.log, in, made, now)
+		s.newSessionMem(s.wb.log, in, e, pre, made, now)
 	}
 	if in.Place != nil && f != nil {
 		s.allocMem(s.wb.log, f, chunks, missing)
@@ -841,11 +849,13 @@ func (s *sqlStore) planMem(in PlanInput, absent bool, ask *bool) (Plan, bool) {
 // absent: its directories (if missing), its first file (number and id
 // from the block persisted ahead: planMem checked there are enough), its
 // row and its file's reservation row, as createSessionTx and reserveTx do
-// in SQL. The file's path holds a number never used before, so its plain
-// INSERT fails only if something made that very path since sessionAbsent;
-// then the flush fails and its operations are lost or run again in SQL,
-// as with any failed flush (allocMem).
-func (s *sqlStore) newSessionMem(lg *wlog, in PlanInput, f *cachedFile, now int64) {
+// in SQL, and the ranges of its prefixes. The file's path holds a number
+// never used before, so its plain INSERT fails only if something made that
+// very path since sessionAbsent; then the flush fails and its operations
+// are lost or run again in SQL, as with any failed flush (allocMem). So do
+// the prefixes' guards, if a prefix the session starts from was removed or
+// registered again with other content since sessionAbsent read it.
+func (s *sqlStore) newSessionMem(lg *wlog, in PlanInput, e *cachedSession, pre []prefixRow, f *cachedFile, now int64) {
 	c := &s.cache
 	c.ids.next += 2
 	dirs := dirsAbove(f.file.Path)
@@ -866,8 +876,17 @@ func (s *sqlStore) newSessionMem(lg *wlog, in PlanInput, f *cachedFile, now int6
 	}
 	lg.add(s, `INSERT INTO files (id, path, parent, pool, chunk_size, size, sealed, mtime) VALUES (?, ?, ?, ?, ?, 0, 0, ?)`,
 		f.file.ID, f.file.Path, parentOf(f.file.Path), f.file.Pool, f.file.ChunkSize, now)
-	lg.add(s, `INSERT INTO kv_sessions (id, model, tokens, last_used, created, file_seq, hashes, hashed_tokens) VALUES (?, ?, 0, ?, ?, ?, '', 0)`,
-		in.Session, in.Model, now, now, f.file.ID-1)
+	for i, r := range e.ranges {
+		// A row with no parent fails the flush unless the prefix is still
+		// registered as it was read.
+		p := pre[i]
+		lg.add(s, `INSERT INTO dirs (path, parent, mtime) SELECT ?, NULL, 0 WHERE NOT EXISTS
+			(SELECT 1 FROM kv_prefixes WHERE path = ? AND model = ? AND tokens = ? AND token_ids = ?)`, r.Path, r.Path, p.model, p.tokens, p.ids)
+		lg.add(s, `INSERT INTO kv_ranges (session_id, token_start, token_length, path, kv_start, kv_length) VALUES (?, ?, ?, ?, 0, ?)`,
+			in.Session, r.TokenStart, r.TokenLength, r.Path, r.KVLength)
+	}
+	lg.add(s, `INSERT INTO kv_sessions (id, model, tokens, last_used, created, file_seq, hashes, hashed_tokens) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+		in.Session, in.Model, e.row.tokens, now, now, f.file.ID-1, encodeHashes(e.row.hashes), e.row.hashed)
 	lg.add(s, `INSERT INTO kv_files (path, session_id, reserved, lead_term) VALUES (?, ?, 0, ?)`, f.file.Path, in.Session, c.term)
 	c.files[f.file.Path] = f
 	c.owned[in.Session] = append(c.owned[in.Session], f.file.Path)
@@ -882,16 +901,32 @@ func (s *sqlStore) newSessionMem(lg *wlog, in PlanInput, f *cachedFile, now int6
 // nothing that could hide a session from memory happened during the read
 // (absentGen): a session made in SQL since is in memory (a slow plan puts
 // it there), and one made in memory is there until its log is written.
-func (s *sqlStore) sessionAbsent(ctx context.Context, in PlanInput) (bool, error) {
+// pre is the rows of in.Prefixes, nil unless each is registered for
+// in.Model.
+func (s *sqlStore) sessionAbsent(ctx context.Context, in PlanInput) (absent bool, pre []prefixRow, err error) {
 	dirs := dirsAbove(sessionFile(in.Dir, in.Session, 1))
 	args := []any{in.Session}
 	for _, d := range dirs {
 		args = append(args, d)
 	}
 	var n int64
-	err := s.db.QueryRowContext(ctx, s.q(`SELECT (SELECT COUNT(*) FROM kv_sessions WHERE id = ?) +
+	err = s.db.QueryRowContext(ctx, s.q(`SELECT (SELECT COUNT(*) FROM kv_sessions WHERE id = ?) +
 		(SELECT COUNT(*) FROM files WHERE path IN (`+placeholders(len(dirs))+`))`), args...).Scan(&n)
-	return n == 0, wrapDB(err)
+	if err != nil || n != 0 || len(in.Prefixes) == 0 {
+		return n == 0, nil, wrapDB(err)
+	}
+	pre = make([]prefixRow, len(in.Prefixes))
+	for i, path := range in.Prefixes {
+		p := &pre[i]
+		err := s.db.QueryRowContext(ctx, s.q(`SELECT model, tokens, token_ids FROM kv_prefixes WHERE path = ?`), path).Scan(&p.model, &p.tokens, &p.ids)
+		if errors.Is(err, sql.ErrNoRows) || (err == nil && p.model != in.Model) {
+			return true, nil, nil // the slow path refuses the plan
+		}
+		if err != nil {
+			return false, nil, wrapDB(err)
+		}
+	}
+	return true, pre, nil
 }
 
 // toAllocate is f's chunks holding bytes [start, start+n), in index order,
