@@ -34,7 +34,7 @@ import (
 func newBenchTurns() *cobra.Command {
 	var metaDSN string
 	var sessions, conc, servers int
-	var turnTokens int64
+	var turnTokens, prefixTokens int64
 	var duration time.Duration
 	var oldPath, prefault, coalesce bool
 	var coalesceInFlight int
@@ -52,6 +52,8 @@ func newBenchTurns() *cobra.Command {
   ./gd2fs-bench turns --sessions 10000 --rate 500
   # a quarter of the turns start a new chat (a session's first plan and file)
   ./gd2fs-bench turns --sessions 10000 --session-durability window --new-chats 0.25
+  # every chat starts from a shared 1,000-token system prompt registered as a prefix
+  ./gd2fs-bench turns --sessions 10000 --session-durability window --new-chats 0.25 --prefix-tokens 1000
   # a full cache: the set-up fills the quota, so the turns' plans evict
   ./gd2fs-bench turns --sessions 2000 --session-quota 64MiB
   # a real model's KV (128 KiB a token): plans that allocate chunks, at a rate the bytes allow
@@ -60,6 +62,9 @@ func newBenchTurns() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if sessions < 1 || conc < 1 || turnTokens < 1 || servers < 1 || duration <= 0 {
 				return fmt.Errorf("--sessions, --concurrency, --turn-tokens, --servers and --duration must be positive")
+			}
+			if prefixTokens < 0 || prefixTokens > 1<<20 {
+				return fmt.Errorf("--prefix-tokens %d: from 0 (none) to 1048576", prefixTokens)
 			}
 			if rate < 0 || rate > 1e6 {
 				return fmt.Errorf("--rate %g: give turns started a second, 0 (every chat starts its next turn at once) up to 1000000", rate)
@@ -92,7 +97,7 @@ func newBenchTurns() *cobra.Command {
 			if newShare < 0 || newShare > 1 {
 				return fmt.Errorf("--new-chats %v: a share from 0 to 1", newShare)
 			}
-			return benchTurns(context.Background(), metaDSN, serverMem, sessions, conc, servers, turnTokens, duration, oldPath, prefault, masterArgs, ccfg, rate, newShare)
+			return benchTurns(context.Background(), metaDSN, serverMem, sessions, conc, servers, turnTokens, prefixTokens, duration, oldPath, prefault, masterArgs, ccfg, rate, newShare)
 		},
 	}
 	f := cmd.Flags()
@@ -102,6 +107,7 @@ func newBenchTurns() *cobra.Command {
 	f.IntVar(&conc, "concurrency", 64, "turns in flight at once")
 	f.IntVar(&servers, "servers", 3, "data servers, each its own process")
 	f.Int64Var(&turnTokens, "turn-tokens", 200, "new tokens per turn")
+	f.Int64Var(&prefixTokens, "prefix-tokens", 0, "a shared system prompt of this many tokens, registered as a prefix (its KV written once) that every chat starts from; 0: none")
 	f.StringVar(&quota, "session-quota", "", "the master's --session-quota (default: the master's own, no limit): a quota the set-up fills makes the measured plans evict")
 	f.Float64Var(&newShare, "new-chats", 0, "share of the measured turns that start a new chat (a session's first plan and file, as a router sees new conversations); 0: every turn continues one of --sessions")
 	f.StringVar(&sessionMem, "session-memory", "", "the master's --session-memory (default: the master's own, no bound): a cap below the sessions' size makes plans of sessions dropped from memory run in SQL")
@@ -130,7 +136,7 @@ var turnsLayouts = map[string]client.Layout{
 // turnsLayout is the layout the run uses (--model).
 var turnsLayout = turnsLayouts["small"]
 
-func benchTurns(ctx context.Context, metaDSN, serverMem string, sessions, conc, servers int, turnTokens int64, duration time.Duration, oldPath, prefault bool, masterArgs []string, ccfg client.Config, rate, newShare float64) error {
+func benchTurns(ctx context.Context, metaDSN, serverMem string, sessions, conc, servers int, turnTokens, prefixTokens int64, duration time.Duration, oldPath, prefault bool, masterArgs []string, ccfg client.Config, rate, newShare float64) error {
 	dir, err := os.MkdirTemp("", "gd2fs-benchturns-")
 	if err != nil {
 		return err
@@ -162,6 +168,27 @@ func benchTurns(ctx context.Context, metaDSN, serverMem string, sessions, conc, 
 	if err := ss.SetLayout(ctx, turnsLayout); err != nil {
 		return err
 	}
+	// The shared system prompt: its KV written once, registered with its
+	// ids (every chat's prompt starts with ids 0..prefixTokens-1), so a
+	// session's first plan finds it stored.
+	var prefixes []string
+	if prefixTokens > 0 {
+		const path = "/kv-bench-prefix/system"
+		f, err := cl.Create(ctx, path, client.CreateOptions{Pool: "perf", Overwrite: true})
+		if err == nil {
+			_, err = f.Write(make([]byte, turnsLayout.RangeBytes(prefixTokens)))
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+		}
+		if err == nil {
+			err = ss.RegisterPrefixIDs(ctx, path, turnsLayout.Model, tokenIDs(0, prefixTokens))
+		}
+		if err != nil {
+			return fmt.Errorf("the shared prefix: %w", err)
+		}
+		prefixes = []string{path}
+	}
 	run := fmt.Sprintf("t%d-", time.Now().UnixNano()%1e9)
 	id := func(i int) string { return fmt.Sprintf("%s%07d", run, i) }
 	tokens := make([]atomic.Int64, sessions) // committed tokens per session
@@ -174,7 +201,10 @@ func benchTurns(ctx context.Context, metaDSN, serverMem string, sessions, conc, 
 	// write the fresh range, commit. It returns the tokens held after.
 	chat := func(sid string, have int64, kv *[]byte) (plan, commit time.Duration, held int64, err error) {
 		t0 := time.Now()
-		p, err := ss.Plan(ctx, sid, client.PlanRequest{Model: turnsLayout.Model, TokenIDs: tokenIDs(0, have+turnTokens)})
+		if have == 0 {
+			have = prefixTokens // a new chat's prompt: the system prompt, then the user's
+		}
+		p, err := ss.Plan(ctx, sid, client.PlanRequest{Model: turnsLayout.Model, TokenIDs: tokenIDs(0, have+turnTokens), Prefixes: prefixes})
 		if err != nil {
 			return 0, 0, 0, err
 		}
@@ -234,8 +264,12 @@ func benchTurns(ctx context.Context, metaDSN, serverMem string, sessions, conc, 
 	} else if ccfg.CoalesceInFlight > 0 {
 		coal += fmt.Sprintf(" (%d batches in flight)", ccfg.CoalesceInFlight)
 	}
-	fmt.Printf("bench turns: %s, %d servers (%s), %d sessions set up in %s, %d concurrent turns of %d tokens of %s (%d bytes), %s, load average %s\n",
-		engineName(metaDSN), servers, resident, sessions, time.Since(start).Round(time.Millisecond), conc, turnTokens,
+	pre := ""
+	if prefixTokens > 0 {
+		pre = fmt.Sprintf(" after a shared %d-token prefix", prefixTokens)
+	}
+	fmt.Printf("bench turns: %s, %d servers (%s), %d sessions set up in %s, %d concurrent turns of %d tokens%s of %s (%d bytes), %s, load average %s\n",
+		engineName(metaDSN), servers, resident, sessions, time.Since(start).Round(time.Millisecond), conc, turnTokens, pre,
 		turnsLayout.Model, turnsLayout.RangeBytes(turnTokens), coal, loadAvg())
 
 	before, err := masterRequests(ctx, url)
