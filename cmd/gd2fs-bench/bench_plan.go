@@ -90,6 +90,14 @@ row (meta.SeedSessions: each copy is what the same plans and commits make, TestS
 	return cmd
 }
 
+// planners are the measurements' numbers of planners: 1, then --concurrency.
+func (b *planBench) planners() []int {
+	if b.conc == 1 {
+		return []int{1}
+	}
+	return []int{1, b.conc}
+}
+
 func (b *planBench) id(i int) string { return fmt.Sprintf("s%07d", i) }
 
 // turnInput is the plan of turn k of a session (k = turns: the next one).
@@ -205,7 +213,7 @@ func (b *planBench) run(ctx context.Context) error {
 			return err
 		}
 	}
-	for _, c := range []int{1, b.conc} {
+	for _, c := range b.planners() {
 		if err := b.timePlans(ctx, c, touch); err != nil {
 			return err
 		}
@@ -235,7 +243,7 @@ func (b *planBench) run(ctx context.Context) error {
 			w := st.WriteBehindStats()
 			fmt.Printf("  sessions in the leader's memory: %d (%d dropped for --session-memory %s)\n", w.Held, w.Shed, b.memCap)
 		}
-		for _, c := range []int{1, b.conc} {
+		for _, c := range b.planners() {
 			if err := b.timePlans(ctx, c, touch); err != nil {
 				return err
 			}

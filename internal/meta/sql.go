@@ -628,10 +628,15 @@ func (s *sqlStore) List(ctx context.Context, dir string) ([]Entry, error) {
 }
 
 func (s *sqlStore) RemoveFile(ctx context.Context, p string) error {
-	err := s.tx(ctx, func(tx *sql.Tx) error {
-		if err := s.lockSessions(ctx, tx); err != nil {
-			return err
-		}
+	// In the group transaction, after the leader's log: a session made in
+	// memory from a shared prefix (writebehind.go, newSessionMem) is in SQL
+	// before inUseTx looks, so a prefix a plan already named is not
+	// removed; and absentGen moves, so a first plan that read the prefix
+	// before this removal runs in SQL, which refuses it.
+	caller := ctx
+	ctx = context.WithoutCancel(ctx)
+	err := s.groupTx(caller, func(tx *sql.Tx) error {
+		s.cache.absentGen++
 		if by, err := s.inUseTx(ctx, tx, p); err != nil {
 			return err
 		} else if by != "" {

@@ -318,6 +318,10 @@ func TestTokenizable(t *testing.T) {
 		`{"prompt":[1,2,3],"truncate_prompt_tokens":2}`:                                                    false,
 		`{"messages":[{"role":"user","content":"hi"}],"truncate_prompt_tokens":null}`:                      true,
 		`{"prompt":"hi","prompt_embeds":"AAAA"}`:                                                           false,
+		// Keys are case-sensitive, as the engine reads them.
+		`{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{}}],"Content":"hi"}]}`: false,
+		`{"messages":[{"role":"user","content":[{"type":"image_url","Type":"text"}]}]}`:                 false,
+		`{"messages":[{"role":"user","content":[{"Type":"text","text":"hi"}]}]}`:                        false,
 	} {
 		var doc map[string]json.RawMessage
 		if err := json.Unmarshal([]byte(body), &doc); err != nil {

@@ -366,10 +366,11 @@ func (r *Router) tokenize(ctx context.Context, path string, doc map[string]json.
 
 // promptIDs is the prompt of a /v1/completions request that is itself one
 // list of token ids: vLLM runs such a prompt as it is (no special tokens
-// added, no template), so these are the ids /tokenize would answer, and a
-// client that tokenized already (a KV-aware router, a batch job) saves the
-// engine's /tokenize round trip. A batch (a list of lists), an empty list
-// or anything else is left to /tokenize.
+// added, no template), so these are the tokens the engine runs, and a
+// client that tokenized already (a KV-aware router, a batch job) is
+// planned without a round trip to the engine (whose /tokenize takes only
+// text: such a request was not planned before). A batch (a list of lists),
+// an empty list or anything else is left to /tokenize.
 func promptIDs(path string, doc map[string]json.RawMessage) ([]uint32, bool) {
 	if path != "/v1/completions" {
 		return nil, false
@@ -590,26 +591,27 @@ func tokenizable(doc map[string]json.RawMessage) error {
 	if !ok {
 		return nil
 	}
-	var msgs []struct {
-		Content json.RawMessage `json:"content"`
-	}
+	// Maps, not structs: encoding/json matches a struct's fields without
+	// regard to case, the engine (pydantic) with it, so {"content": [an
+	// image], "Content": "hi"} would read here as the text the engine
+	// does not run.
+	var msgs []map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &msgs); err != nil {
 		return fmt.Errorf("tokenize: messages: %w", err)
 	}
 	for i, m := range msgs {
-		c := bytes.TrimSpace(m.Content)
+		c := bytes.TrimSpace(m["content"])
 		if len(c) == 0 || c[0] != '[' {
 			continue // a string, or none
 		}
-		var parts []struct {
-			Type string `json:"type"`
-		}
+		var parts []map[string]json.RawMessage
 		if err := json.Unmarshal(c, &parts); err != nil {
 			return fmt.Errorf("tokenize: message %d content: %w", i, err)
 		}
 		for _, p := range parts {
-			if p.Type != "text" {
-				return fmt.Errorf("tokenize: message %d has a %q part, whose content its token ids do not show; no plan", i, p.Type)
+			var typ string
+			if err := json.Unmarshal(p["type"], &typ); err != nil || typ != "text" {
+				return fmt.Errorf("tokenize: message %d has a %s part, whose content its token ids do not show; no plan", i, p["type"])
 			}
 		}
 	}
