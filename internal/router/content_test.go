@@ -215,7 +215,10 @@ func TestRouterChatContent(t *testing.T) {
 	defer front.Close()
 	chat := func(session string, doc map[string]any) {
 		t.Helper()
-		doc["model"], doc["max_tokens"] = "m", 2
+		if _, ok := doc["model"]; !ok {
+			doc["model"] = "m"
+		}
+		doc["max_tokens"] = 2
 		path := "/v1/chat/completions"
 		if _, ok := doc["prompt"]; ok {
 			path = "/v1/completions"
@@ -265,6 +268,10 @@ func TestRouterChatContent(t *testing.T) {
 			map[string]any{"prompt": ids(1000, 20)}, map[string]any{"prompt": ids(1000, 30)}},
 		{"token ids, an early id edited, same length", "ids-edit",
 			map[string]any{"prompt": ids(2000, 20)}, map[string]any{"prompt": ids(2000, 20, 2)}},
+		// The same ids under another model (a LoRA adapter's name): KV
+		// computed under one is not the other's.
+		{"model switched", "ids-model",
+			map[string]any{"prompt": ids(3000, 20)}, map[string]any{"prompt": ids(3000, 30), "model": "m-lora"}},
 		{"same chat", "chat-same",
 			map[string]any{"messages": []any{user(text)}},
 			map[string]any{"messages": []any{user(text), map[string]any{"role": "assistant", "content": "ok"}, user("more")}}},
@@ -293,6 +300,9 @@ func TestRouterChatContent(t *testing.T) {
 		}
 		if (tc.name == "same chat" || tc.name == "token ids, same prompt grown") && stored == 0 {
 			t.Errorf("%s: nothing stored was loaded on the second turn", tc.name)
+		}
+		if tc.name == "model switched" && stored != 0 {
+			t.Errorf("%s: %d tokens of the first model's KV loaded for the second", tc.name, stored)
 		}
 		if _, ids := tc.first["prompt"]; ids && tokenizes != 0 {
 			t.Errorf("%s: a prompt of token ids was sent to /tokenize %d times", tc.name, tokenizes)

@@ -127,7 +127,8 @@ func (r *Router) tenant(req *http.Request) (string, error) {
 }
 
 // sessionID is the store's id of the request's session: the client's id
-// (its header, else the body's "user") in the caller's tenant. ok is false
+// (its header, else the body's "user") in the caller's tenant, and in the
+// request's model when that is not the router's. ok is false
 // when the request has no session: none named, or no tenant and no shared
 // namespace. A name the store could not hold is an error (400).
 func (r *Router) sessionID(req *http.Request, doc map[string]json.RawMessage) (id string, ok bool, err error) {
@@ -150,6 +151,16 @@ func (r *Router) sessionID(req *http.Request, doc map[string]json.RawMessage) (i
 	case !r.cfg.SharedSessions:
 		r.m.untenanted.Inc()
 		return "", false, nil
+	}
+	// A request for another model than the router's (a LoRA adapter the
+	// engine serves under its own name, an alias) gets a session of its
+	// own: KV computed under one model is not another's for the same token
+	// ids, so a chat that switches models must not be served the other's
+	// KV as a hit. The name is hashed: served names hold '/'.
+	var model string
+	if raw, has := doc["model"]; has && json.Unmarshal(raw, &model) == nil && model != "" && model != r.cfg.Model {
+		sum := sha256.Sum256([]byte(model))
+		s += "@" + hex.EncodeToString(sum[:6])
 	}
 	if err := nspath.CheckName("session id", s); err != nil {
 		return "", false, err
