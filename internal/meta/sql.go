@@ -628,31 +628,64 @@ func (s *sqlStore) List(ctx context.Context, dir string) ([]Entry, error) {
 }
 
 func (s *sqlStore) RemoveFile(ctx context.Context, p string) error {
-	// In the group transaction, after the leader's log: a session made in
-	// memory from a shared prefix (writebehind.go, newSessionMem) is in SQL
-	// before inUseTx looks, so a prefix a plan already named is not
-	// removed; and absentGen moves, so a first plan that read the prefix
-	// before this removal runs in SQL, which refuses it.
-	caller := ctx
-	ctx = context.WithoutCancel(ctx)
-	err := s.groupTx(caller, func(tx *sql.Tx) error {
-		s.cache.absentGen++
-		if by, err := s.inUseTx(ctx, tx, p); err != nil {
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		if err := s.lockSessions(ctx, tx); err != nil {
 			return err
-		} else if by != "" {
-			return errs.New(errs.ErrExists, "%s is in use by KV session %q: delete the session first (gd2fs session rm)", p, by)
 		}
-		// A shared prefix no session uses goes with its file, so no later
-		// session starts from KV that is gone.
-		if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM kv_prefixes WHERE path = ?`), p); err != nil {
+		if err := s.removableTx(ctx, tx, p); err != nil {
+			return err
+		}
+		var n int
+		if err := tx.QueryRowContext(ctx, s.q(`SELECT COUNT(*) FROM kv_prefixes WHERE path = ?`), p).Scan(&n); err != nil {
 			return wrapDB(err)
+		}
+		if n > 0 {
+			return errPrefixFile
 		}
 		return s.removeFileTx(ctx, tx, p)
 	})
+	if errors.Is(err, errPrefixFile) {
+		// A shared prefix goes in the group transaction, after the
+		// leader's log: a session made in memory from it (writebehind.go,
+		// newSessionMem) is in SQL before removableTx looks, so a prefix a
+		// plan already named is not removed; and absentGen moves, so a
+		// first plan that read the prefix before this removal runs in SQL,
+		// which refuses it. (Other files stay out of the group transaction:
+		// a large file's removal would hold up every plan answered from
+		// memory. A file registered as a prefix after the check above is
+		// not removed: PutPrefix and this transaction both take the
+		// sessions lock.)
+		caller := ctx
+		ctx = context.WithoutCancel(ctx)
+		err = s.groupTx(caller, func(tx *sql.Tx) error {
+			s.cache.absentGen++
+			s.forgetLocked(func(f *cachedFile) bool { return f.file.Path == p })
+			if err := s.removableTx(ctx, tx, p); err != nil {
+				return err
+			}
+			// A shared prefix no session uses goes with its file, so no
+			// later session starts from KV that is gone.
+			return s.removeFileTx(ctx, tx, p)
+		})
+	}
 	if err == nil {
 		s.forgetFiles(func(f *cachedFile) bool { return f.file.Path == p })
 	}
 	return err
+}
+
+// errPrefixFile sends RemoveFile of a registered prefix to the group
+// transaction.
+var errPrefixFile = errors.New("meta: a registered prefix's file")
+
+// removableTx refuses file p while a KV session uses it.
+func (s *sqlStore) removableTx(ctx context.Context, tx *sql.Tx, p string) error {
+	if by, err := s.inUseTx(ctx, tx, p); err != nil {
+		return err
+	} else if by != "" {
+		return errs.New(errs.ErrExists, "%s is in use by KV session %q: delete the session first (gd2fs session rm)", p, by)
+	}
+	return nil
 }
 
 // removeFileTx deletes file p and records a tombstone for every replica of

@@ -611,7 +611,7 @@ func tokenizable(doc map[string]json.RawMessage) error {
 		for _, p := range parts {
 			var typ string
 			if err := json.Unmarshal(p["type"], &typ); err != nil || typ != "text" {
-				return fmt.Errorf("tokenize: message %d has a %s part, whose content its token ids do not show; no plan", i, p["type"])
+				return fmt.Errorf("tokenize: message %d has a %.64s part, whose content its token ids do not show; no plan", i, p["type"])
 			}
 		}
 	}

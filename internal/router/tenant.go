@@ -157,13 +157,15 @@ func (r *Router) sessionID(req *http.Request, doc map[string]json.RawMessage) (i
 	// own: KV computed under one model is not another's for the same token
 	// ids, so a chat that switches models must not be served the other's
 	// KV as a hit. The name is hashed: served names hold '/'.
+	if err := nspath.CheckName("session id", s); err != nil {
+		return "", false, err
+	}
 	var model string
 	if raw, has := doc["model"]; has && json.Unmarshal(raw, &model) == nil && model != "" && model != r.cfg.Model {
 		sum := sha256.Sum256([]byte(model))
-		s += "@" + hex.EncodeToString(sum[:6])
-	}
-	if err := nspath.CheckName("session id", s); err != nil {
-		return "", false, err
+		if s += "@" + hex.EncodeToString(sum[:6]); len(s) > nspath.MaxName {
+			return "", false, nil // no room for the model: the request goes on without cache
+		}
 	}
 	return s, true, nil
 }

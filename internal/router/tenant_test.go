@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -244,5 +245,48 @@ func TestRouterLimits(t *testing.T) {
 	b, err := io.ReadAll(conn)
 	if err != nil {
 		t.Fatalf("the router held a trickled body: %v (%q)", err, b)
+	}
+}
+
+// TestSessionPerModel: a request for another model than the router's gets
+// a session of its own (a suffix of the name's hash), the router's own
+// model and no model keep the client's id, and an id with no room left for
+// the suffix goes on without cache rather than failing.
+func TestSessionPerModel(t *testing.T) {
+	r := New(Config{Model: "m", SharedSessions: true})
+	id := func(session, body string) (string, bool) {
+		t.Helper()
+		req := httptest.NewRequest("POST", "/v1/completions", strings.NewReader(body))
+		req.Header.Set("X-Session-ID", session)
+		var doc map[string]json.RawMessage
+		if err := json.Unmarshal([]byte(body), &doc); err != nil {
+			t.Fatal(err)
+		}
+		s, ok, err := r.sessionID(req, doc)
+		if err != nil {
+			t.Fatalf("%s %s: %v", session, body, err)
+		}
+		return s, ok
+	}
+	if s, ok := id("chat", `{"model":"m"}`); !ok || s != "chat" {
+		t.Fatalf("the router's model: %q %v", s, ok)
+	}
+	if s, ok := id("chat", `{}`); !ok || s != "chat" {
+		t.Fatalf("no model: %q %v", s, ok)
+	}
+	a, _ := id("chat", `{"model":"org/lora-a"}`)
+	b, _ := id("chat", `{"model":"org/lora-b"}`)
+	if !strings.HasPrefix(a, "chat@") || len(a) != len("chat@")+12 || a == b {
+		t.Fatalf("two adapters: %q and %q, want chat@ and 12 hex digits each, apart", a, b)
+	}
+	if again, _ := id("chat", `{"model":"org/lora-a"}`); again != a {
+		t.Fatalf("the same adapter twice: %q then %q", a, again)
+	}
+	long := strings.Repeat("x", 250)
+	if s, ok := id(long, `{"model":"m"}`); !ok || s != long {
+		t.Fatalf("a 250-byte id for the router's model: %q %v", s, ok)
+	}
+	if s, ok := id(long, `{"model":"org/lora-a"}`); ok {
+		t.Fatalf("a 250-byte id with no room for the model's suffix: planned as %q", s)
 	}
 }
