@@ -20,7 +20,7 @@ import (
 
 func newBenchFiles() *cobra.Command {
 	var size, chunk, mem, disk, dir, syncPolicy, profDir, waitDir string
-	var prefault bool
+	var prefault, hugeBuffers bool
 	var streams, parallel, runs int
 	cmd := &cobra.Command{
 		Use:   "files",
@@ -30,6 +30,7 @@ func newBenchFiles() *cobra.Command {
   gd2fs-bench files --sync never          # servers ack from the page cache (the figures before issue 14)
   gd2fs-bench files --cpuprofile /tmp/p   # a CPU profile per case and run: go tool pprof -top /tmp/p/ha-write-*.pprof
   gd2fs-bench files --waitprofile /tmp/w  # where goroutines wait (locks, channels): go tool pprof -top /tmp/w/perf-write-2.block
+  gd2fs-bench files --huge-buffers        # the client's buffers and the references' on transparent huge pages
   # Each run also measures the limits: raw loopback TCP on as many streams, memmove, and the disk
   # (fio if installed, else a Go writer) writing as the pools do with the servers' sync policy.`,
 		Args: cobra.NoArgs,
@@ -38,6 +39,7 @@ func newBenchFiles() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			bench.HugeBuffers = hugeBuffers
 			cs, err := parseSize(chunk)
 			if err != nil {
 				return err
@@ -78,15 +80,19 @@ func newBenchFiles() *cobra.Command {
 				return err
 			}
 			defer cl.Close()
-			data := make([]byte, sz)
+			data := bench.Buffer(sz)
 			for i := range data {
 				data[i] = byte(i*7 + i>>13)
 			}
-			dst := make([]byte, sz)
+			dst := bench.Buffer(sz)
 			copy(dst, data) // touched once, as data is: run 1 must not pay the first touch of fresh memory
 			tcpStreams := streams * servers
-			fmt.Printf("bench files: %s file, chunk %s, %d servers (%s DRAM, %s disk each) x %d streams = %d TCP streams, %d requests in flight, %d runs (medians)\n",
-				human(sz), human(cs), servers, human(memB), human(diskB), streams, tcpStreams, parallel, runs)
+			bufs := "Go slices, 4 KiB pages"
+			if hugeBuffers {
+				bufs = "transparent huge pages"
+			}
+			fmt.Printf("bench files: %s file, chunk %s, %d servers (%s DRAM, %s disk each) x %d streams = %d TCP streams, %d requests in flight, %d runs (medians); client and reference buffers: %s\n",
+				human(sz), human(cs), servers, human(memB), human(diskB), streams, tcpStreams, parallel, runs, bufs)
 
 			// Master, servers, client and the loopback reference all run in
 			// this process: its CPU time per GiB is each case's cost.
@@ -280,6 +286,7 @@ func newBenchFiles() *cobra.Command {
 	f.StringVar(&size, "size", "1GiB", "file size")
 	f.StringVar(&chunk, "chunk-size", "16MiB", "chunk size")
 	f.StringVar(&mem, "mem", "2GiB", "DRAM tier per server")
+	f.BoolVar(&hugeBuffers, "huge-buffers", false, "the client's file buffers, and the loopback and disk references' buffers, on transparent huge pages (madvise) instead of Go slices (4 KiB pages): on a VM the kernel's copies from and into 4 KiB pages cost more")
 	f.BoolVar(&prefault, "prefault", true, "make the servers' DRAM tiers resident before measuring (gd2fs server --mem-prefault), as on servers that have run until their tiers were full; false: the first run's writes fault them in")
 	f.StringVar(&disk, "disk", "auto", "disk tier per server (auto: 4x the file size; 0: DRAM only)")
 	f.StringVar(&dir, "dir", "", "where the servers keep their disk tiers (default: a temp dir)")

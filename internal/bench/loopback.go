@@ -102,7 +102,7 @@ func loopBuffers(n int) [][]byte {
 	loopBuf.Lock()
 	defer loopBuf.Unlock()
 	for len(loopBuf.bufs) < n {
-		b := make([]byte, 4<<20)
+		b := Buffer(4 << 20)
 		for i := range b {
 			b[i] = byte(i*7 + i>>13)
 		}
