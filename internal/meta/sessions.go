@@ -615,19 +615,9 @@ func (s *sqlStore) tailDownTx(ctx context.Context, tx *sql.Tx, in PlanInput, ses
 // createSessionTx creates a session whose first ranges are its prefixes
 // (newSession).
 func (s *sqlStore) createSessionTx(ctx context.Context, tx *sql.Tx, in PlanInput, l Layout) (*cachedSession, error) {
-	rows := make([]prefixRow, len(in.Prefixes))
-	for i, path := range in.Prefixes {
-		p := &rows[i]
-		err := tx.QueryRowContext(ctx, s.q(`SELECT model, tokens, token_ids FROM kv_prefixes WHERE path = ?`), path).Scan(&p.model, &p.tokens, &p.ids)
-		if errors.Is(err, sql.ErrNoRows) {
-			return nil, errs.New(errs.ErrNotFound, "no registered prefix %s: register it with POST /v1/prefixes", path)
-		}
-		if err != nil {
-			return nil, wrapDB(err)
-		}
-		if p.model != in.Model {
-			return nil, errs.New(errs.ErrBadRequest, "prefix %s holds KV of model %s, not %s", path, p.model, in.Model)
-		}
+	rows, err := s.prefixRows(ctx, tx, in)
+	if err != nil {
+		return nil, err
 	}
 	e, err := newSession(in, l, rows)
 	if err != nil {
@@ -645,6 +635,26 @@ func (s *sqlStore) createSessionTx(ctx context.Context, tx *sql.Tx, in PlanInput
 		return nil, wrapDB(err)
 	}
 	return e, nil
+}
+
+// prefixRows reads in.Prefixes' rows, in order: an error when one is not
+// registered, or holds another model's KV.
+func (s *sqlStore) prefixRows(ctx context.Context, x execer, in PlanInput) ([]prefixRow, error) {
+	rows := make([]prefixRow, len(in.Prefixes))
+	for i, path := range in.Prefixes {
+		p := &rows[i]
+		err := x.QueryRowContext(ctx, s.q(`SELECT model, tokens, token_ids FROM kv_prefixes WHERE path = ?`), path).Scan(&p.model, &p.tokens, &p.ids)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil, errs.New(errs.ErrNotFound, "no registered prefix %s: register it with POST /v1/prefixes", path)
+		}
+		if err != nil {
+			return nil, wrapDB(err)
+		}
+		if p.model != in.Model {
+			return nil, errs.New(errs.ErrBadRequest, "prefix %s holds KV of model %s, not %s", path, p.model, in.Model)
+		}
+	}
+	return rows, nil
 }
 
 // prefixRow is a registered prefix (kv_prefixes) as a new session starts

@@ -915,18 +915,11 @@ func (s *sqlStore) sessionAbsent(ctx context.Context, in PlanInput) (absent bool
 	if err != nil || n != 0 || len(in.Prefixes) == 0 {
 		return n == 0, nil, wrapDB(err)
 	}
-	pre = make([]prefixRow, len(in.Prefixes))
-	for i, path := range in.Prefixes {
-		p := &pre[i]
-		err := s.db.QueryRowContext(ctx, s.q(`SELECT model, tokens, token_ids FROM kv_prefixes WHERE path = ?`), path).Scan(&p.model, &p.tokens, &p.ids)
-		if errors.Is(err, sql.ErrNoRows) || (err == nil && p.model != in.Model) {
-			return true, nil, nil // the slow path refuses the plan
-		}
-		if err != nil {
-			return false, nil, wrapDB(err)
-		}
+	pre, err = s.prefixRows(ctx, s.db, in)
+	if errors.Is(err, errs.ErrNotFound) || errors.Is(err, errs.ErrBadRequest) {
+		return true, nil, nil // the slow path refuses the plan
 	}
-	return true, pre, nil
+	return err == nil, pre, err
 }
 
 // toAllocate is f's chunks holding bytes [start, start+n), in index order,
