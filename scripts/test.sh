@@ -35,7 +35,7 @@ start_postgres() {
   fi
   local port=${GD2FS_PG_PORT:-55432}
   "${run[@]}" "$bin/initdb" -D "$PGTMP/data" -U postgres -A trust >/dev/null
-  "${run[@]}" "$bin/pg_ctl" -D "$PGTMP/data" -l "$PGTMP/log" -w -o "-h 127.0.0.1 -p $port -k $PGTMP -F" start >/dev/null
+  "${run[@]}" "$bin/pg_ctl" -D "$PGTMP/data" -l "$PGTMP/log" -w -o "-h 127.0.0.1 -p $port -k $PGTMP -F -c max_connections=400" start >/dev/null
   trap 'runuser_stop' EXIT
   export GD2FS_TEST_POSTGRES="postgres://postgres@127.0.0.1:$port/postgres?sslmode=disable"
   PG_STOP=("${run[@]}" "$bin/pg_ctl" -D "$PGTMP/data" -m immediate stop)

@@ -54,6 +54,21 @@ func procCPU(pid int) (time.Duration, error) {
 	return time.Duration(ut+st) * clockTick, nil
 }
 
+// procReapedCPU is the user+sys CPU time of pid's children that ended and
+// were waited for (cutime and cstime, fields 16 and 17).
+func procReapedCPU(pid int) (time.Duration, error) {
+	f, err := procStat(pid)
+	if err != nil {
+		return 0, err
+	}
+	cu, err1 := strconv.ParseInt(f[13], 10, 64)
+	cs, err2 := strconv.ParseInt(f[14], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("/proc/%d/stat: bad cutime/cstime %q %q", pid, f[13], f[14])
+	}
+	return time.Duration(cu+cs) * clockTick, nil
+}
+
 // cpuMeter measures the CPU time a set of processes uses between Start
 // and Stop.
 type cpuMeter struct {

@@ -3,6 +3,9 @@ package main
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -53,12 +56,35 @@ func TestPGMeter(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	var n int64
-	// A quarter of a second of a backend's CPU: more than a 10 ms clock tick.
-	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM generate_series(1, 5000000)`).Scan(&n); err != nil {
+	conn, err := db.Conn(ctx)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if d := m.total(); d <= 0 {
-		t.Fatalf("PostgreSQL's CPU did not grow while a backend counted %d rows: %v", n, d)
+	var backend int
+	var n int64
+	// A quarter of a second of a backend's CPU: more than a 10 ms clock
+	// tick. The backend is new (started after Start) and ends before the
+	// meter is read, as a pool's closed connections do: its time must
+	// still count.
+	if err := conn.QueryRowContext(ctx, `SELECT pg_backend_pid()`).Scan(&backend); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.QueryRowContext(ctx, `SELECT count(*) FROM generate_series(1, 5000000)`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.Raw(func(any) error { return driver.ErrBadConn }); !errors.Is(err, driver.ErrBadConn) {
+		t.Fatalf("dropping the connection: %v", err)
+	}
+	conn.Close()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", backend)); os.IsNotExist(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("backend %d did not end after its connection closed", backend)
+		}
+	}
+	if d := m.total(); d < 100*time.Millisecond {
+		t.Fatalf("PostgreSQL's CPU grew %v while a backend, ended since, counted %d rows (a quarter of a second's work)", d, n)
 	}
 }

@@ -46,17 +46,26 @@ func procParent(pid int) (int, error) {
 }
 
 // pgMeter measures the CPU time of a postmaster and its children between
-// Start and total: a backend started in between counts from zero, one that
-// ended in between is missed (a pooled master keeps its connections).
+// Start and total: a backend started in between counts from zero, and one
+// that ended in between counts whole in the postmaster's reaped children's
+// time, where its time before Start, counted at Start, moved too. (A
+// meter of live processes alone read 0.03 s a 1,000 turns at 100,000
+// sessions: the backends that did the work had ended.)
 type pgMeter struct {
 	postmaster int
 	start      map[int]time.Duration
 }
 
+// reaped keys the postmaster's reaped children's time in a sample.
+const reaped = -1
+
 func (m *pgMeter) sample() map[int]time.Duration {
 	out := map[int]time.Duration{}
 	if d, err := procCPU(m.postmaster); err == nil {
 		out[m.postmaster] = d
+	}
+	if d, err := procReapedCPU(m.postmaster); err == nil {
+		out[reaped] = d
 	}
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
@@ -78,10 +87,16 @@ func (m *pgMeter) sample() map[int]time.Duration {
 
 func (m *pgMeter) Start() { m.start = m.sample() }
 
+// total is the CPU time since Start: every sample's sum less Start's, so a
+// backend that ended leaves its time before Start out (it is in the reaped
+// children's time now, whole).
 func (m *pgMeter) total() time.Duration {
 	var sum time.Duration
-	for pid, d := range m.sample() {
-		sum += d - m.start[pid]
+	for _, d := range m.sample() {
+		sum += d
+	}
+	for _, d := range m.start {
+		sum -= d
 	}
 	return sum
 }

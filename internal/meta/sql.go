@@ -102,7 +102,13 @@ func Open(ctx context.Context, dsn string) (Store, error) {
 		s.postgres = true
 		s.db, err = sql.Open("pgx", dsn)
 		if err == nil {
-			s.db.SetMaxOpenConns(16)
+			// Idle connections kept as many as may be open: database/sql
+			// keeps two by default, so under load every third concurrent
+			// query closed its connection after use and the next opened
+			// one: a backend forked by the server, and pgx's prepared
+			// statements prepared again on it.
+			s.db.SetMaxOpenConns(pgConns)
+			s.db.SetMaxIdleConns(pgConns)
 		}
 	default:
 		return nil, errs.New(errs.ErrBadRequest, "meta: unknown DSN %q: use sqlite:///path/meta.db or postgres://user@host/db", dsn)
@@ -120,6 +126,9 @@ func Open(ctx context.Context, dsn string) (Store, error) {
 	}
 	return &s, nil
 }
+
+// pgConns bounds a master's connections to PostgreSQL.
+const pgConns = 16
 
 // sqliteCachePragmas size SQLite's page cache and WAL (above).
 const sqliteCachePragmas = "&_pragma=cache_size(-65536)&_pragma=wal_autocheckpoint(65536)"
