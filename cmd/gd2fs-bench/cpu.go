@@ -39,34 +39,30 @@ func procStat(pid int) ([]string, error) {
 }
 
 // procCPU is the user+sys CPU time pid has used so far, all its threads
-// (os.Getpid() for this process).
-func procCPU(pid int) (time.Duration, error) {
-	f, err := procStat(pid)
-	if err != nil {
-		return 0, err
-	}
-	// utime and stime are fields 14 and 15.
-	ut, err1 := strconv.ParseInt(f[11], 10, 64)
-	st, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, fmt.Errorf("/proc/%d/stat: bad utime/stime %q %q", pid, f[11], f[12])
-	}
-	return time.Duration(ut+st) * clockTick, nil
-}
+// (os.Getpid() for this process): utime and stime, fields 14 and 15.
+func procCPU(pid int) (time.Duration, error) { return procTicks(pid, 14) }
 
 // procReapedCPU is the user+sys CPU time of pid's children that ended and
-// were waited for (cutime and cstime, fields 16 and 17).
-func procReapedCPU(pid int) (time.Duration, error) {
+// were waited for: cutime and cstime, fields 16 and 17.
+func procReapedCPU(pid int) (time.Duration, error) { return procTicks(pid, 16) }
+
+// procTicks is the sum of fields field and field+1 of /proc/<pid>/stat
+// (numbered from 1 as in proc(5)), clock ticks, as a duration.
+func procTicks(pid, field int) (time.Duration, error) {
 	f, err := procStat(pid)
 	if err != nil {
 		return 0, err
 	}
-	cu, err1 := strconv.ParseInt(f[13], 10, 64)
-	cs, err2 := strconv.ParseInt(f[14], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, fmt.Errorf("/proc/%d/stat: bad cutime/cstime %q %q", pid, f[13], f[14])
+	i := field - 3 // procStat's fields start at the third, the state
+	if i < 0 || i+1 >= len(f) {
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields, no field %d", pid, len(f)+2, field+1)
 	}
-	return time.Duration(cu+cs) * clockTick, nil
+	a, err1 := strconv.ParseInt(f[i], 10, 64)
+	b, err2 := strconv.ParseInt(f[i+1], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("/proc/%d/stat: bad fields %d and %d: %q %q", pid, field, field+1, f[i], f[i+1])
+	}
+	return time.Duration(a+b) * clockTick, nil
 }
 
 // cpuMeter measures the CPU time a set of processes uses between Start
