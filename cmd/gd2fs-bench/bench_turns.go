@@ -407,6 +407,11 @@ func benchTurns(ctx context.Context, metaDSN, serverMem string, sessions, conc, 
 	if p50, p99, ok := handled(before, after, "POST /v1/sessions/{id}/plan"); ok {
 		fmt.Printf("  the master's own time for a plan (request read to answer written, its histogram): p50 <= %s, p99 <= %s\n", p50, p99)
 	}
+	if p50, p99, ok := handled(before, after, "POST /v1/sessions/{id}/commit"); ok {
+		// The client's write + commit includes the write to a server and
+		// the trips; the commit target is this part of it.
+		fmt.Printf("  the master's own time for a commit sent alone (not in a batch; its histogram): p50 <= %s, p99 <= %s\n", p50, p99)
+	}
 	if over, ok := schedWaits(before, after); ok {
 		fmt.Printf("  the master's goroutines made runnable waited for a CPU (Go's scheduler): %s\n", over)
 	}

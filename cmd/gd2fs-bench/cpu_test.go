@@ -48,8 +48,11 @@ func TestPGMeter(t *testing.T) {
 	}
 	m := &pgMeter{postmaster: pm}
 	m.Start()
-	if len(m.start) < 2 {
-		t.Fatalf("found %d processes of postmaster %d, want it and its children", len(m.start), pm)
+	if _, ok := m.start[reaped]; !ok {
+		t.Fatalf("no reaped children's time for postmaster %d", pm)
+	}
+	if procs := len(m.start) - 1; procs < 2 {
+		t.Fatalf("found %d processes of postmaster %d, want it and its children", procs, pm)
 	}
 	db, err := sql.Open("pgx", dsn)
 	if err != nil {
@@ -86,5 +89,10 @@ func TestPGMeter(t *testing.T) {
 	}
 	if d := m.total(); d < 100*time.Millisecond {
 		t.Fatalf("PostgreSQL's CPU grew %v while a backend, ended since, counted %d rows (a quarter of a second's work)", d, n)
+	}
+	// The ended backend's time is in the reaped children's: without them
+	// the check above could still pass on other backends' work.
+	if d := m.sample()[reaped] - m.start[reaped]; d < 100*time.Millisecond {
+		t.Fatalf("the postmaster's reaped children's CPU grew %v while a backend that ended counted %d rows", d, n)
 	}
 }

@@ -59,13 +59,32 @@ type pgMeter struct {
 // reaped keys the postmaster's reaped children's time in a sample.
 const reaped = -1
 
+// sample reads the postmaster's time, its reaped children's and each live
+// child's. A child reaped between the reaped time's reading and the scan of
+// /proc would be in neither, so the scan is taken again until the reaped
+// time read before and after it agree (a child that ended but is not yet
+// reaped is still in /proc with its times).
 func (m *pgMeter) sample() map[int]time.Duration {
+	var out map[int]time.Duration
+	for try := 0; try < 5; try++ {
+		before, err := procReapedCPU(m.postmaster)
+		out = m.scan()
+		if err != nil {
+			return out
+		}
+		out[reaped] = before
+		if after, err := procReapedCPU(m.postmaster); err != nil || after == before {
+			return out
+		}
+	}
+	return out
+}
+
+// scan is the postmaster's own time and each live child's, by pid.
+func (m *pgMeter) scan() map[int]time.Duration {
 	out := map[int]time.Duration{}
 	if d, err := procCPU(m.postmaster); err == nil {
 		out[m.postmaster] = d
-	}
-	if d, err := procReapedCPU(m.postmaster); err == nil {
-		out[reaped] = d
 	}
 	ents, err := os.ReadDir("/proc")
 	if err != nil {

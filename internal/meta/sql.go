@@ -107,8 +107,12 @@ func Open(ctx context.Context, dsn string) (Store, error) {
 			// query closed its connection after use and the next opened
 			// one: a backend forked by the server, and pgx's prepared
 			// statements prepared again on it.
+			// One idle for minutes is closed (a quiet standby's, or one
+			// left on a server that is now a read-only replica behind the
+			// same address); a leader's are never idle that long.
 			s.db.SetMaxOpenConns(pgConns)
 			s.db.SetMaxIdleConns(pgConns)
+			s.db.SetConnMaxIdleTime(5 * time.Minute)
 		}
 	default:
 		return nil, errs.New(errs.ErrBadRequest, "meta: unknown DSN %q: use sqlite:///path/meta.db or postgres://user@host/db", dsn)
