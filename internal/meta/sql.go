@@ -102,14 +102,14 @@ func Open(ctx context.Context, dsn string) (Store, error) {
 		s.postgres = true
 		s.db, err = sql.Open("pgx", dsn)
 		if err == nil {
-			// Idle connections kept as many as may be open: database/sql
+			// As many idle connections kept as may be open: database/sql
 			// keeps two by default, so under load every third concurrent
 			// query closed its connection after use and the next opened
-			// one: a backend forked by the server, and pgx's prepared
-			// statements prepared again on it.
-			// One idle for minutes is closed (a quiet standby's, or one
-			// left on a server that is now a read-only replica behind the
-			// same address); a leader's are never idle that long.
+			// one (a backend forked by the server, pgx's statements
+			// prepared again on it). One idle for minutes is closed: a
+			// quiet standby's, or one left on a server that is now a
+			// read-only replica behind the same address; a leader's are
+			// never idle that long.
 			s.db.SetMaxOpenConns(pgConns)
 			s.db.SetMaxIdleConns(pgConns)
 			s.db.SetConnMaxIdleTime(5 * time.Minute)
