@@ -3,6 +3,7 @@ package meta
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 
 	"github.com/gd2fs/gd2fs/errs"
@@ -168,6 +169,27 @@ func (s *sqlStore) invariantsTx(ctx context.Context, tx *sql.Tx) error {
 	}
 	if orphans > 0 {
 		return fmt.Errorf("%d plans belong to no session or to a version it never had", orphans)
+	}
+	return namespaceTx(ctx, tx)
+}
+
+// namespaceTx checks the tree of names: no path is both a file and a
+// directory, and every file and directory below the root has its parent
+// directory.
+func namespaceTx(ctx context.Context, tx *sql.Tx) error {
+	for _, c := range []struct{ q, what string }{
+		{`SELECT f.path FROM files f JOIN dirs d ON d.path = f.path`, "is both a file and a directory"},
+		{`SELECT f.path FROM files f WHERE f.parent <> '/' AND NOT EXISTS (SELECT 1 FROM dirs d WHERE d.path = f.parent)`, "is a file in a directory that does not exist"},
+		{`SELECT d.path FROM dirs d WHERE d.path <> '/' AND d.parent <> '/' AND NOT EXISTS (SELECT 1 FROM dirs p WHERE p.path = d.parent)`, "is a directory in a directory that does not exist"},
+	} {
+		var p string
+		err := tx.QueryRowContext(ctx, c.q+` LIMIT 1`).Scan(&p)
+		if err == nil {
+			return fmt.Errorf("%s %s", p, c.what)
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
 	}
 	return nil
 }

@@ -229,6 +229,15 @@ const lockSessionsSQL = `SELECT pg_advisory_xact_lock(hashtext(current_schema())
 // write others; under READ COMMITTED, two of them at once could evict a
 // session whose new file the other has just made, or deadlock on each
 // other's rows.
+//
+// The transactions that add or remove names (CreateFile, Mkdir, RemoveDir,
+// Rename, RemoveFile) take it too, first: each checks that a name is free
+// (or a directory empty) in one table and then writes another, and under
+// READ COMMITTED a create and a mkdir of one path both passed their checks
+// and made a file and a directory there, and a create in a directory
+// raced its removal and left a file in no directory (TestNamespaceRaces).
+// Creates were one at a time already (the next_id counter's row lock); now
+// they also wait for a session flush in progress.
 func (s *sqlStore) lockSessions(ctx context.Context, tx *sql.Tx) error {
 	if !s.postgres {
 		return nil

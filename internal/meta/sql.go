@@ -482,7 +482,12 @@ func (s *sqlStore) ensureDirs(ctx context.Context, x execer, p string, self bool
 }
 
 func (s *sqlStore) Mkdir(ctx context.Context, p string, now time.Time) error {
-	return s.tx(ctx, func(tx *sql.Tx) error { return s.ensureDirs(ctx, tx, p, true, now) })
+	return s.tx(ctx, func(tx *sql.Tx) error {
+		if err := s.lockSessions(ctx, tx); err != nil {
+			return err
+		}
+		return s.ensureDirs(ctx, tx, p, true, now)
+	})
 }
 
 func (s *sqlStore) IsDir(ctx context.Context, p string) (bool, error) {
@@ -499,6 +504,9 @@ func (s *sqlStore) RemoveDir(ctx context.Context, p string) error {
 		return errs.New(errs.ErrBadRequest, "cannot remove the root directory")
 	}
 	return s.tx(ctx, func(tx *sql.Tx) error {
+		if err := s.lockSessions(ctx, tx); err != nil {
+			return err
+		}
 		var n int
 		if err := tx.QueryRowContext(ctx, s.q(`SELECT (SELECT COUNT(*) FROM dirs WHERE parent = ?) + (SELECT COUNT(*) FROM files WHERE parent = ?)`), p, p).Scan(&n); err != nil {
 			return wrapDB(err)
@@ -522,6 +530,9 @@ func (s *sqlStore) CreateFile(ctx context.Context, f File) (File, error) {
 		return File{}, err
 	}
 	err := s.tx(ctx, func(tx *sql.Tx) error {
+		if err := s.lockSessions(ctx, tx); err != nil {
+			return err
+		}
 		var err error
 		f, err = s.createFileTx(ctx, tx, f)
 		return err

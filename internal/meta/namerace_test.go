@@ -1,0 +1,94 @@
+package meta
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gd2fs/gd2fs/errs"
+)
+
+// TestNamespaceRaces: changes of the tree of names that race leave one
+// tree. On PostgreSQL, under READ COMMITTED, a create and a mkdir of one
+// path each checked that the other's table lacked it and both inserted (a
+// file and a directory at one path), and a create in a directory raced a
+// remove of it (a file in no directory). Each pair runs at once, many
+// times; the tree is checked after every round.
+func TestNamespaceRaces(t *testing.T) {
+	for name, open := range engines(t) {
+		t.Run(name, func(t *testing.T) {
+			s := open(t).(*sqlStore)
+			ctx := context.Background()
+			now := time.Now().UTC()
+			// both runs a and b at once and returns their errors.
+			both := func(a, b func() error) (error, error) {
+				var wg sync.WaitGroup
+				start := make(chan struct{})
+				var ea, eb error
+				wg.Add(2)
+				go func() { defer wg.Done(); <-start; ea = a() }()
+				go func() { defer wg.Done(); <-start; eb = b() }()
+				close(start)
+				wg.Wait()
+				return ea, eb
+			}
+			// expected: the loser of a race is refused with one of these.
+			expected := func(err error, kinds ...error) error {
+				if err == nil {
+					return nil
+				}
+				for _, k := range kinds {
+					if errors.Is(err, k) {
+						return nil
+					}
+				}
+				return err
+			}
+			check := func(round int) {
+				t.Helper()
+				tx, err := s.snapshot(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer tx.Rollback()
+				if err := namespaceTx(ctx, tx); err != nil {
+					t.Fatalf("round %d: %v", round, err)
+				}
+			}
+			for i := 0; i < 40; i++ {
+				p := fmt.Sprintf("/race/same/%d", i)
+				ef, ed := both(
+					func() error { _, err := s.CreateFile(ctx, File{Path: p, Pool: "perf", ChunkSize: 1 << 20, Modified: now}); return err },
+					func() error { return s.Mkdir(ctx, p, now) })
+				if err := expected(ef, errs.ErrIsDir); err != nil {
+					t.Fatalf("create %s: %v", p, err)
+				}
+				if err := expected(ed, errs.ErrNotDir, errs.ErrExists); err != nil {
+					t.Fatalf("mkdir %s: %v", p, err)
+				}
+				if (ef == nil) == (ed == nil) {
+					t.Fatalf("round %d: create (%v) and mkdir (%v) of %s: exactly one must win", i, ef, ed, p)
+				}
+				check(i)
+
+				d := fmt.Sprintf("/race/dir/%d", i)
+				if err := s.Mkdir(ctx, d, now); err != nil {
+					t.Fatal(err)
+				}
+				ef, er := both(
+					func() error { _, err := s.CreateFile(ctx, File{Path: d + "/f", Pool: "perf", ChunkSize: 1 << 20, Modified: now}); return err },
+					func() error { return s.RemoveDir(ctx, d) })
+				if ef != nil {
+					t.Fatalf("create in %s: %v", d, ef)
+				}
+				if err := expected(er, errs.ErrNotEmpty); err != nil {
+					t.Fatalf("rmdir %s: %v", d, err)
+				}
+				check(i)
+			}
+		})
+	}
+}
