@@ -61,7 +61,10 @@ func TestNamespaceRaces(t *testing.T) {
 			for i := 0; i < 40; i++ {
 				p := fmt.Sprintf("/race/same/%d", i)
 				ef, ed := both(
-					func() error { _, err := s.CreateFile(ctx, File{Path: p, Pool: "perf", ChunkSize: 1 << 20, Modified: now}); return err },
+					func() error {
+						_, err := s.CreateFile(ctx, File{Path: p, Pool: "perf", ChunkSize: 1 << 20, Modified: now})
+						return err
+					},
 					func() error { return s.Mkdir(ctx, p, now) })
 				if err := expected(ef, errs.ErrIsDir); err != nil {
 					t.Fatalf("create %s: %v", p, err)
@@ -79,7 +82,10 @@ func TestNamespaceRaces(t *testing.T) {
 					t.Fatal(err)
 				}
 				ef, er := both(
-					func() error { _, err := s.CreateFile(ctx, File{Path: d + "/f", Pool: "perf", ChunkSize: 1 << 20, Modified: now}); return err },
+					func() error {
+						_, err := s.CreateFile(ctx, File{Path: d + "/f", Pool: "perf", ChunkSize: 1 << 20, Modified: now})
+						return err
+					},
 					func() error { return s.RemoveDir(ctx, d) })
 				if ef != nil {
 					t.Fatalf("create in %s: %v", d, ef)
