@@ -15,8 +15,11 @@ import (
 // tree. On PostgreSQL, under READ COMMITTED, a create and a mkdir of one
 // path each checked that the other's table lacked it and both inserted (a
 // file and a directory at one path), and a create in a directory raced a
-// remove of it (a file in no directory). Each pair runs at once, many
-// times; the tree is checked after every round.
+// remove of it (a file in no directory); two allocations of one chunk
+// both passed the check that it was not there, and one failed on the
+// unique index; an allocation beside a file's removal left chunks of no
+// file. Each pair runs at once, many times; the tree is checked after
+// every round.
 func TestNamespaceRaces(t *testing.T) {
 	for name, open := range engines(t) {
 		t.Run(name, func(t *testing.T) {
@@ -92,6 +95,39 @@ func TestNamespaceRaces(t *testing.T) {
 				}
 				if err := expected(er, errs.ErrNotEmpty); err != nil {
 					t.Fatalf("rmdir %s: %v", d, err)
+				}
+				check(i)
+
+				// Two writers allocate one chunk of a file at once: both
+				// get it, and it is one chunk.
+				f, err := s.CreateFile(ctx, File{Path: fmt.Sprintf("/race/chunks/%d", i), Pool: "perf", ChunkSize: 1 << 20, Modified: now})
+				if err != nil {
+					t.Fatal(err)
+				}
+				var got [2][]Chunk
+				add := func(k int) func() error {
+					return func() error {
+						var err error
+						got[k], err = s.AddChunks(ctx, f.ID, []Chunk{{Index: 3, Replicas: []string{"s1"}}})
+						return err
+					}
+				}
+				if e1, e2 := both(add(0), add(1)); e1 != nil || e2 != nil {
+					t.Fatalf("round %d: two allocations of one chunk: %v, %v", i, e1, e2)
+				}
+				if len(got[0]) != 1 || len(got[1]) != 1 || got[0][0].ID != got[1][0].ID {
+					t.Fatalf("round %d: two allocations of one chunk got %+v and %+v", i, got[0], got[1])
+				}
+				check(i)
+
+				// A chunk allocated while its file is removed: either the
+				// allocation saw the file gone, or the removal took the chunk.
+				ea, erm := both(add(0), func() error { return s.RemoveFile(ctx, f.Path) })
+				if erm != nil {
+					t.Fatalf("round %d: remove: %v", i, erm)
+				}
+				if err := expected(ea, errs.ErrNotFound); err != nil {
+					t.Fatalf("round %d: allocation beside a removal: %v", i, err)
 				}
 				check(i)
 			}

@@ -371,6 +371,22 @@ func wrapDB(err error) error {
 	return errs.New(errs.ErrUnavailable, "metadata database: %w", err)
 }
 
+// lockIDs takes the row lock of the next_id counter until the transaction
+// ends (PostgreSQL; SQLite runs one transaction at a time). Every chunk
+// allocation takes it anyway, when it draws an id; AddChunks and a file's
+// removal take it first, so that on PostgreSQL, under READ COMMITTED, each
+// sees what the other committed: two allocations of one chunk both found
+// it missing and the second failed on the unique index, and an allocation
+// beside a removal left chunks of no file (TestNamespaceRaces). Taken
+// after the sessions lock where a transaction holds both, never before.
+func (s *sqlStore) lockIDs(ctx context.Context, tx *sql.Tx) error {
+	if !s.postgres {
+		return nil
+	}
+	_, err := tx.ExecContext(ctx, `SELECT v FROM counters WHERE k = 'next_id' FOR UPDATE`)
+	return wrapDB(err)
+}
+
 func (s *sqlStore) counter(ctx context.Context, x execer, k string, add int64) (int64, error) {
 	var v int64
 	err := x.QueryRowContext(ctx, s.q(`UPDATE counters SET v = v + ? WHERE k = ? RETURNING v`), add, k).Scan(&v)
@@ -715,6 +731,9 @@ func (s *sqlStore) removableTx(ctx context.Context, tx *sql.Tx, p string) error 
 // removeFileTx deletes file p and records a tombstone for every replica of
 // its chunks, inside tx.
 func (s *sqlStore) removeFileTx(ctx context.Context, tx *sql.Tx, p string) error {
+	if err := s.lockIDs(ctx, tx); err != nil { // before its chunks are read: AddChunks
+		return err
+	}
 	f, err := s.fileBy(ctx, tx, "path", p)
 	if err != nil {
 		return err
@@ -862,6 +881,16 @@ func (s *sqlStore) AddChunks(ctx context.Context, fileID int64, want []Chunk) ([
 	added := false
 	err := s.tx(ctx, func(tx *sql.Tx) error {
 		added = false
+		if err := s.lockIDs(ctx, tx); err != nil {
+			return err
+		}
+		var n int
+		if err := tx.QueryRowContext(ctx, s.q(`SELECT COUNT(*) FROM files WHERE id = ?`), fileID).Scan(&n); err != nil {
+			return wrapDB(err)
+		}
+		if n == 0 {
+			return errs.New(errs.ErrNotFound, "file %d was removed: its chunks cannot be allocated", fileID)
+		}
 		for _, c := range want {
 			var n int
 			if err := tx.QueryRowContext(ctx, s.q(`SELECT COUNT(*) FROM chunks WHERE file_id = ? AND idx = ?`), fileID, c.Index).Scan(&n); err != nil {
