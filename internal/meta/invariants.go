@@ -175,7 +175,8 @@ func (s *sqlStore) invariantsTx(ctx context.Context, tx *sql.Tx) error {
 
 // namespaceTx checks the tree of names: no path is both a file and a
 // directory, every file and directory below the root has its parent
-// directory, every chunk its file and every replica its chunk.
+// directory, every chunk and every attribute its file, and every replica
+// its chunk.
 func namespaceTx(ctx context.Context, tx *sql.Tx) error {
 	for _, c := range []struct{ q, what string }{
 		{`SELECT f.path FROM files f JOIN dirs d ON d.path = f.path`, "is both a file and a directory"},
@@ -183,6 +184,7 @@ func namespaceTx(ctx context.Context, tx *sql.Tx) error {
 		{`SELECT d.path FROM dirs d WHERE d.path <> '/' AND d.parent <> '/' AND NOT EXISTS (SELECT 1 FROM dirs p WHERE p.path = d.parent)`, "is a directory in a directory that does not exist"},
 		{`SELECT CAST(c.id AS TEXT) FROM chunks c WHERE NOT EXISTS (SELECT 1 FROM files f WHERE f.id = c.file_id)`, "is a chunk of a file that does not exist"},
 		{`SELECT CAST(r.chunk_id AS TEXT) FROM replicas r WHERE NOT EXISTS (SELECT 1 FROM chunks c WHERE c.id = r.chunk_id)`, "has replicas but no chunk"},
+		{`SELECT a.path FROM file_attrs a WHERE NOT EXISTS (SELECT 1 FROM files f WHERE f.path = a.path)`, "has attributes but no file"},
 	} {
 		var p string
 		err := tx.QueryRowContext(ctx, c.q+` LIMIT 1`).Scan(&p)

@@ -18,7 +18,7 @@ import (
 // remove of it (a file in no directory); two allocations of one chunk
 // both passed the check that it was not there, and one failed on the
 // unique index; an allocation beside a file's removal left chunks of no
-// file. Each pair runs at once, many times; the tree is checked after
+// file; attributes set beside a rename stayed on the old path. Each pair runs at once, many times; the tree is checked after
 // every round.
 func TestNamespaceRaces(t *testing.T) {
 	for name, open := range engines(t) {
@@ -131,6 +131,41 @@ func TestNamespaceRaces(t *testing.T) {
 				}
 				check(i)
 			}
+
+			// Attributes set while their file is renamed back and forth:
+			// each goes with the file or is refused (the file was not
+			// there), never left behind on a path with no file.
+			f, err := s.CreateFile(ctx, File{Path: "/race/attrs/a", Pool: "perf", ChunkSize: 1 << 20, Modified: now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Commit(ctx, f.ID, 0, nil, true, now); err != nil {
+				t.Fatal(err)
+			}
+			ea, erm := both(func() error {
+				for i := range 300 {
+					err := s.SetAttrs(ctx, "/race/attrs/a", map[string]string{"n": fmt.Sprint(i)})
+					if err := expected(err, errs.ErrNotFound); err != nil {
+						return err
+					}
+				}
+				return nil
+			}, func() error {
+				for i := range 150 {
+					from, to := "/race/attrs/a", "/race/attrs/b"
+					if i%2 == 1 {
+						from, to = to, from
+					}
+					if err := s.Rename(ctx, from, to, RenameOptions{}, now); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			if ea != nil || erm != nil {
+				t.Fatalf("attributes beside renames: %v; renames: %v", ea, erm)
+			}
+			check(-1)
 		})
 	}
 }

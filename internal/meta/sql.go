@@ -764,6 +764,11 @@ func (s *sqlStore) SetAttrs(ctx context.Context, p string, attrs map[string]stri
 		return err
 	}
 	return s.tx(ctx, func(tx *sql.Tx) error {
+		// Attributes are kept by path: one set while the file is removed
+		// or renamed would stay on its old path, for the next file there.
+		if err := s.lockSessions(ctx, tx); err != nil {
+			return err
+		}
 		if _, err := s.fileBy(ctx, tx, "path", p); err != nil {
 			return err
 		}
