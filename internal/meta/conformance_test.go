@@ -331,6 +331,15 @@ func testChunks(t *testing.T, s Store) {
 	if err := s.ClearTombstones(ctx, "s1", ts); err != nil {
 		t.Fatal(err)
 	}
+	// A repair that copied a chunk to s9 while its file was removed: the
+	// copy is recorded nowhere, so s9 owes its delete.
+	mustIs(t, s.ReplaceReplica(ctx, cs[1].ID, "s2", "s9"), errs.ErrNotFound)
+	if ts, _ := s.Tombstones(ctx, "s9", 10); len(ts) != 1 || ts[0] != cs[1].ID {
+		t.Fatalf("a copy made for a removed file's chunk owes no delete: %v", ts)
+	}
+	if err := s.ClearTombstones(ctx, "s9", []uint64{cs[1].ID}); err != nil {
+		t.Fatal(err)
+	}
 	// A server coming back with chunks nobody assigned it: they owe a delete.
 	g, _ := s.CreateFile(ctx, File{Path: "/g", Pool: "perf", ChunkSize: 1000, Modified: now})
 	kept, _ := s.AddChunks(ctx, g.ID, []Chunk{{Index: 0, Replicas: []string{"s1"}}})

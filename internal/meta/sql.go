@@ -992,13 +992,30 @@ func (s *sqlStore) ChunksOn(ctx context.Context, serverID string) ([]Placed, err
 }
 
 func (s *sqlStore) ReplaceReplica(ctx context.Context, chunkID uint64, old, new string) error {
+	missing := false
 	err := s.tx(ctx, func(tx *sql.Tx) error {
+		missing = false
+		// After a removal of the chunk's file, or before it (lockIDs): a
+		// removal in between would tombstone the old copy and leave the new.
+		if err := s.lockIDs(ctx, tx); err != nil {
+			return err
+		}
 		r, err := tx.ExecContext(ctx, s.q(`UPDATE replicas SET server_id = ? WHERE chunk_id = ? AND server_id = ?`), new, chunkID, old)
 		if err != nil {
 			return wrapDB(err)
 		}
 		if k, _ := r.RowsAffected(); k == 0 {
-			return errs.New(errs.ErrNotFound, "chunk %d has no replica on %s", chunkID, old)
+			// The copy new may have just made is recorded nowhere (the
+			// chunk's file was removed meanwhile, or another repair moved
+			// the replica first): unless new holds a replica of the chunk,
+			// it owes a delete, or the copy stays until new restarts and
+			// sweeps its orphans.
+			if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO tombstones (chunk_id, server_id) SELECT ?, ?
+				WHERE NOT EXISTS (SELECT 1 FROM replicas WHERE chunk_id = ? AND server_id = ?) ON CONFLICT DO NOTHING`), chunkID, new, chunkID, new); err != nil {
+				return wrapDB(err)
+			}
+			missing = true // committed: the tombstone stays
+			return nil
 		}
 		// The old server may come back holding a stale copy: it owes a delete.
 		if _, err = tx.ExecContext(ctx, s.q(`INSERT INTO tombstones (chunk_id, server_id) VALUES (?, ?) ON CONFLICT DO NOTHING`), chunkID, old); err != nil {
@@ -1009,6 +1026,9 @@ func (s *sqlStore) ReplaceReplica(ctx context.Context, chunkID uint64, old, new 
 		_, err = tx.ExecContext(ctx, s.q(`DELETE FROM tombstones WHERE chunk_id = ? AND server_id = ?`), chunkID, new)
 		return wrapDB(err)
 	})
+	if err == nil && missing {
+		return errs.New(errs.ErrNotFound, "chunk %d has no replica on %s", chunkID, old)
+	}
 	if err == nil { // plans answered from memory name the new replica
 		s.forgetFiles(func(f *cachedFile) bool {
 			for _, c := range f.chunks {
