@@ -297,6 +297,9 @@ func testChunks(t *testing.T, s Store) {
 		t.Fatal(err)
 	}
 	mustIs(t, s.ReplaceReplica(ctx, cs[0].ID, "s3", "s4"), errs.ErrNotFound)
+	if ts, err := s.Tombstones(ctx, "s4", 10); err != nil || len(ts) != 0 {
+		t.Fatalf("a replica moved once already owes a delete of its live copy: %v %v", ts, err)
+	}
 	all, _ = s.Chunks(ctx, f.ID)
 	if all[0].Replicas[2] != "s4" {
 		t.Fatalf("replace kept position? %+v", all[0])
@@ -334,8 +337,8 @@ func testChunks(t *testing.T, s Store) {
 	// A repair that copied a chunk to s9 while its file was removed: the
 	// copy is recorded nowhere, so s9 owes its delete.
 	mustIs(t, s.ReplaceReplica(ctx, cs[1].ID, "s2", "s9"), errs.ErrNotFound)
-	if ts, _ := s.Tombstones(ctx, "s9", 10); len(ts) != 1 || ts[0] != cs[1].ID {
-		t.Fatalf("a copy made for a removed file's chunk owes no delete: %v", ts)
+	if ts, err := s.Tombstones(ctx, "s9", 10); err != nil || len(ts) != 1 || ts[0] != cs[1].ID {
+		t.Fatalf("a copy made for a removed file's chunk owes no delete: %v %v", ts, err)
 	}
 	if err := s.ClearTombstones(ctx, "s9", []uint64{cs[1].ID}); err != nil {
 		t.Fatal(err)

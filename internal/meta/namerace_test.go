@@ -105,14 +105,14 @@ func TestNamespaceRaces(t *testing.T) {
 					t.Fatal(err)
 				}
 				var got [2][]Chunk
-				add := func(k int) func() error {
+				add := func(k int, idx int64) func() error {
 					return func() error {
 						var err error
-						got[k], err = s.AddChunks(ctx, f.ID, []Chunk{{Index: 3, Replicas: []string{"s1"}}})
+						got[k], err = s.AddChunks(ctx, f.ID, []Chunk{{Index: idx, Replicas: []string{"s1"}}})
 						return err
 					}
 				}
-				if e1, e2 := both(add(0), add(1)); e1 != nil || e2 != nil {
+				if e1, e2 := both(add(0, 3), add(1, 3)); e1 != nil || e2 != nil {
 					t.Fatalf("round %d: two allocations of one chunk: %v, %v", i, e1, e2)
 				}
 				if len(got[0]) != 1 || len(got[1]) != 1 || got[0][0].ID != got[1][0].ID {
@@ -120,9 +120,10 @@ func TestNamespaceRaces(t *testing.T) {
 				}
 				check(i)
 
-				// A chunk allocated while its file is removed: either the
-				// allocation saw the file gone, or the removal took the chunk.
-				ea, erm := both(add(0), func() error { return s.RemoveFile(ctx, f.Path) })
+				// A new chunk allocated while its file is removed: either
+				// the allocation saw the file gone, or the removal took the
+				// chunk.
+				ea, erm := both(add(0, 4), func() error { return s.RemoveFile(ctx, f.Path) })
 				if erm != nil {
 					t.Fatalf("round %d: remove: %v", i, erm)
 				}

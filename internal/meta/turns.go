@@ -30,6 +30,11 @@ func (s *sqlStore) allocFreshTx(ctx context.Context, tx *sql.Tx, place PlaceFunc
 		return File{}, nil, errs.New(errs.ErrInternal, "%s has chunk size %d", f.Path, f.ChunkSize)
 	}
 	first, last := fr.KVStart/f.ChunkSize, (fr.KVStart+fr.KVLength-1)/f.ChunkSize
+	// Before the chunks are read: an AddChunks of the same index in
+	// between would fail this plan on the unique index (lockIDs).
+	if err := s.lockIDs(ctx, tx); err != nil {
+		return File{}, nil, err
+	}
 	have, err := s.chunksTx(ctx, tx, f.ID, first, last)
 	if err != nil {
 		return File{}, nil, err
