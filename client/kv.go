@@ -90,6 +90,23 @@ func (kv *KV) owners(ctx context.Context, key string, refresh bool) ([]placement
 	if n == 0 {
 		return nil, 0, errs.New(errs.ErrNotFound, "no pool %q", kv.pool)
 	}
+	if len(m.Members) < n && !refresh {
+		// A list fetched as a server joined can lag it: the master
+		// publishes a new list with its new epoch, a moment after the
+		// server is up. Look again, once, before failing.
+		select {
+		case <-ctx.Done():
+			return nil, 0, ctx.Err()
+		case <-time.After(minMembersRefresh):
+		}
+		if m, err = kv.c.members(ctx, true); err != nil {
+			return nil, 0, err
+		}
+		n = m.Replicas(kv.pool)
+	}
+	if n == 0 {
+		return nil, 0, errs.New(errs.ErrNotFound, "no pool %q", kv.pool)
+	}
 	if len(m.Members) < n {
 		return nil, 0, errs.New(errs.ErrUnavailable, "pool %s keeps %d copies but %d servers are up: start more servers", kv.pool, n, len(m.Members))
 	}
