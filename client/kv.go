@@ -87,9 +87,6 @@ func (kv *KV) owners(ctx context.Context, key string, refresh bool) ([]placement
 		return nil, 0, err
 	}
 	n := m.Replicas(kv.pool)
-	if n == 0 {
-		return nil, 0, errs.New(errs.ErrNotFound, "no pool %q", kv.pool)
-	}
 	if len(m.Members) < n && !refresh {
 		// A list fetched as a server joined can lag it: the master
 		// publishes a new list with its new epoch, a moment after the

@@ -18,8 +18,8 @@ import (
 // remove of it (a file in no directory); two allocations of one chunk
 // both passed the check that it was not there, and one failed on the
 // unique index; an allocation beside a file's removal left chunks of no
-// file; attributes set beside a rename stayed on the old path. Each pair runs at once, many times; the tree is checked after
-// every round.
+// file; attributes set beside a rename stayed on the old path. Each pair
+// runs at once, many times; the tree is checked after every round.
 func TestNamespaceRaces(t *testing.T) {
 	for name, open := range engines(t) {
 		t.Run(name, func(t *testing.T) {

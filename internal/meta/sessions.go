@@ -231,7 +231,8 @@ const lockSessionsSQL = `SELECT pg_advisory_xact_lock(hashtext(current_schema())
 // other's rows.
 //
 // The transactions that add or remove names (CreateFile, Mkdir, RemoveDir,
-// Rename, RemoveFile) take it too, first: each checks that a name is free
+// Rename, RemoveFile), and SetAttrs (attributes are kept by path), take it
+// too, first: each checks that a name is free
 // (or a directory empty) in one table and then writes another, and under
 // READ COMMITTED a create and a mkdir of one path both passed their checks
 // and made a file and a directory there, and a create in a directory
