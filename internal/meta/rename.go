@@ -58,10 +58,7 @@ func (s *sqlStore) Rename(ctx context.Context, from, to string, o RenameOptions,
 	if from == "/" || to == "/" {
 		return errs.New(errs.ErrBadRequest, "cannot rename the root directory, or onto it")
 	}
-	return s.tx(ctx, func(tx *sql.Tx) error {
-		if err := s.lockSessions(ctx, tx); err != nil {
-			return err
-		}
+	return s.lockedTx(ctx, func(tx *sql.Tx) error {
 		f, err := s.fileBy(ctx, tx, "path", from)
 		if err == nil {
 			return s.renameFileTx(ctx, tx, f, to, o, now)

@@ -75,10 +75,7 @@ func SeedSessions(ctx context.Context, st Store, in SeedInput) error {
 	}
 	var tables []seedTable
 	var stride, reserved int64
-	err := s.tx(ctx, func(tx *sql.Tx) error {
-		if err := s.lockSessions(ctx, tx); err != nil {
-			return err
-		}
+	err := s.lockedTx(ctx, func(tx *sql.Tx) error {
 		var err error
 		if tables, err = s.seedTemplate(ctx, tx, in); err != nil {
 			return err
@@ -112,10 +109,7 @@ func SeedSessions(ctx context.Context, st Store, in SeedInput) error {
 	}
 	for done := 0; done < in.N; {
 		n := min(in.Batch, in.N-done)
-		err := s.tx(ctx, func(tx *sql.Tx) error {
-			if err := s.lockSessions(ctx, tx); err != nil {
-				return err
-			}
+		err := s.lockedTx(ctx, func(tx *sql.Tx) error {
 			for _, t := range tables {
 				if err := s.seedInsert(ctx, tx, t, in, stride, done, n); err != nil {
 					return err

@@ -360,6 +360,17 @@ func (s *sqlStore) tx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	return nil
 }
 
+// lockedTx is tx with the sessions lock taken first (lockSessions): for
+// the transactions that change sessions, names or attributes.
+func (s *sqlStore) lockedTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	return s.tx(ctx, func(tx *sql.Tx) error {
+		if err := s.lockSessions(ctx, tx); err != nil {
+			return err
+		}
+		return fn(tx)
+	})
+}
+
 func wrapDB(err error) error {
 	if err == nil {
 		return nil
@@ -498,10 +509,7 @@ func (s *sqlStore) ensureDirs(ctx context.Context, x execer, p string, self bool
 }
 
 func (s *sqlStore) Mkdir(ctx context.Context, p string, now time.Time) error {
-	return s.tx(ctx, func(tx *sql.Tx) error {
-		if err := s.lockSessions(ctx, tx); err != nil {
-			return err
-		}
+	return s.lockedTx(ctx, func(tx *sql.Tx) error {
 		return s.ensureDirs(ctx, tx, p, true, now)
 	})
 }
@@ -519,10 +527,7 @@ func (s *sqlStore) RemoveDir(ctx context.Context, p string) error {
 	if p == "/" {
 		return errs.New(errs.ErrBadRequest, "cannot remove the root directory")
 	}
-	return s.tx(ctx, func(tx *sql.Tx) error {
-		if err := s.lockSessions(ctx, tx); err != nil {
-			return err
-		}
+	return s.lockedTx(ctx, func(tx *sql.Tx) error {
 		var n int
 		if err := tx.QueryRowContext(ctx, s.q(`SELECT (SELECT COUNT(*) FROM dirs WHERE parent = ?) + (SELECT COUNT(*) FROM files WHERE parent = ?)`), p, p).Scan(&n); err != nil {
 			return wrapDB(err)
@@ -545,10 +550,7 @@ func (s *sqlStore) CreateFile(ctx context.Context, f File) (File, error) {
 	if err := checkText("file", f.Path, f.Pool, f.CreateID); err != nil {
 		return File{}, err
 	}
-	err := s.tx(ctx, func(tx *sql.Tx) error {
-		if err := s.lockSessions(ctx, tx); err != nil {
-			return err
-		}
+	err := s.lockedTx(ctx, func(tx *sql.Tx) error {
 		var err error
 		f, err = s.createFileTx(ctx, tx, f)
 		return err
@@ -668,10 +670,7 @@ func (s *sqlStore) List(ctx context.Context, dir string) ([]Entry, error) {
 }
 
 func (s *sqlStore) RemoveFile(ctx context.Context, p string) error {
-	err := s.tx(ctx, func(tx *sql.Tx) error {
-		if err := s.lockSessions(ctx, tx); err != nil {
-			return err
-		}
+	err := s.lockedTx(ctx, func(tx *sql.Tx) error {
 		if err := s.removableTx(ctx, tx, p); err != nil {
 			return err
 		}
@@ -763,12 +762,10 @@ func (s *sqlStore) SetAttrs(ctx context.Context, p string, attrs map[string]stri
 	if err := checkAttrs(attrs); err != nil {
 		return err
 	}
-	return s.tx(ctx, func(tx *sql.Tx) error {
-		// Attributes are kept by path: one set while the file is removed
-		// or renamed would stay on its old path, for the next file there.
-		if err := s.lockSessions(ctx, tx); err != nil {
-			return err
-		}
+	// Under the sessions lock: attributes are kept by path, so one set while
+	// the file is removed or renamed would stay on its old path, for the
+	// next file there.
+	return s.lockedTx(ctx, func(tx *sql.Tx) error {
 		if _, err := s.fileBy(ctx, tx, "path", p); err != nil {
 			return err
 		}
@@ -889,12 +886,10 @@ func (s *sqlStore) AddChunks(ctx context.Context, fileID int64, want []Chunk) ([
 		if err := s.lockIDs(ctx, tx); err != nil {
 			return err
 		}
-		var n int
-		if err := tx.QueryRowContext(ctx, s.q(`SELECT COUNT(*) FROM files WHERE id = ?`), fileID).Scan(&n); err != nil {
-			return wrapDB(err)
-		}
-		if n == 0 {
+		if _, err := s.fileBy(ctx, tx, "id", fileID); errors.Is(err, errs.ErrNotFound) {
 			return errs.New(errs.ErrNotFound, "file %d was removed: its chunks cannot be allocated", fileID)
+		} else if err != nil {
+			return err
 		}
 		for _, c := range want {
 			var n int

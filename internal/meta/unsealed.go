@@ -45,10 +45,7 @@ func (s *sqlStore) ExpireUnsealed(ctx context.Context, before time.Time, limit i
 	for _, f := range old {
 		// Each in its own transaction, looked at again inside it: a writer
 		// may have committed (or sealed) since the query.
-		err := s.tx(ctx, func(tx *sql.Tx) error {
-			if err := s.lockSessions(ctx, tx); err != nil {
-				return err
-			}
+		err := s.lockedTx(ctx, func(tx *sql.Tx) error {
 			now, err := s.fileBy(ctx, tx, "id", f.ID)
 			if err != nil {
 				return err
