@@ -27,6 +27,7 @@ import (
 
 	"github.com/gd2fs/gd2fs/errs"
 	"github.com/gd2fs/gd2fs/internal/api"
+	"github.com/gd2fs/gd2fs/internal/frames"
 	"github.com/gd2fs/gd2fs/internal/nspath"
 )
 
@@ -73,6 +74,13 @@ type Config struct {
 	// batch: default DefaultCoalesceInFlight; negative: no coalescing, as
 	// NoCoalesce.
 	CoalesceInFlight int
+	// PlainHTTP sends every master call as an HTTP request. By default a
+	// client sends its explicit-session calls (plans, commits, their
+	// batches) over persistent framed connections to a master that takes
+	// them (package internal/frames; docs/kv-cache.md, "What a turn
+	// costs"), which cost fewer wake-ups a call than net/http's; its
+	// other calls, and all calls to a master from before them, go as HTTP.
+	PlainHTTP bool
 }
 
 // Client talks to one gd2fs cluster. It is safe for concurrent use.
@@ -143,6 +151,15 @@ func New(cfg Config) (*Client, error) {
 	}
 	hc := &http.Client{Timeout: 30 * time.Second, Transport: masterTransport(cfg.TLS)}
 	c := &Client{cfg: cfg, tr: tr, api: &api.Client{Base: cfg.Master, Token: cfg.Token, HTTP: hc, RetryFor: cfg.MasterRetry}}
+	if !cfg.PlainHTTP {
+		// The upgrade passes the master's token check as any call does;
+		// each call on the connection carries the token again.
+		up := http.Header{}
+		if cfg.Token != "" {
+			up.Set("Authorization", "Bearer "+cfg.Token)
+		}
+		c.api.Frames = &frames.Client{Transport: hc.Transport, Header: up}
+	}
 	c.co = newCoalescers(c)
 	return c, nil
 }
@@ -167,6 +184,9 @@ func masterTransport(tlsConf *tls.Config) *http.Transport {
 func (c *Client) Close() error {
 	c.tr.Close()
 	c.api.HTTP.CloseIdleConnections()
+	if c.api.Frames != nil {
+		c.api.Frames.Close()
+	}
 	return nil
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/gd2fs/gd2fs/client"
 	"github.com/gd2fs/gd2fs/errs"
 	"github.com/gd2fs/gd2fs/internal/cluster"
+	"github.com/gd2fs/gd2fs/internal/frames"
 	"github.com/gd2fs/gd2fs/internal/limits"
 )
 
@@ -393,6 +394,10 @@ func TestCoalescedEngineOldMaster(t *testing.T) {
 	old := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/v1/sessions/commits/saved" {
 			tries.Add(1)
+			http.NotFound(w, r)
+			return
+		}
+		if r.URL.Path == frames.Path { // nor framed connections
 			http.NotFound(w, r)
 			return
 		}

@@ -20,6 +20,7 @@ import (
 	"github.com/gd2fs/gd2fs/client"
 	"github.com/gd2fs/gd2fs/errs"
 	"github.com/gd2fs/gd2fs/internal/cluster"
+	"github.com/gd2fs/gd2fs/internal/frames"
 )
 
 // The session routes whose requests the coalescing tests count.
@@ -411,6 +412,8 @@ func TestCoalescingOldMaster(t *testing.T) {
 	proxy := httputil.NewSingleHostReverseProxy(u)
 	old := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
+		case frames.Path: // nor framed connections
+			http.NotFound(w, r)
 		case "/v1/sessions/plans":
 			batchTries.Add(1)
 			http.NotFound(w, r)

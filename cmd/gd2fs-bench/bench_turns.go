@@ -36,7 +36,7 @@ func newBenchTurns() *cobra.Command {
 	var sessions, conc, servers int
 	var turnTokens, prefixTokens int64
 	var duration time.Duration
-	var oldPath, prefault, coalesce bool
+	var oldPath, prefault, coalesce, plainHTTP bool
 	var coalesceInFlight int
 	var rate, newShare float64
 	var serverMem, durability, model, quota, sessionMem string
@@ -93,7 +93,7 @@ func newBenchTurns() *cobra.Command {
 				}
 				masterArgs = append(masterArgs, "--session-memory", sessionMem)
 			}
-			ccfg := client.Config{NoCoalesce: !coalesce, CoalesceInFlight: coalesceInFlight}
+			ccfg := client.Config{NoCoalesce: !coalesce, CoalesceInFlight: coalesceInFlight, PlainHTTP: plainHTTP}
 			if newShare < 0 || newShare > 1 {
 				return fmt.Errorf("--new-chats %v: a share from 0 to 1", newShare)
 			}
@@ -117,6 +117,7 @@ func newBenchTurns() *cobra.Command {
 	f.BoolVar(&prefault, "server-prefault", true, "start the servers with --mem-prefault and measure once their DRAM tiers are resident, as on a server that has run until its tiers were full (false: pages are faulted in by the measured writes; needed for a gd2fs binary from before the flag)")
 	f.BoolVar(&coalesce, "coalesce", !(client.Config{}).NoCoalesce, "send the client's concurrent plans, and its concurrent commits, to the master in batches (client.Config.NoCoalesce; default: the client's default); false: every call its own request")
 	f.IntVar(&coalesceInFlight, "coalesce-inflight", 0, "batches of each kind in flight before calls queue for the next (client.Config.CoalesceInFlight; 0: the client's default)")
+	f.BoolVar(&plainHTTP, "plain-http", false, "send the client's plans and commits as HTTP requests (client.Config.PlainHTTP), not on framed connections: the transport before them, for comparison")
 	f.Float64Var(&rate, "rate", 0, "turns started a second (open loop: a turn starts on schedule when one of the --concurrency chats is idle, else it is counted as missed); 0: every chat starts its next turn as soon as one ends (saturation)")
 	f.BoolVar(&oldPath, "sync-path", false, "write with WriteFresh (open, write, Sync) and Commit, the turn before WriteAndCommit, for comparison")
 	return cmd
@@ -263,6 +264,11 @@ func benchTurns(ctx context.Context, metaDSN, serverMem string, sessions, conc, 
 		coal = "every call alone"
 	} else if ccfg.CoalesceInFlight > 0 {
 		coal += fmt.Sprintf(" (%d batches in flight)", ccfg.CoalesceInFlight)
+	}
+	if ccfg.PlainHTTP {
+		coal += ", as HTTP requests"
+	} else {
+		coal += ", on framed connections"
 	}
 	pre := ""
 	if prefixTokens > 0 {
@@ -426,6 +432,9 @@ func benchTurns(ctx context.Context, metaDSN, serverMem string, sessions, conc, 
 	}
 	sort.Strings(routes)
 	fmt.Printf("  master requests per turn: %s\n", strings.Join(routes, ", "))
+	if _, ok := after["framed"]; ok {
+		fmt.Printf("  of them on framed connections: %.2f a turn\n", (after["framed"]-before["framed"])/float64(n))
+	}
 	if mem := after["from_memory"] - before["from_memory"]; after["flushes"] > 0 || mem > 0 {
 		fl := after["flushes"] - before["flushes"]
 		ops := after["flushed"] - before["flushed"]
@@ -622,7 +631,7 @@ func masterRequests(ctx context.Context, url string) (map[string]float64, error)
 		for k, name := range map[string]string{"from_memory": "gd2fs_master_session_ops_from_memory_total ",
 			"flushes": "gd2fs_master_session_flushes_total ", "flushed": "gd2fs_master_session_flushed_ops_total ",
 			"flush_s": "gd2fs_master_session_flush_seconds_total ", "stmts": "gd2fs_master_session_flushed_statements_total ",
-			"dropped": "gd2fs_master_session_dropped_statements_total "} {
+			"dropped": "gd2fs_master_session_dropped_statements_total ", "framed": "gd2fs_master_framed_calls_total "} {
 			if v, ok := strings.CutPrefix(line, name); ok {
 				out[k], _ = strconv.ParseFloat(v, 64)
 			}

@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/gd2fs/gd2fs/errs"
+	"github.com/gd2fs/gd2fs/internal/frames"
 	"github.com/gd2fs/gd2fs/internal/placement"
 	"github.com/gd2fs/gd2fs/kvlayout"
 )
@@ -328,6 +329,11 @@ type Client struct {
 	// servers send "server", which a master without a token requires of
 	// heartbeats (a header no web page can add to a cross-origin request).
 	Role string
+	// Frames, when set, carries the calls Framed names on persistent
+	// framed connections (package frames) instead of HTTP requests, to a
+	// master that takes them; others, and every call to a master that
+	// does not, go as plain HTTP through HTTP.
+	Frames *frames.Client
 
 	cur      atomic.Int32
 	answered atomic.Bool // some master has answered this client once
@@ -488,6 +494,23 @@ func (c *Client) Do(ctx context.Context, method, path string, in, out any) error
 
 // do1 calls one master and says what became of the request.
 func (c *Client) do1(ctx context.Context, base, method, path string, body []byte, hasBody bool, out any) (outcome, error) {
+	h := make(http.Header, 3)
+	if c.Token != "" {
+		h.Set("Authorization", "Bearer "+c.Token)
+	}
+	if hasBody || method == http.MethodPost || method == http.MethodPut {
+		// The master takes POST and PUT only as JSON (its guard against
+		// web pages), bodiless ones included.
+		h.Set("Content-Type", "application/json")
+	}
+	if c.Role != "" {
+		h.Set(RoleHeader, c.Role)
+	}
+	if c.Frames != nil && Framed(method, path) {
+		if o, err, ok := c.doFramed(ctx, base, method, path, h, body, out); ok {
+			return o, err
+		}
+	}
 	var rd io.Reader
 	if hasBody {
 		rd = bytes.NewReader(body)
@@ -496,46 +519,76 @@ func (c *Client) do1(ctx context.Context, base, method, path string, body []byte
 	if err != nil {
 		return done, errs.New(errs.ErrBadRequest, "master address %q: %w", base, err)
 	}
-	if c.Token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.Token)
-	}
-	if hasBody || method == http.MethodPost || method == http.MethodPut {
-		// The master takes POST and PUT only as JSON (its guard against
-		// web pages), bodiless ones included.
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if c.Role != "" {
-		req.Header.Set(RoleHeader, c.Role)
-	}
+	req.Header = h
 	hc := c.HTTP
 	if hc == nil {
 		hc = http.DefaultClient
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		if ctx.Err() != nil {
-			return done, ctx.Err()
-		}
-		o := unknown
-		switch {
-		case isTLSError(err):
-			o = done // a certificate or protocol mismatch does not pass
-		case isDialError(err):
-			o = untouched
-		}
-		hint := "is it running? start one with 'gd2fs up' or set --master"
-		if isTLSError(err) {
-			hint = "TLS failed: check --tls-ca (GD2FS_TLS_CA) names the CA of the master's certificate, --tls-cert/--tls-key where it verifies clients, and https:// in --master"
-		}
-		return o, errs.New(errs.ErrUnavailable, "master %s unreachable: %w (%s)", base, err, hint)
+		return c.failed(ctx, base, err)
 	}
 	defer resp.Body.Close()
+	return c.answer(base, method, path, resp.StatusCode, resp.Status, resp.Header, resp.Body, out)
+}
+
+// Framed says which calls go on a framed connection when Client.Frames
+// is set: the POSTs of explicit sessions (plans, commits, their batches),
+// a chat turn's calls, whose answers are small.
+func Framed(method, path string) bool {
+	return method == http.MethodPost && strings.HasPrefix(path, "/v1/sessions")
+}
+
+// doFramed sends the call on a framed connection (Client.Frames); ok is
+// false when it was not sent there (frames.ErrNotUsed): send it as plain
+// HTTP.
+func (c *Client) doFramed(ctx context.Context, base, method, path string, h http.Header, body []byte, out any) (o outcome, err error, ok bool) {
+	if c.HTTP != nil && c.HTTP.Timeout > 0 {
+		// As http.Client bounds a plain call.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.HTTP.Timeout)
+		defer cancel()
+	}
+	a, err := c.Frames.Do(ctx, base, method, path, h, body, Idempotent(method, path))
+	if errors.Is(err, frames.ErrNotUsed) {
+		return 0, nil, false
+	}
+	if err != nil {
+		o, err := c.failed(ctx, base, err)
+		return o, err, true
+	}
+	o, err = c.answer(base, method, path, a.Status, fmt.Sprintf("%d %s", a.Status, http.StatusText(a.Status)), a.Header, bytes.NewReader(a.Body), out)
+	return o, err, true
+}
+
+// failed classifies a call that got no answer.
+func (c *Client) failed(ctx context.Context, base string, err error) (outcome, error) {
+	if ctx.Err() != nil {
+		return done, ctx.Err()
+	}
+	o := unknown
+	switch {
+	case isTLSError(err):
+		o = done // a certificate or protocol mismatch does not pass
+	case isDialError(err):
+		o = untouched
+	}
+	hint := "is it running? start one with 'gd2fs up' or set --master"
+	if isTLSError(err) {
+		hint = "TLS failed: check --tls-ca (GD2FS_TLS_CA) names the CA of the master's certificate, --tls-cert/--tls-key where it verifies clients, and https:// in --master"
+	}
+	return o, errs.New(errs.ErrUnavailable, "master %s unreachable: %w (%s)", base, err, hint)
+}
+
+// answer reads a master's answer into out (when not nil) and says what
+// became of the request.
+func (c *Client) answer(base, method, path string, code int, status string, hdr http.Header, body io.Reader, out any) (outcome, error) {
 	c.answered.Store(true)
-	if resp.StatusCode/100 != 2 {
+	if code/100 != 2 {
 		var e Error
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		b, _ := io.ReadAll(io.LimitReader(body, 1<<20))
 		o := done
-		if resp.StatusCode == http.StatusServiceUnavailable && (resp.Header.Get(LeaderHeader) != "" || resp.Header.Get("Retry-After") != "" || strings.Contains(string(b), "standby")) {
+		if code == http.StatusServiceUnavailable && (hdr.Get(LeaderHeader) != "" || hdr.Get("Retry-After") != "" || strings.Contains(string(b), "standby")) {
 			o = untouched
 		}
 		if json.Unmarshal(b, &e) != nil || e.Error == "" {
@@ -543,18 +596,18 @@ func (c *Client) do1(ctx context.Context, base, method, path string, body []byte
 			if len(body) > 200 {
 				body = body[:200] + "…"
 			}
-			if resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusMethodNotAllowed {
+			if code == http.StatusNotFound || code == http.StatusMethodNotAllowed {
 				return o, errs.New(errs.ErrInternal, "%s answered %s %s with %s without a gd2fs error: an older master without the route, or not a gd2fs master (check --master) (%s): %w",
-					base, method, path, resp.Status, body, ErrNoRoute)
+					base, method, path, status, body, ErrNoRoute)
 			}
-			return o, errs.New(errs.ErrInternal, "%s answered %s without a gd2fs error: is it a gd2fs master? check --master (%s)", base, resp.Status, body)
+			return o, errs.New(errs.ErrInternal, "%s answered %s without a gd2fs error: is it a gd2fs master? check --master (%s)", base, status, body)
 		}
 		return o, errs.FromCode(e.Code, e.Error)
 	}
 	if out == nil {
 		return done, nil
 	}
-	if err := readAnswer(resp.Body, out); err != nil { // answerjson.go
+	if err := readAnswer(body, out); err != nil { // answerjson.go
 		// The master answered and then the connection broke: it did the work.
 		if idem := Idempotent(method, path); idem {
 			return unknown, errs.New(errs.ErrUnavailable, "master %s: answer to %s %s cut short: %w", base, method, path, err)

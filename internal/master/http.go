@@ -16,6 +16,7 @@ import (
 	"github.com/gd2fs/gd2fs/errs"
 	"github.com/gd2fs/gd2fs/internal/api"
 	"github.com/gd2fs/gd2fs/internal/bufpool"
+	"github.com/gd2fs/gd2fs/internal/frames"
 	"github.com/gd2fs/gd2fs/internal/limits"
 	"github.com/gd2fs/gd2fs/internal/nspath"
 )
@@ -276,7 +277,12 @@ func (m *Master) Handler() http.Handler {
 	mux.Handle("GET /{$}", http.RedirectHandler("/ui/", http.StatusFound))
 	mux.Handle("GET /metrics", m.metrics.handler())
 	m.healthRoutes(mux)   // /healthz, /readyz: health.go
-	return m.protect(mux) // guard.go
+	top := m.protect(mux) // guard.go
+	// A framed connection is upgraded from a request that passed the guard
+	// and the token check, and each of its calls passes them again, through
+	// top, as a plain request would (package frames).
+	mux.Handle("GET "+frames.Path, m.auth(func(w http.ResponseWriter, r *http.Request) { m.frames.Upgrade(w, r, top) }))
+	return top
 }
 
 func (m *Master) auth(next http.HandlerFunc) http.HandlerFunc {

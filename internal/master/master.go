@@ -18,6 +18,7 @@ import (
 
 	"github.com/gd2fs/gd2fs/internal/api"
 	"github.com/gd2fs/gd2fs/internal/console"
+	"github.com/gd2fs/gd2fs/internal/frames"
 	"github.com/gd2fs/gd2fs/internal/meta"
 	"github.com/gd2fs/gd2fs/internal/netguard"
 	"github.com/gd2fs/gd2fs/internal/tcp"
@@ -113,11 +114,15 @@ func (s *liveServer) serving() bool { return s.up && s.info.Unhealthy == "" }
 
 // Master is a running master.
 type Master struct {
-	cfg     Config
-	log     *slog.Logger
-	meta    meta.Store
-	ln      net.Listener
-	guard   *netguard.Listener
+	cfg   Config
+	log   *slog.Logger
+	meta  meta.Store
+	ln    net.Listener
+	guard *netguard.Listener
+	// frames serves the framed connections upgraded from /v1/frames
+	// (package frames): calls of explicit sessions without net/http's
+	// per-request goroutines.
+	frames  *frames.Server
 	srv     *http.Server
 	peers   Peers
 	metrics *metrics
@@ -200,7 +205,9 @@ func New(ctx context.Context, cfg Config) (*Master, error) {
 			}
 		}
 	}
+	m.frames = &frames.Server{Idle: cfg.IdleTimeout, Read: cfg.ReadTimeout, Write: WriteTimeout, Log: m.log}
 	m.metrics = newMetrics(m)
+	m.metrics.registerFrameMetrics(m.frames)
 	m.registerHealthMetrics() // health.go
 	m.console = m.newConsole()
 	tl, err := net.Listen("tcp", cfg.Listen)
@@ -253,7 +260,9 @@ func (m *Master) Close() error {
 	m.closeWarm()
 	m.kvSave.stop()
 	m.peers.Close()
-	return m.srv.Close()
+	err := m.srv.Close()
+	m.frames.Close() // the server does not close connections it handed over
+	return err
 }
 
 // ---- HTTP ----

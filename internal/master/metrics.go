@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/gd2fs/gd2fs/internal/frames"
 	"github.com/gd2fs/gd2fs/internal/meta"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -106,6 +107,17 @@ func newMetrics(m *Master) *metrics {
 			func() float64 { return st.WriteBehindStats().FlushTime.Seconds() }))
 	}
 	return x
+}
+
+// registerFrameMetrics counts the framed connections (package frames);
+// Handler, which makes m.frames, calls it.
+func (x *metrics) registerFrameMetrics(fs *frames.Server) {
+	x.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gd2fs_master_framed_connections",
+		Help: "Framed connections open (clients' explicit-session calls without HTTP's per-request cost; GET /v1/frames)."},
+		func() float64 { return float64(fs.Open()) }))
+	x.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "gd2fs_master_framed_calls_total",
+		Help: "Calls answered on framed connections (also counted by route in gd2fs_master_request_seconds)."},
+		func() float64 { return float64(fs.Calls()) }))
 }
 
 func (x *metrics) handler() http.Handler { return promhttp.HandlerFor(x.reg, promhttp.HandlerOpts{}) }

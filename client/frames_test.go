@@ -1,0 +1,106 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"strconv"
+	"testing"
+
+	"github.com/gd2fs/gd2fs/client"
+	"github.com/gd2fs/gd2fs/errs"
+	"github.com/gd2fs/gd2fs/internal/cluster"
+)
+
+// masterMetric reads one metric (without labels) from a master's /metrics.
+func masterMetric(t *testing.T, c *cluster.Cluster, name string) float64 {
+	t.Helper()
+	resp, err := http.Get(c.Master.URL() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^` + name + ` (\S+)$`).FindSubmatch(b)
+	if m == nil {
+		t.Fatalf("no %s in the master's metrics", name)
+	}
+	v, err := strconv.ParseFloat(string(m[1]), 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// TestFramedSessionCalls: a client's plans and commits go on framed
+// connections (package internal/frames) to a master that takes them, under
+// the cluster's token, and as plain HTTP with PlainHTTP; a wrong token is
+// refused either way.
+func TestFramedSessionCalls(t *testing.T) {
+	c := start(t, cluster.Config{Token: "s3cret"})
+	ctx := context.Background()
+	turn := func(cl *client.Client, id string) error {
+		ss := cl.Sessions()
+		if err := ss.SetLayout(ctx, tiny); err != nil {
+			return err
+		}
+		for turn := 1; turn <= 3; turn++ {
+			ids := seq(1, int64(turn*20))
+			p, err := ss.Plan(ctx, id, client.PlanRequest{Model: "tiny", TokenIDs: ids})
+			if err != nil {
+				return err
+			}
+			if p.CachedTokens+p.PrefillTokens != int64(len(ids)) || (turn > 1) != (p.CachedTokens > 0) {
+				return fmt.Errorf("turn %d: %d tokens cached and %d to prefill of %d", turn, p.CachedTokens, p.PrefillTokens, len(ids))
+			}
+			var fresh []byte
+			for _, fr := range p.Fresh {
+				fresh = append(fresh, kvBytes(id, fr.TokenStart, fr.TokenLength)...)
+			}
+			if _, err := ss.WriteAndCommit(ctx, id, p, fresh); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	framed := c.Client() // the cluster's token
+	defer framed.Close()
+	if err := turn(framed, "f"); err != nil {
+		t.Fatal(err)
+	}
+	calls := masterMetric(t, c, "gd2fs_master_framed_calls_total")
+	if calls < 6 {
+		t.Fatalf("%v calls on framed connections after 3 plans and 3 commits, want at least 6", calls)
+	}
+	if open := masterMetric(t, c, "gd2fs_master_framed_connections"); open < 1 {
+		t.Fatalf("%v framed connections open", open)
+	}
+	plain, err := client.New(client.Config{Master: c.Master.URL(), Token: "s3cret", PlainHTTP: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	if err := turn(plain, "p"); err != nil {
+		t.Fatal(err)
+	}
+	if got := masterMetric(t, c, "gd2fs_master_framed_calls_total"); got != calls {
+		t.Fatalf("a PlainHTTP client's calls were framed: %v, then %v", calls, got)
+	}
+	for _, plainHTTP := range []bool{false, true} {
+		bad, err := client.New(client.Config{Master: c.Master.URL(), Token: "wrong", PlainHTTP: plainHTTP})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = bad.Sessions().Plan(ctx, "f", client.PlanRequest{Model: "tiny", TokenIDs: seq(1, 80)})
+		bad.Close()
+		if !errors.Is(err, errs.ErrUnauthorized) {
+			t.Fatalf("a plan with a wrong token (PlainHTTP %v): %v", plainHTTP, err)
+		}
+	}
+}

@@ -1,0 +1,287 @@
+package frames
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Server serves framed connections.
+type Server struct {
+	// Idle bounds the wait for a connection's next frame; Read the read
+	// of a frame once its length has come; Write the write of an answer.
+	Idle, Read, Write time.Duration
+	Log               *slog.Logger
+
+	mu     sync.Mutex
+	conns  map[net.Conn]context.CancelFunc
+	closed bool
+	open   atomic.Int64
+	calls  atomic.Int64
+}
+
+// Open is the number of framed connections being served; Calls the calls
+// answered on them.
+func (s *Server) Open() int64  { return s.open.Load() }
+func (s *Server) Calls() int64 { return s.calls.Load() }
+
+// IsUpgrade reports whether r asks for a framed connection.
+func IsUpgrade(r *http.Request) bool {
+	return r.Method == http.MethodGet && headerHas(r.Header, "Connection", "upgrade") && headerHas(r.Header, "Upgrade", Protocol)
+}
+
+func headerHas(h http.Header, name, token string) bool {
+	for _, v := range h.Values(name) {
+		for _, t := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(t), token) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// Upgrade answers r, a GET Path with Upgrade: Protocol that has passed
+// the caller's checks, with 101 Switching Protocols, and serves frames on
+// its connection until the client closes it, a read times out, a frame
+// does not parse, an answer says Connection: close, or Close. Every frame
+// is answered by h (the server's handler of plain requests, so that a framed
+// call passes what a plain one does) with a request that has r's Host, RemoteAddr,
+// TLS state, context values and headers (but Upgrade and Connection),
+// overlaid by the frame's own headers.
+func (s *Server) Upgrade(w http.ResponseWriter, r *http.Request, h http.Handler) {
+	if !IsUpgrade(r) {
+		http.Error(w, fmt.Sprintf("%s takes GET with Connection: Upgrade and Upgrade: %s", Path, Protocol), http.StatusBadRequest)
+		return
+	}
+	hj, ok := w.(http.Hijacker)
+	if !ok {
+		http.Error(w, "this connection cannot be upgraded (HTTP/2, or a framed call): use HTTP/1.1", http.StatusBadRequest)
+		return
+	}
+	nc, brw, err := hj.Hijack()
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		nc.Close()
+		return
+	}
+	if s.conns == nil {
+		s.conns = map[net.Conn]context.CancelFunc{}
+	}
+	s.conns[nc] = cancel
+	s.mu.Unlock()
+	s.open.Add(1)
+	defer func() {
+		s.mu.Lock()
+		delete(s.conns, nc)
+		s.mu.Unlock()
+		s.open.Add(-1)
+		nc.Close()
+	}()
+	nc.SetDeadline(time.Time{}) // the server's deadlines were for the upgrade
+	brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: " + Protocol + "\r\n\r\n")
+	if brw.Flush() != nil {
+		return
+	}
+	c := &sconn{s: s, h: h, nc: nc, br: brw.Reader, bw: brw.Writer, ctx: ctx, up: r}
+	c.base = r.Header.Clone()
+	c.base.Del("Connection")
+	c.base.Del("Upgrade")
+	c.serve()
+}
+
+// Close closes every framed connection; their handlers in progress see
+// their contexts end.
+func (s *Server) Close() {
+	s.mu.Lock()
+	s.closed = true
+	for c, cancel := range s.conns {
+		c.Close() // first, so that no answer goes out after it
+		cancel()
+	}
+	s.mu.Unlock()
+}
+
+// sconn is one framed connection.
+type sconn struct {
+	s    *Server
+	h    http.Handler
+	nc   net.Conn
+	br   *bufio.Reader
+	bw   *bufio.Writer
+	ctx  context.Context
+	up   *http.Request
+	base http.Header
+	in   []byte // the frame being answered
+	out  []byte // its answer
+	rw   respWriter
+}
+
+func (c *sconn) serve() {
+	for {
+		if c.s.Idle > 0 {
+			c.nc.SetReadDeadline(time.Now().Add(c.s.Idle))
+		}
+		var pre [4]byte
+		if _, err := io.ReadFull(c.br, pre[:]); err != nil {
+			return // closed, or idle too long
+		}
+		n, err := Length(pre, MaxRequest)
+		if err != nil {
+			c.logf("frames: closing a connection from %s: %v", c.up.RemoteAddr, err)
+			return
+		}
+		if c.s.Read > 0 {
+			c.nc.SetReadDeadline(time.Now().Add(c.s.Read))
+		}
+		if cap(c.in) < n {
+			c.in = make([]byte, n)
+		}
+		c.in = c.in[:n]
+		if _, err := io.ReadFull(c.br, c.in); err != nil {
+			return
+		}
+		fr, err := ParseRequest(c.in)
+		if err != nil {
+			c.logf("frames: closing a connection from %s: %v", c.up.RemoteAddr, err)
+			return
+		}
+		if !c.answer(fr) {
+			return
+		}
+		if cap(c.in) > 1<<20 {
+			c.in = nil // a large request's buffer is not kept
+		}
+	}
+}
+
+// answer runs the handler on fr and writes its answer; false when the
+// connection is to close.
+func (c *sconn) answer(fr Request) (keep bool) {
+	u, err := url.ParseRequestURI(fr.Path)
+	if err != nil {
+		c.logf("frames: closing a connection from %s: path %.64q: %v", c.up.RemoteAddr, fr.Path, err)
+		return false
+	}
+	h := c.base.Clone()
+	for k, vs := range fr.Header {
+		h[k] = vs
+	}
+	h.Del("Content-Length") // the frame's length says it
+	req := &http.Request{
+		Method: fr.Method, URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: h, Body: http.NoBody, ContentLength: int64(len(fr.Body)),
+		Host: c.up.Host, RemoteAddr: c.up.RemoteAddr, RequestURI: fr.Path, TLS: c.up.TLS,
+	}
+	if len(fr.Body) > 0 {
+		req.Body = io.NopCloser(bytes.NewReader(fr.Body))
+	}
+	req = req.WithContext(c.ctx)
+	c.rw.reset()
+	c.s.calls.Add(1)
+	func() {
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				c.logf("frames: handler of %s %s panicked: %v", fr.Method, fr.Path, v)
+				c.rw.reset()
+				c.rw.WriteHeader(http.StatusInternalServerError)
+				c.rw.body.WriteString(`{"error":"internal error","code":"internal"}`)
+			}
+		}()
+		c.h.ServeHTTP(&c.rw, req)
+	}()
+	status := c.rw.status
+	if status == 0 {
+		status = http.StatusOK
+	}
+	if c.rw.body.Len() > MaxAnswer-64<<10 {
+		status = http.StatusInternalServerError
+		c.rw.h = http.Header{"Content-Type": {"application/json"}}
+		c.rw.body.Reset()
+		c.rw.body.WriteString(`{"error":"the answer is too large for a framed connection: send the call as plain HTTP","code":"internal"}`)
+	}
+	out, err := AppendAnswer(c.out[:0], status, c.rw.h, c.rw.body.Bytes())
+	if err != nil {
+		c.logf("frames: %s %s: %v", fr.Method, fr.Path, err)
+		return false
+	}
+	c.out = out
+	if cap(c.out) > 1<<20 {
+		c.out = nil
+	}
+	if c.rw.body.Cap() > 1<<20 {
+		c.rw.body = bytes.Buffer{}
+	}
+	if c.s.Write > 0 {
+		c.nc.SetWriteDeadline(time.Now().Add(c.s.Write))
+	}
+	if _, err := c.bw.Write(out); err != nil {
+		return false
+	}
+	if c.bw.Flush() != nil {
+		return false
+	}
+	return !headerHas(c.rw.h, "Connection", "close")
+}
+
+func (c *sconn) logf(format string, args ...any) {
+	if c.s.Log != nil {
+		c.s.Log.Warn(fmt.Sprintf(format, args...))
+	}
+}
+
+// respWriter collects a handler's answer.
+type respWriter struct {
+	h      http.Header
+	status int
+	body   bytes.Buffer
+}
+
+func (w *respWriter) reset() {
+	w.h = http.Header{}
+	w.status = 0
+	w.body.Reset()
+}
+
+func (w *respWriter) Header() http.Header { return w.h }
+
+func (w *respWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+}
+
+func (w *respWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	if w.body.Len()+len(b) > MaxAnswer {
+		return 0, errAnswerTooLarge
+	}
+	return w.body.Write(b)
+}
+
+// Flush is a no-op: the answer goes whole when the handler returns.
+func (w *respWriter) Flush() {}
+
+var errAnswerTooLarge = errors.New("frames: answer too large for a framed connection")
