@@ -2,6 +2,7 @@ package client
 
 import (
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/gd2fs/gd2fs/errs"
@@ -14,7 +15,26 @@ import (
 const (
 	EnvIOTimeout   = "GD2FS_IO_TIMEOUT"   // Config.Timeout
 	EnvMasterRetry = "GD2FS_MASTER_RETRY" // Config.MasterRetry; "0": one try of each master
+	// EnvPlainHTTP=1 sets Config.PlainHTTP: every master call as an HTTP
+	// request, none on framed connections (to compare, or behind a proxy
+	// that passes HTTP upgrades but not what follows them).
+	EnvPlainHTTP = "GD2FS_PLAIN_HTTP"
 )
+
+// BoolEnv reads a boolean (1, true, 0, false, ...) from the environment
+// variable name: false when unset or empty; anything else is an error that
+// names the variable.
+func BoolEnv(name string) (bool, error) {
+	s := os.Getenv(name)
+	if s == "" {
+		return false, nil
+	}
+	v, err := strconv.ParseBool(s)
+	if err != nil {
+		return false, errs.New(errs.ErrBadRequest, "%s=%q: want 1 or 0 (true or false)", name, s)
+	}
+	return v, nil
+}
 
 // DurationEnv reads a duration from the environment variable name: set is
 // false when it is unset or empty; a value that is not a duration between 0
@@ -33,8 +53,14 @@ func DurationEnv(name string) (d time.Duration, set bool, err error) {
 
 // ApplyEnv sets Timeout and MasterRetry from GD2FS_IO_TIMEOUT and
 // GD2FS_MASTER_RETRY where those are set and the fields are zero (a value
-// the program chose wins).
+// the program chose wins), and PlainHTTP from GD2FS_PLAIN_HTTP when it is
+// true.
 func (c *Config) ApplyEnv() error {
+	if v, err := BoolEnv(EnvPlainHTTP); err != nil {
+		return err
+	} else if v {
+		c.PlainHTTP = true
+	}
 	if d, set, err := DurationEnv(EnvIOTimeout); err != nil {
 		return err
 	} else if set && c.Timeout == 0 {

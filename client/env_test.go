@@ -23,6 +23,18 @@ func TestApplyEnv(t *testing.T) {
 	if err := c.ApplyEnv(); err != nil || c.Timeout != time.Second || c.MasterRetry != time.Minute {
 		t.Fatalf("overrode the program's values: %+v %v", c, err)
 	}
+	if c.PlainHTTP {
+		t.Fatal("PlainHTTP without GD2FS_PLAIN_HTTP")
+	}
+	t.Setenv(EnvPlainHTTP, "1")
+	if err := c.ApplyEnv(); err != nil || !c.PlainHTTP {
+		t.Fatalf("%s=1: PlainHTTP %v, %v", EnvPlainHTTP, c.PlainHTTP, err)
+	}
+	t.Setenv(EnvPlainHTTP, "sometimes")
+	if err := c.ApplyEnv(); !errors.Is(err, errs.ErrBadRequest) {
+		t.Fatalf("%s=sometimes: %v", EnvPlainHTTP, err)
+	}
+	t.Setenv(EnvPlainHTTP, "")
 	for _, bad := range []string{"soon", "-1s", "48h", "5"} {
 		t.Setenv(EnvIOTimeout, bad)
 		var c Config

@@ -156,7 +156,11 @@ func (g *globals) client() (*client.Client, error) {
 	if retry == 0 {
 		retry = -1 // one pass: client.Config's 0 means the default
 	}
-	return client.New(client.Config{Master: g.master, Token: g.token, TLS: g.clientTLS, MasterRetry: retry, Timeout: g.ioTimeout})
+	plain, err := client.BoolEnv(client.EnvPlainHTTP)
+	if err != nil {
+		return nil, err
+	}
+	return client.New(client.Config{Master: g.master, Token: g.token, TLS: g.clientTLS, MasterRetry: retry, Timeout: g.ioTimeout, PlainHTTP: plain})
 }
 
 // withRemote parses a gd2fs URI, opens a client and calls fn with both.
