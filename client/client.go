@@ -149,7 +149,8 @@ func New(cfg Config) (*Client, error) {
 	if tr == nil {
 		tr = NewTCPTransport(TCPOptions{Token: cfg.Token, Name: "client", Streams: cfg.Streams, LocalAddrs: cfg.LocalAddrs, TLS: cfg.TLS})
 	}
-	hc := &http.Client{Timeout: 30 * time.Second, Transport: masterTransport(cfg.TLS)}
+	mt := masterTransport(cfg.TLS)
+	hc := &http.Client{Timeout: 30 * time.Second, Transport: mt}
 	c := &Client{cfg: cfg, tr: tr, api: &api.Client{Base: cfg.Master, Token: cfg.Token, HTTP: hc, RetryFor: cfg.MasterRetry}}
 	if !cfg.PlainHTTP {
 		// The upgrade passes the master's token check as any call does;
@@ -158,7 +159,7 @@ func New(cfg Config) (*Client, error) {
 		if cfg.Token != "" {
 			up.Set("Authorization", "Bearer "+cfg.Token)
 		}
-		c.api.Frames = &frames.Client{Transport: hc.Transport, Header: up}
+		c.api.Frames = &frames.Client{Transport: mt, Header: up}
 	}
 	c.co = newCoalescers(c)
 	return c, nil

@@ -8,11 +8,13 @@ import (
 	"net/http"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/gd2fs/gd2fs/client"
 	"github.com/gd2fs/gd2fs/errs"
 	"github.com/gd2fs/gd2fs/internal/cluster"
+	"github.com/gd2fs/gd2fs/internal/frames"
 )
 
 // masterMetric reads one metric (without labels) from a master's /metrics.
@@ -91,6 +93,22 @@ func TestFramedSessionCalls(t *testing.T) {
 	}
 	if got := masterMetric(t, c, "gd2fs_master_framed_calls_total"); got != calls {
 		t.Fatalf("a PlainHTTP client's calls were framed: %v, then %v", calls, got)
+	}
+	// On a connection upgraded with the token, each frame is checked
+	// again: a wrong token in a frame is refused, and calls the SDK does
+	// not frame are not taken.
+	fc := &frames.Client{Transport: &http.Transport{}, Header: http.Header{"Authorization": {"Bearer s3cret"}}}
+	defer fc.Close()
+	json := http.Header{"Content-Type": {"application/json"}}
+	a, err := fc.Do(ctx, c.Master.URL(), http.MethodPost, "/v1/sessions/f/commit", http.Header{"Authorization": {"Bearer wrong"}, "Content-Type": {"application/json"}}, []byte(`{"plan_id":1}`), false)
+	if err != nil || a.Status != http.StatusUnauthorized {
+		t.Fatalf("a frame with a wrong token: %d %s, %v", a.Status, a.Body, err)
+	}
+	for _, call := range [][2]string{{http.MethodGet, "/v1/status"}, {http.MethodPost, "/v1/servers/s0/drain"}, {http.MethodGet, frames.Path}} {
+		a, err := fc.Do(ctx, c.Master.URL(), call[0], call[1], json, nil, false)
+		if err != nil || a.Status != http.StatusBadRequest || !strings.Contains(string(a.Body), "plain HTTP") {
+			t.Fatalf("%s %s in a frame: %d %s, %v", call[0], call[1], a.Status, a.Body, err)
+		}
 	}
 	for _, plainHTTP := range []bool{false, true} {
 		bad, err := client.New(client.Config{Master: c.Master.URL(), Token: "wrong", PlainHTTP: plainHTTP})

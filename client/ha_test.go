@@ -62,6 +62,28 @@ func TestMasterFailover(t *testing.T) {
 	waitServersUp(t, cl, 3)
 	data := rnd(3<<20, 99)
 	writeFile(t, cl, "/ha/file", "ha", data)
+	// A session's turns, on framed connections to the leader (the standby,
+	// first in the list, refuses the upgrade as it refuses any call).
+	ss := cl.Sessions()
+	if err := ss.SetLayout(ctx, tiny); err != nil {
+		t.Fatal(err)
+	}
+	turn := func(tokens int64) client.Plan {
+		t.Helper()
+		p, err := ss.Plan(ctx, "chat", client.PlanRequest{Model: "tiny", TokenIDs: seq(1, tokens)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var fresh []byte
+		for _, fr := range p.Fresh {
+			fresh = append(fresh, kvBytes("chat", fr.TokenStart, fr.TokenLength)...)
+		}
+		if _, err := ss.WriteAndCommit(ctx, "chat", p, fresh); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	turn(40)
 
 	m1.Close() // the leader goes away, and with its process its database session and lock
 	ms1.Close()
@@ -72,6 +94,11 @@ func TestMasterFailover(t *testing.T) {
 		t.Fatalf("read after failover: %v", err)
 	}
 	writeFile(t, cl, "/ha/after", "perf", data[:1000])
+	// The framed connections to the old leader are gone; the next turn
+	// goes to the new one and finds the first turn's KV.
+	if p := turn(80); p.CachedTokens != 40 {
+		t.Fatalf("a turn after the failover: %d tokens cached, want the first turn's 40", p.CachedTokens)
+	}
 }
 
 func waitServersUp(t *testing.T, cl *client.Client, n int) {

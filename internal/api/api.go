@@ -541,19 +541,26 @@ func Framed(method, path string) bool {
 
 // doFramed sends the call on a framed connection (Client.Frames); ok is
 // false when it was not sent there (frames.ErrNotUsed): send it as plain
-// HTTP.
+// HTTP. Its failures are classified as a plain call's are: nothing sent
+// (the dial or the upgrade failed) is untouched, a call without an answer
+// within HTTP.Timeout is unknown (so an idempotent one moves on to the
+// next master), the caller's own context ending is final.
 func (c *Client) doFramed(ctx context.Context, base, method, path string, h http.Header, body []byte, out any) (o outcome, err error, ok bool) {
+	cctx := ctx
 	if c.HTTP != nil && c.HTTP.Timeout > 0 {
 		// As http.Client bounds a plain call.
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, c.HTTP.Timeout)
+		cctx, cancel = context.WithTimeout(ctx, c.HTTP.Timeout)
 		defer cancel()
 	}
-	a, err := c.Frames.Do(ctx, base, method, path, h, body, Idempotent(method, path))
+	a, err := c.Frames.Do(cctx, base, method, path, h, body, Idempotent(method, path))
 	if errors.Is(err, frames.ErrNotUsed) {
 		return 0, nil, false
 	}
 	if err != nil {
+		if ctx.Err() == nil && cctx.Err() != nil {
+			err = fmt.Errorf("no answer within %s: %w", c.HTTP.Timeout, err)
+		}
 		o, err := c.failed(ctx, base, err)
 		return o, err, true
 	}
@@ -561,7 +568,7 @@ func (c *Client) doFramed(ctx context.Context, base, method, path string, h http
 	return o, err, true
 }
 
-// failed classifies a call that got no answer.
+// failed classifies a call that got no answer; ctx is the caller's.
 func (c *Client) failed(ctx context.Context, base string, err error) (outcome, error) {
 	if ctx.Err() != nil {
 		return done, ctx.Err()
@@ -570,7 +577,7 @@ func (c *Client) failed(ctx context.Context, base string, err error) (outcome, e
 	switch {
 	case isTLSError(err):
 		o = done // a certificate or protocol mismatch does not pass
-	case isDialError(err):
+	case isDialError(err), errors.Is(err, frames.ErrNotSent):
 		o = untouched
 	}
 	hint := "is it running? start one with 'gd2fs up' or set --master"

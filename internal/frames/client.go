@@ -3,25 +3,34 @@ package frames
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"sync"
 	"time"
 )
 
 // ErrNotUsed: no framed connection to this master now (it answered the
-// upgrade with something other than 101, lately, or the call cannot be
-// framed): send the call as plain HTTP.
+// upgrade with something other than 101, lately; the transport goes
+// through a proxy; or the call cannot be framed): send the call as plain
+// HTTP.
 var ErrNotUsed = errors.New("frames: not used for this call")
+
+// ErrNotSent marks an error before any byte of the call was written (the
+// dial, TLS, or the upgrade failed): the master surely did not apply it.
+var ErrNotSent = errors.New("the call was not sent")
 
 // Client keeps framed connections to masters, each used by one call at a
 // time, and sends calls on them.
 type Client struct {
-	// Transport makes the upgrade request: it dials and speaks TLS as for
-	// plain calls.
-	Transport http.RoundTripper
+	// Transport is the plain calls' transport: its dialer, TLS settings
+	// and proxy rule are used for the framed connections (a transport
+	// that goes through a proxy gets none). Nil: http.DefaultTransport's.
+	Transport *http.Transport
 	// Header goes with the upgrade (the token, the caller's role); the
 	// master applies it to every call on the connection.
 	Header http.Header
@@ -30,41 +39,43 @@ type Client struct {
 	// is closed rather than used (default DefaultIdleFor, under the
 	// master's idle timeout of two minutes); Retry how long calls to a
 	// master that refused an upgrade go as plain HTTP before another
-	// upgrade is tried (default DefaultRetry).
+	// upgrade is tried (default DefaultRetry; a standby's 503, which may
+	// lead soon, at most DefaultRetryStandby).
 	MaxIdle int
 	IdleFor time.Duration
 	Retry   time.Duration
 
-	mu   sync.Mutex
-	idle map[string][]*cconn
-	off  map[string]time.Time
+	mu     sync.Mutex
+	idle   map[string][]*cconn
+	off    map[string]time.Time
+	closed bool
 }
 
 // Defaults of Client.
 const (
-	DefaultMaxIdle = 64
-	DefaultIdleFor = time.Minute
-	DefaultRetry   = 30 * time.Second
-	// upgradeTimeout bounds the upgrade's round trip.
+	DefaultMaxIdle      = 64
+	DefaultIdleFor      = time.Minute
+	DefaultRetry        = 30 * time.Second
+	DefaultRetryStandby = 2 * time.Second
+	// upgradeTimeout bounds the dial, TLS handshake and upgrade.
 	upgradeTimeout = 10 * time.Second
 )
 
 // cconn is one framed connection of a client.
 type cconn struct {
-	rwc  io.ReadWriteCloser
+	nc   net.Conn
 	br   *bufio.Reader
 	last time.Time // when it was last put back
 }
 
 // Do sends one call to base (a master's URL) on a framed connection and
 // returns its answer, whose Body is the caller's. replay says the call
-// may be sent twice: then a call on a kept connection that the master had
-// closed meanwhile (its idle timeout) is sent again on a new one.
+// may be sent twice: then a call on a kept connection that failed before
+// any byte of an answer came is sent again on a new one.
 //
 // ErrNotUsed: send the call as plain HTTP. Any other error is a transport
-// error: the upgrade's (a dial error that net/http returns as such) or
-// the connection's, after which the call may or may not have been
-// applied.
+// error; with ErrNotSent the call was surely not applied, else it may or
+// may not have been.
 func (c *Client) Do(ctx context.Context, base, method, path string, h http.Header, body []byte, replay bool) (Answer, error) {
 	if c.isOff(base) {
 		return Answer{}, ErrNotUsed
@@ -83,32 +94,31 @@ func (c *Client) Do(ctx context.Context, base, method, path string, h http.Heade
 			if keep {
 				c.put(base, cc)
 			} else {
-				cc.rwc.Close()
+				cc.nc.Close()
 			}
 			return a, nil
 		}
-		cc.rwc.Close()
+		cc.nc.Close()
 		if ctx.Err() != nil {
 			return Answer{}, ctx.Err()
 		}
 		if reused && !sent && replay && attempt == 0 {
-			continue // the master closed it while it was idle
+			continue // the master closed it just before the call
 		}
 		return Answer{}, fmt.Errorf("framed connection to %s: %w", base, err)
 	}
 }
 
 // call writes frame and reads its answer. sent is false when the
-// connection failed before any byte of an answer came (it may have been
-// closed by the master before the frame reached it).
+// connection failed before any byte of an answer came.
 func (cc *cconn) call(ctx context.Context, frame []byte) (a Answer, keep, sent bool, err error) {
-	stop := context.AfterFunc(ctx, func() { cc.rwc.Close() })
+	stop := context.AfterFunc(ctx, func() { cc.nc.Close() })
 	defer func() {
 		if !stop() {
 			keep = false // the context ended: the connection is closed
 		}
 	}()
-	if _, err := cc.rwc.Write(frame); err != nil {
+	if _, err := cc.nc.Write(frame); err != nil {
 		return a, false, false, err
 	}
 	var pre [4]byte
@@ -122,14 +132,35 @@ func (cc *cconn) call(ctx context.Context, frame []byte) (a Answer, keep, sent b
 	if err != nil {
 		return a, false, true, err
 	}
-	b := make([]byte, n)
-	if _, err := io.ReadFull(cc.br, b); err != nil {
+	b := make([]byte, 0, min(n, 64<<10))
+	if b, err = readN(cc.br, b, n); err != nil {
 		return a, false, true, err
 	}
 	if a, err = ParseAnswer(b); err != nil {
 		return a, false, true, err
 	}
 	return a, !headerHas(a.Header, "Connection", "close"), true, nil
+}
+
+// readN appends n bytes from r to b, growing b as they come rather than
+// by n at once (a length is only a claim until its bytes arrive).
+func readN(r io.Reader, b []byte, n int) ([]byte, error) {
+	for len(b) < n {
+		if len(b) == cap(b) {
+			nb := make([]byte, len(b), len(b)+min(n-len(b), max(cap(b), 4<<10)))
+			copy(nb, b)
+			b = nb
+		}
+		k, err := r.Read(b[len(b):min(cap(b), n)])
+		b = b[:len(b)+k]
+		if err != nil && len(b) < n {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return b, err
+		}
+	}
+	return b, nil
 }
 
 func (c *Client) isOff(base string) bool {
@@ -143,26 +174,52 @@ func (c *Client) isOff(base string) bool {
 	return ok
 }
 
-// get takes an idle connection to base, or upgrades a new one.
-func (c *Client) get(ctx context.Context, base string) (*cconn, bool, error) {
-	idleFor := c.IdleFor
-	if idleFor <= 0 {
-		idleFor = DefaultIdleFor
+func (c *Client) idleFor() time.Duration {
+	if c.IdleFor > 0 {
+		return c.IdleFor
 	}
-	now := time.Now()
+	return DefaultIdleFor
+}
+
+// get takes an idle connection to base that is still open, or upgrades a
+// new one.
+func (c *Client) get(ctx context.Context, base string) (*cconn, bool, error) {
 	c.mu.Lock()
-	for l := c.idle[base]; len(l) > 0; l = c.idle[base] {
-		cc := l[len(l)-1]
+	stale := c.sweep(base)
+	var cc *cconn
+	if l := c.idle[base]; len(l) > 0 {
+		cc = l[len(l)-1]
 		c.idle[base] = l[:len(l)-1]
-		if now.Sub(cc.last) < idleFor {
-			c.mu.Unlock()
-			return cc, true, nil
-		}
-		cc.rwc.Close()
 	}
 	c.mu.Unlock()
+	for _, s := range stale {
+		s.nc.Close()
+	}
+	if cc != nil {
+		if cc.br.Buffered() == 0 && open(cc.nc) {
+			return cc, true, nil
+		}
+		cc.nc.Close() // the master closed it while it was idle
+	}
 	cc, err := c.upgrade(ctx, base)
 	return cc, false, err
+}
+
+// sweep takes the connections to base idle for longer than IdleFor out of
+// the pool and returns them; c.mu is held.
+func (c *Client) sweep(base string) []*cconn {
+	l := c.idle[base]
+	cut := time.Now().Add(-c.idleFor())
+	i := 0
+	for i < len(l) && l[i].last.Before(cut) {
+		i++ // the oldest are first
+	}
+	if i == 0 {
+		return nil
+	}
+	stale := append([]*cconn(nil), l[:i]...)
+	c.idle[base] = append(l[:0], l[i:]...)
+	return stale
 }
 
 func (c *Client) put(base string, cc *cconn) {
@@ -175,72 +232,160 @@ func (c *Client) put(base string, cc *cconn) {
 	if c.idle == nil {
 		c.idle = map[string][]*cconn{}
 	}
-	if len(c.idle[base]) < max {
+	stale := c.sweep(base)
+	if !c.closed && len(c.idle[base]) < max {
 		c.idle[base] = append(c.idle[base], cc)
 		cc = nil
 	}
 	c.mu.Unlock()
+	for _, s := range stale {
+		s.nc.Close()
+	}
 	if cc != nil {
-		cc.rwc.Close()
+		cc.nc.Close()
 	}
 }
 
-// upgrade opens a framed connection to base.
+func (c *Client) setOff(base string, d time.Duration) {
+	c.mu.Lock()
+	if c.off == nil {
+		c.off = map[string]time.Time{}
+	}
+	c.off[base] = time.Now().Add(d)
+	c.mu.Unlock()
+}
+
+// upgrade opens a framed connection to base: it dials as the transport
+// does (its dialer and TLS settings), asks GET Path with Upgrade, and
+// reads the 101.
 func (c *Client) upgrade(ctx context.Context, base string) (*cconn, error) {
-	uctx, cancel := context.WithTimeout(ctx, upgradeTimeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(uctx, http.MethodGet, base+Path, nil)
+	tr := c.Transport
+	if tr == nil {
+		tr = http.DefaultTransport.(*http.Transport)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+Path, nil)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrNotUsed, err)
 	}
+	if tr.Proxy != nil {
+		if pu, err := tr.Proxy(req); err != nil || pu != nil {
+			c.setOff(base, time.Hour) // a proxy's rule does not change
+			return nil, fmt.Errorf("%w: calls to %s go through a proxy", ErrNotUsed, base)
+		}
+	}
+	u := req.URL
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return nil, fmt.Errorf("%w: scheme %q", ErrNotUsed, u.Scheme)
+	}
+	nc, err := dial(ctx, tr, u)
+	if err != nil {
+		return nil, c.notSent(ctx, err)
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			nc.Close()
+		}
+	}()
+	stop := context.AfterFunc(ctx, func() { nc.Close() })
+	defer stop()
+	nc.SetDeadline(time.Now().Add(upgradeTimeout))
 	for k, vs := range c.Header {
 		req.Header[k] = vs
 	}
 	req.Header.Set("Connection", "Upgrade")
 	req.Header.Set("Upgrade", Protocol)
-	tr := c.Transport
-	if tr == nil {
-		tr = http.DefaultTransport
+	if err := req.Write(nc); err != nil {
+		return nil, c.notSent(ctx, err)
 	}
-	resp, err := tr.RoundTrip(req)
+	br := bufio.NewReaderSize(nc, 16<<10)
+	resp, err := http.ReadResponse(br, req)
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		return nil, err
+		return nil, c.notSent(ctx, err)
 	}
-	rwc, ok := resp.Body.(io.ReadWriteCloser)
-	if resp.StatusCode != http.StatusSwitchingProtocols || !ok || !headerHas(resp.Header, "Upgrade", Protocol) {
+	if resp.StatusCode != http.StatusSwitchingProtocols || !headerHas(resp.Header, "Upgrade", Protocol) {
 		// An older master (404), a standby (503), a proxy that does not
 		// pass upgrades: plain HTTP for a while; the plain call finds out
 		// the rest.
-		io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 		resp.Body.Close()
 		retry := c.Retry
 		if retry <= 0 {
 			retry = DefaultRetry
 		}
-		c.mu.Lock()
-		if c.off == nil {
-			c.off = map[string]time.Time{}
+		if resp.StatusCode == http.StatusServiceUnavailable {
+			retry = min(retry, DefaultRetryStandby)
 		}
-		c.off[base] = time.Now().Add(retry)
-		c.mu.Unlock()
+		c.setOff(base, retry)
 		return nil, fmt.Errorf("%w: %s answered the upgrade %s", ErrNotUsed, base, resp.Status)
 	}
-	return &cconn{rwc: rwc, br: bufio.NewReaderSize(rwc, 16<<10)}, nil
+	if !stop() {
+		return nil, c.notSent(ctx, ctx.Err())
+	}
+	nc.SetDeadline(time.Time{})
+	ok = true
+	return &cconn{nc: nc, br: br}, nil
 }
 
-// Close closes the idle connections; calls in flight keep theirs until
+// notSent wraps an error of the dial or the upgrade (nothing of the call
+// was sent); the context's error when it ended meanwhile.
+func (c *Client) notSent(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		err = ctx.Err()
+	}
+	return fmt.Errorf("%w: %w", ErrNotSent, err)
+}
+
+// dial connects to u's host as tr would: its DialContext (or a plain
+// dialer), then TLS with its TLSClientConfig for https.
+func dial(ctx context.Context, tr *http.Transport, u *url.URL) (net.Conn, error) {
+	host, port := u.Hostname(), u.Port()
+	if port == "" {
+		port = "80"
+		if u.Scheme == "https" {
+			port = "443"
+		}
+	}
+	addr := net.JoinHostPort(host, port)
+	dctx, cancel := context.WithTimeout(ctx, upgradeTimeout)
+	defer cancel()
+	d := tr.DialContext
+	if d == nil {
+		d = (&net.Dialer{}).DialContext
+	}
+	nc, err := d(dctx, "tcp", addr)
+	if err != nil {
+		return nil, err // a dial error: the caller counts the call as not sent
+	}
+	if u.Scheme != "https" {
+		return nc, nil
+	}
+	cfg := &tls.Config{}
+	if tr.TLSClientConfig != nil {
+		cfg = tr.TLSClientConfig.Clone()
+	}
+	if cfg.ServerName == "" {
+		cfg.ServerName = host
+	}
+	cfg.NextProtos = []string{"http/1.1"} // an upgrade is HTTP/1.1's
+	tc := tls.Client(nc, cfg)
+	if err := tc.HandshakeContext(dctx); err != nil {
+		nc.Close()
+		return nil, err // a TLS error: final, as for a plain call
+	}
+	return tc, nil
+}
+
+// Close closes the idle connections; calls in flight close theirs when
 // they end.
 func (c *Client) Close() {
 	c.mu.Lock()
 	idle := c.idle
 	c.idle = nil
+	c.closed = true
 	c.mu.Unlock()
 	for _, l := range idle {
 		for _, cc := range l {
-			cc.rwc.Close()
+			cc.nc.Close()
 		}
 	}
 }

@@ -97,7 +97,7 @@ func AppendRequest(b []byte, method, path string, h http.Header, body []byte) ([
 	if !ok {
 		return b, fmt.Errorf("frames: method %s cannot be framed", method)
 	}
-	if len(path) == 0 || path[0] != '/' || len(path) > 0xffff {
+	if len(path) == 0 || path[0] != '/' || len(path) > 0xffff || !validPath(path) {
 		return b, fmt.Errorf("frames: path of %d bytes cannot be framed", len(path))
 	}
 	start := len(b)
@@ -120,6 +120,17 @@ func AppendRequest(b []byte, method, path string, h http.Header, body []byte) ([
 // AppendAnswer appends an answer frame to b; an error when it is over
 // the limits.
 func AppendAnswer(b []byte, status int, h http.Header, body []byte) ([]byte, error) {
+	start := len(b)
+	b, err := appendAnswerHead(b, status, h, len(body))
+	if err != nil {
+		return b[:start], err
+	}
+	return append(b, body...), nil
+}
+
+// appendAnswerHead appends an answer frame's length, status and headers,
+// for a body of bodyLen bytes to follow.
+func appendAnswerHead(b []byte, status int, h http.Header, bodyLen int) ([]byte, error) {
 	if status < 100 || status > 999 {
 		return b, fmt.Errorf("frames: status %d", status)
 	}
@@ -130,8 +141,7 @@ func AppendAnswer(b []byte, status int, h http.Header, body []byte) ([]byte, err
 	if err != nil {
 		return b[:start], err
 	}
-	b = append(b, body...)
-	n := len(b) - start - 4
+	n := len(b) - start - 4 + bodyLen
 	if n > MaxAnswer {
 		return b[:start], fmt.Errorf("frames: answer of %d bytes over %d", n, MaxAnswer)
 	}
@@ -149,11 +159,11 @@ func appendHeaders(b []byte, h http.Header) ([]byte, error) {
 	}
 	b = append(b, byte(count))
 	for k, vs := range h {
-		if len(k) == 0 || len(k) > 0xff {
-			return b, fmt.Errorf("frames: header name of %d bytes", len(k))
+		if len(k) > 0xff || !validName(k) {
+			return b, fmt.Errorf("frames: header name %.64q", k)
 		}
 		for _, v := range vs {
-			if len(v) > 0xffff {
+			if len(v) > 0xffff || !validValue([]byte(v)) {
 				return b, fmt.Errorf("frames: header %s of %d bytes", k, len(v))
 			}
 			b = append(b, byte(len(k)))
@@ -191,7 +201,7 @@ func ParseRequest(b []byte) (Request, error) {
 		return r, fmt.Errorf("%w: path of %d bytes", ErrFrame, pl)
 	}
 	r.Path = string(b[:pl])
-	if strings.ContainsAny(r.Path, " \r\n") {
+	if !validPath(r.Path) {
 		return r, fmt.Errorf("%w: path %.64q", ErrFrame, r.Path)
 	}
 	var err error
@@ -239,7 +249,7 @@ func parseHeaders(b []byte) (http.Header, []byte, error) {
 		if vl > len(b) {
 			return nil, nil, fmt.Errorf("%w: header %.64q cut short", ErrFrame, k)
 		}
-		if strings.ContainsAny(k, " :\r\n") || strings.ContainsAny(string(b[:vl]), "\r\n") {
+		if !validName(k) || !validValue(b[:vl]) {
 			return nil, nil, fmt.Errorf("%w: header %.64q", ErrFrame, k)
 		}
 		// As net/http's reader does: canonical names, values as sent.
@@ -248,4 +258,37 @@ func parseHeaders(b []byte) (http.Header, []byte, error) {
 		b = b[vl:]
 	}
 	return h, b, nil
+}
+
+// validName: a header name is an HTTP token (RFC 9110), as net/http's
+// reader requires.
+func validName(k string) bool {
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0 {
+			continue
+		}
+		return false
+	}
+	return len(k) > 0
+}
+
+// validValue: no control bytes but horizontal tab, as net/http's reader.
+func validValue(v []byte) bool {
+	for _, c := range v {
+		if c < ' ' && c != '\t' || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// validPath: printable ASCII without spaces, as a request line's target.
+func validPath(p string) bool {
+	for i := 0; i < len(p); i++ {
+		if p[i] <= ' ' || p[i] >= 0x7f {
+			return false
+		}
+	}
+	return true
 }

@@ -177,7 +177,13 @@ func newTestServer(t *testing.T, tls bool, refuse bool) *testServer {
 		}
 	})
 	mux.HandleFunc("POST /big", func(w http.ResponseWriter, r *http.Request) {
-		w.Write(make([]byte, MaxAnswer-1))
+		// Past MaxAnswer in pieces: what was written before must not go
+		// out as a whole answer.
+		for range MaxAnswer / (1 << 20) {
+			if _, err := w.Write(make([]byte, 1<<20)); err != nil {
+				return
+			}
+		}
 	})
 	var top http.Handler
 	top = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -205,7 +211,7 @@ func newTestServer(t *testing.T, tls bool, refuse bool) *testServer {
 }
 
 func (ts *testServer) client() *Client {
-	return &Client{Transport: ts.Client().Transport, Header: http.Header{"Authorization": {"Bearer tok"}}}
+	return &Client{Transport: ts.Client().Transport.(*http.Transport), Header: http.Header{"Authorization": {"Bearer tok"}}}
 }
 
 func TestServeAndCall(t *testing.T) {
@@ -301,7 +307,7 @@ func TestRefusedUpgrade(t *testing.T) {
 	var tries atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { tries.Add(1); http.NotFound(w, r) }))
 	defer srv.Close()
-	c = &Client{Transport: srv.Client().Transport}
+	c = &Client{Transport: srv.Client().Transport.(*http.Transport)}
 	for range 3 {
 		c.Do(context.Background(), srv.URL, http.MethodPost, "/echo", nil, nil, false)
 	}
@@ -349,35 +355,107 @@ func TestCancelAndClose(t *testing.T) {
 	}
 }
 
-// TestReplay: a kept connection that the server closed while it was idle
-// is replaced for a call that may be sent twice; one that may not gets the
-// error.
+// TestClosedWhileIdle: a kept connection that the master closed while it
+// was idle (its idle timeout, a restart, a failover) is found closed
+// before it is used, so even a call that may not be sent twice goes on a
+// new one.
+func TestClosedWhileIdle(t *testing.T) {
+	for _, tls := range []bool{false, true} {
+		ts := newTestServer(t, tls, false)
+		c := ts.client()
+		defer c.Close()
+		ctx := context.Background()
+		for i := range 2 {
+			if _, err := c.Do(ctx, ts.URL, http.MethodPost, "/echo", nil, nil, false); err != nil {
+				t.Fatal(err)
+			}
+			ts.fs.mu.Lock()
+			for nc := range ts.fs.conns {
+				nc.Close()
+			}
+			ts.fs.mu.Unlock()
+			for ts.fs.Open() != 0 {
+				time.Sleep(time.Millisecond)
+			}
+			if a, err := c.Do(ctx, ts.URL, http.MethodPost, "/echo", nil, []byte("r"), false); err != nil || string(a.Body) != "r" {
+				t.Fatalf("tls %v, round %d: a call after the master closed the kept connection: %+v, %v", tls, i, a, err)
+			}
+		}
+	}
+}
+
+// TestReplay: a call on a kept connection that fails before any byte of
+// its answer is sent again on a new connection when it may be sent twice,
+// and fails when it may not.
 func TestReplay(t *testing.T) {
-	ts := newTestServer(t, false, false)
-	c := ts.client()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var frames atomic.Int64
+	go func() {
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer nc.Close()
+				br := bufio.NewReader(nc)
+				if _, err := http.ReadRequest(br); err != nil {
+					return
+				}
+				fmt.Fprintf(nc, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: %s\r\n\r\n", Protocol)
+				for {
+					var pre [4]byte
+					if _, err := io.ReadFull(br, pre[:]); err != nil {
+						return
+					}
+					n, _ := Length(pre, MaxRequest)
+					if _, err := io.ReadFull(br, make([]byte, n)); err != nil {
+						return
+					}
+					if frames.Add(1)%2 == 0 {
+						return // every second frame: closed without an answer
+					}
+					a, _ := AppendAnswer(nil, 200, nil, []byte("ok"))
+					nc.Write(a)
+				}
+			}()
+		}
+	}()
+	base := "http://" + ln.Addr().String()
+	c := &Client{Transport: &http.Transport{}}
 	defer c.Close()
 	ctx := context.Background()
-	closeIdle := func() {
-		t.Helper()
-		if _, err := c.Do(ctx, ts.URL, http.MethodPost, "/echo", nil, nil, false); err != nil {
-			t.Fatal(err)
-		}
-		ts.fs.mu.Lock()
-		for nc := range ts.fs.conns {
-			nc.Close()
-		}
-		ts.fs.mu.Unlock()
-		for ts.fs.Open() != 0 {
-			time.Sleep(time.Millisecond)
-		}
+	if a, err := c.Do(ctx, base, http.MethodPost, "/x", nil, nil, true); err != nil || string(a.Body) != "ok" {
+		t.Fatalf("first call: %+v, %v", a, err)
 	}
-	closeIdle()
-	if a, err := c.Do(ctx, ts.URL, http.MethodPost, "/echo", nil, []byte("r"), true); err != nil || string(a.Body) != "r" {
-		t.Fatalf("a replayable call on a connection closed while idle: %+v, %v", a, err)
+	// The second frame is dropped on the kept connection; the call goes
+	// again on a new one, as the third frame.
+	if a, err := c.Do(ctx, base, http.MethodPost, "/x", nil, nil, true); err != nil || string(a.Body) != "ok" || frames.Load() != 3 {
+		t.Fatalf("a call that may be sent twice, dropped: %+v, %v after %d frames", a, err, frames.Load())
 	}
-	closeIdle()
-	if _, err := c.Do(ctx, ts.URL, http.MethodPost, "/echo", nil, nil, false); err == nil {
-		t.Fatal("a call that may not be sent twice was sent again")
+	// The fourth is dropped and not sent again.
+	if _, err := c.Do(ctx, base, http.MethodPost, "/x", nil, nil, false); err == nil || errors.Is(err, ErrNotSent) || frames.Load() != 4 {
+		t.Fatalf("a call that may not be sent twice, dropped: %v after %d frames", err, frames.Load())
+	}
+}
+
+// TestAllow: a frame the server does not take is answered 400 and the
+// connection serves on.
+func TestAllow(t *testing.T) {
+	ts := newTestServer(t, false, false)
+	ts.fs.Allow = func(method, path string) bool { return path != "/panic" }
+	c := ts.client()
+	defer c.Close()
+	a, err := c.Do(context.Background(), ts.URL, http.MethodPost, "/panic?x=1", nil, nil, false)
+	if err != nil || a.Status != 400 || !strings.Contains(string(a.Body), "plain HTTP") {
+		t.Fatalf("a refused call: %d %s, %v", a.Status, a.Body, err)
+	}
+	if _, err := c.Do(context.Background(), ts.URL, http.MethodPost, "/echo", nil, nil, false); err != nil || ts.upgrades.Load() != 1 {
+		t.Fatalf("after a refused call: %v, %d upgrades", err, ts.upgrades.Load())
 	}
 }
 

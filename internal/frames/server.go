@@ -19,6 +19,10 @@ import (
 
 // Server serves framed connections.
 type Server struct {
+	// Allow, when set, says which calls a frame may carry; any other is
+	// answered 400 (send it as plain HTTP), so that what reaches the
+	// handler through frames is only what the clients send that way.
+	Allow func(method, path string) bool
 	// Idle bounds the wait for a connection's next frame; Read the read
 	// of a frame once its length has come; Write the write of an answer.
 	Idle, Read, Write time.Duration
@@ -104,6 +108,8 @@ func (s *Server) Upgrade(w http.ResponseWriter, r *http.Request, h http.Handler)
 	c.base = r.Header.Clone()
 	c.base.Del("Connection")
 	c.base.Del("Upgrade")
+	c.base.Del("Accept-Encoding") // answers go as the handler writes them
+	c.base.Del("Content-Length")
 	c.serve()
 }
 
@@ -129,9 +135,20 @@ type sconn struct {
 	ctx  context.Context
 	up   *http.Request
 	base http.Header
-	in   []byte // the frame being answered
-	out  []byte // its answer
 	rw   respWriter
+}
+
+// bufs hold a frame being answered and its answer while the call runs; an
+// idle connection holds none.
+var bufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+func getBuf() *bytes.Buffer { return bufs.Get().(*bytes.Buffer) }
+
+func putBuf(b *bytes.Buffer) {
+	if b.Cap() <= 1<<20 {
+		b.Reset()
+		bufs.Put(b)
+	}
 }
 
 func (c *sconn) serve() {
@@ -151,23 +168,24 @@ func (c *sconn) serve() {
 		if c.s.Read > 0 {
 			c.nc.SetReadDeadline(time.Now().Add(c.s.Read))
 		}
-		if cap(c.in) < n {
-			c.in = make([]byte, n)
-		}
-		c.in = c.in[:n]
-		if _, err := io.ReadFull(c.br, c.in); err != nil {
+		in := getBuf()
+		// Room as the bytes come, not as the length claims: a client
+		// that announces 4 MiB and sends nothing holds 64 KiB.
+		in.Grow(min(n, 64<<10))
+		if _, err := in.ReadFrom(io.LimitReader(c.br, int64(n))); err != nil || in.Len() != n {
+			putBuf(in)
 			return
 		}
-		fr, err := ParseRequest(c.in)
+		fr, err := ParseRequest(in.Bytes())
 		if err != nil {
+			putBuf(in)
 			c.logf("frames: closing a connection from %s: %v", c.up.RemoteAddr, err)
 			return
 		}
-		if !c.answer(fr) {
+		keep := c.answer(fr)
+		putBuf(in)
+		if !keep {
 			return
-		}
-		if cap(c.in) > 1<<20 {
-			c.in = nil // a large request's buffer is not kept
 		}
 	}
 }
@@ -175,11 +193,51 @@ func (c *sconn) serve() {
 // answer runs the handler on fr and writes its answer; false when the
 // connection is to close.
 func (c *sconn) answer(fr Request) (keep bool) {
+	c.s.calls.Add(1)
+	c.rw.reset()
+	defer func() {
+		if c.rw.body != nil {
+			putBuf(c.rw.body)
+			c.rw.body = nil
+		}
+	}()
 	u, err := url.ParseRequestURI(fr.Path)
-	if err != nil {
+	switch {
+	case err != nil:
 		c.logf("frames: closing a connection from %s: path %.64q: %v", c.up.RemoteAddr, fr.Path, err)
 		return false
+	case c.s.Allow != nil && !c.s.Allow(fr.Method, u.Path):
+		c.rw.refuse(http.StatusBadRequest, fmt.Sprintf("%s %s is not taken on a framed connection: send it as plain HTTP", fr.Method, u.Path))
+	default:
+		c.serveHTTP(fr, u)
 	}
+	status := c.rw.status
+	if status == 0 {
+		status = http.StatusOK
+	}
+	if c.rw.over {
+		status = http.StatusInternalServerError
+		c.rw.refuse(status, "the answer is too large for a framed connection: send the call as plain HTTP")
+	}
+	head, err := appendAnswerHead(make([]byte, 0, 256), status, c.rw.h, c.rw.body.Len())
+	if err != nil {
+		c.logf("frames: %s %s: %v", fr.Method, fr.Path, err)
+		return false
+	}
+	if c.s.Write > 0 {
+		c.nc.SetWriteDeadline(time.Now().Add(c.s.Write))
+	}
+	c.bw.Write(head)
+	c.bw.Write(c.rw.body.Bytes())
+	if c.bw.Flush() != nil {
+		return false
+	}
+	return !headerHas(c.rw.h, "Connection", "close")
+}
+
+// serveHTTP runs the handler on fr as a request of the upgraded
+// connection.
+func (c *sconn) serveHTTP(fr Request, u *url.URL) {
 	h := c.base.Clone()
 	for k, vs := range fr.Header {
 		h[k] = vs
@@ -194,54 +252,16 @@ func (c *sconn) answer(fr Request) (keep bool) {
 		req.Body = io.NopCloser(bytes.NewReader(fr.Body))
 	}
 	req = req.WithContext(c.ctx)
-	c.rw.reset()
-	c.s.calls.Add(1)
-	func() {
-		defer func() {
-			if v := recover(); v != nil {
-				if v == http.ErrAbortHandler {
-					panic(v)
-				}
-				c.logf("frames: handler of %s %s panicked: %v", fr.Method, fr.Path, v)
-				c.rw.reset()
-				c.rw.WriteHeader(http.StatusInternalServerError)
-				c.rw.body.WriteString(`{"error":"internal error","code":"internal"}`)
+	defer func() {
+		if v := recover(); v != nil {
+			if v == http.ErrAbortHandler {
+				panic(v)
 			}
-		}()
-		c.h.ServeHTTP(&c.rw, req)
+			c.logf("frames: handler of %s %s panicked: %v", fr.Method, fr.Path, v)
+			c.rw.refuse(http.StatusInternalServerError, "internal error")
+		}
 	}()
-	status := c.rw.status
-	if status == 0 {
-		status = http.StatusOK
-	}
-	if c.rw.body.Len() > MaxAnswer-64<<10 {
-		status = http.StatusInternalServerError
-		c.rw.h = http.Header{"Content-Type": {"application/json"}}
-		c.rw.body.Reset()
-		c.rw.body.WriteString(`{"error":"the answer is too large for a framed connection: send the call as plain HTTP","code":"internal"}`)
-	}
-	out, err := AppendAnswer(c.out[:0], status, c.rw.h, c.rw.body.Bytes())
-	if err != nil {
-		c.logf("frames: %s %s: %v", fr.Method, fr.Path, err)
-		return false
-	}
-	c.out = out
-	if cap(c.out) > 1<<20 {
-		c.out = nil
-	}
-	if c.rw.body.Cap() > 1<<20 {
-		c.rw.body = bytes.Buffer{}
-	}
-	if c.s.Write > 0 {
-		c.nc.SetWriteDeadline(time.Now().Add(c.s.Write))
-	}
-	if _, err := c.bw.Write(out); err != nil {
-		return false
-	}
-	if c.bw.Flush() != nil {
-		return false
-	}
-	return !headerHas(c.rw.h, "Connection", "close")
+	c.h.ServeHTTP(&c.rw, req)
 }
 
 func (c *sconn) logf(format string, args ...any) {
@@ -254,19 +274,34 @@ func (c *sconn) logf(format string, args ...any) {
 type respWriter struct {
 	h      http.Header
 	status int
-	body   bytes.Buffer
+	body   *bytes.Buffer
+	over   bool // the handler wrote more than MaxAnswer allows
 }
 
 func (w *respWriter) reset() {
 	w.h = http.Header{}
 	w.status = 0
+	w.body = getBuf()
+	w.over = false
+}
+
+// refuse replaces whatever was written with an error answer in the
+// master's form.
+func (w *respWriter) refuse(status int, msg string) {
+	code := "bad_request"
+	if status >= 500 {
+		code = "internal"
+	}
+	w.h = http.Header{"Content-Type": {"application/json"}}
+	w.status = status
 	w.body.Reset()
+	fmt.Fprintf(w.body, "{\"error\":%q,\"code\":%q}\n", msg, code)
 }
 
 func (w *respWriter) Header() http.Header { return w.h }
 
 func (w *respWriter) WriteHeader(code int) {
-	if w.status == 0 {
+	if w.status == 0 && code >= 200 { // 1xx are informational: not sent here
 		w.status = code
 	}
 }
@@ -275,7 +310,8 @@ func (w *respWriter) Write(b []byte) (int, error) {
 	if w.status == 0 {
 		w.status = http.StatusOK
 	}
-	if w.body.Len()+len(b) > MaxAnswer {
+	if w.over || w.body.Len()+len(b) > MaxAnswer-64<<10 {
+		w.over = true
 		return 0, errAnswerTooLarge
 	}
 	return w.body.Write(b)

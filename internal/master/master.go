@@ -205,7 +205,9 @@ func New(ctx context.Context, cfg Config) (*Master, error) {
 			}
 		}
 	}
-	m.frames = &frames.Server{Idle: cfg.IdleTimeout, Read: cfg.ReadTimeout, Write: WriteTimeout, Log: m.log}
+	// Frames carry only what clients send that way (api.Framed): every
+	// other call keeps to plain HTTP, where a proxy in front can see it.
+	m.frames = &frames.Server{Allow: api.Framed, Idle: cfg.IdleTimeout, Read: cfg.ReadTimeout, Write: WriteTimeout, Log: m.log}
 	m.metrics = newMetrics(m)
 	m.metrics.registerFrameMetrics(m.frames)
 	m.registerHealthMetrics() // health.go

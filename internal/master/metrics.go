@@ -109,8 +109,7 @@ func newMetrics(m *Master) *metrics {
 	return x
 }
 
-// registerFrameMetrics counts the framed connections (package frames);
-// Handler, which makes m.frames, calls it.
+// registerFrameMetrics counts the framed connections (package frames).
 func (x *metrics) registerFrameMetrics(fs *frames.Server) {
 	x.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gd2fs_master_framed_connections",
 		Help: "Framed connections open (clients' explicit-session calls without HTTP's per-request cost; GET /v1/frames)."},
