@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -15,25 +14,18 @@ import (
 	"github.com/gd2fs/gd2fs/errs"
 	"github.com/gd2fs/gd2fs/internal/cluster"
 	"github.com/gd2fs/gd2fs/internal/frames"
+	"github.com/gd2fs/gd2fs/internal/testutil"
 )
 
 // masterMetric reads one metric (without labels) from a master's /metrics.
 func masterMetric(t *testing.T, c *cluster.Cluster, name string) float64 {
 	t.Helper()
-	resp, err := http.Get(c.Master.URL() + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := regexp.MustCompile(`(?m)^` + name + ` (\S+)$`).FindSubmatch(b)
+	_, b, _ := testutil.Get(t, c.Master.URL()+"/metrics")
+	m := regexp.MustCompile(`(?m)^` + name + ` (\S+)$`).FindStringSubmatch(b)
 	if m == nil {
 		t.Fatalf("no %s in the master's metrics", name)
 	}
-	v, err := strconv.ParseFloat(string(m[1]), 64)
+	v, err := strconv.ParseFloat(m[1], 64)
 	if err != nil {
 		t.Fatal(err)
 	}
