@@ -212,10 +212,14 @@ func BenchmarkRouterConcurrentChats(b *testing.B) {
 			mean("gd2fs_router_commit_wait_seconds"), mean("gd2fs_router_tokenize_seconds"), mean("gd2fs_router_plan_seconds"))
 	}
 	turns := float64(chats * b.N)
-	md := func(r string) float64 { return float64(mafter[r] - mbefore[r]) }
+	md := func(r string) float64 { return mafter[r] - mbefore[r] }
 	b.Logf("master requests a measured routed turn: plans %.2f alone + %.2f batches, commits %.2f alone + %.2f plain batches + %.2f engine batches",
 		md("POST /v1/sessions/{id}/plan")/turns, md("POST /v1/sessions/plans")/turns,
 		md("POST /v1/sessions/{id}/commit")/turns, md("POST /v1/sessions/commits")/turns, md("POST /v1/sessions/commits/saved")/turns)
+	if n := md("count POST /v1/sessions/{id}/plan"); n > 0 {
+		// The master's histogram: handler start to answer written.
+		b.Logf("the master's own mean time for a plan sent alone: %v", time.Duration(md("sum POST /v1/sessions/{id}/plan")/n*1e9))
+	}
 	if routerPID != 0 {
 		b.Logf("CPU per turn (a direct and a routed request): the benchmark's process (chats, engine) %.2f ms, gd2fs router %.2f ms, gd2fs up (master, servers) %.2f ms", 1e3*cpu/turns, 1e3*rcpu/turns, 1e3*mcpu/turns)
 	} else if masterPID != 0 {
@@ -259,19 +263,28 @@ func routerCounters(tb testing.TB, base string) map[string]float64 {
 
 // masterSessionRequests reads the master's request counters by route
 // (every status) from its /metrics.
-func masterSessionRequests(tb testing.TB, base string) map[string]int {
+func masterSessionRequests(tb testing.TB, base string) map[string]float64 {
 	tb.Helper()
 	resp, err := http.Get(base + "/metrics")
 	if err != nil {
 		tb.Fatal(err)
 	}
 	defer resp.Body.Close()
-	out := map[string]int{}
+	out := map[string]float64{}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		if !strings.HasPrefix(line, "gd2fs_master_requests_total{") {
+		// The request counters by route, and the request time's sum and
+		// count by route under "sum ROUTE" and "count ROUTE".
+		prefix := ""
+		switch {
+		case strings.HasPrefix(line, "gd2fs_master_requests_total{"):
+		case strings.HasPrefix(line, "gd2fs_master_request_seconds_sum{"):
+			prefix = "sum "
+		case strings.HasPrefix(line, "gd2fs_master_request_seconds_count{"):
+			prefix = "count "
+		default:
 			continue
 		}
 		_, route, ok := strings.Cut(line, `route="`)
@@ -283,7 +296,7 @@ func masterSessionRequests(tb testing.TB, base string) map[string]int {
 		if err != nil {
 			tb.Fatalf("metrics line %q: %v", line, err)
 		}
-		out[route[:strings.IndexByte(route, '"')]] += int(v)
+		out[prefix+route[:strings.IndexByte(route, '"')]] += v
 	}
 	if err := sc.Err(); err != nil {
 		tb.Fatal(err)
