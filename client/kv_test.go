@@ -221,14 +221,26 @@ func TestKVMovedAfterAddingServer(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	before, err := cl.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := c.AddServer(3); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.WaitServers(ctx, 4); err != nil {
 		t.Fatal(err)
 	}
+	// The master shows a joining server up a moment before it publishes
+	// the epoch of the map that has it: wait for that epoch (a CI run read
+	// the old one here, and a key was then asked of an owner that had not
+	// heard of the new map).
+	var st client.Status
+	testutil.Eventually(t, 10*time.Second, func() (bool, string) {
+		st, err = cl.Status(ctx)
+		return err == nil && st.Epoch > before.Epoch, fmt.Sprintf("epoch %d, was %d before the server joined (%v)", st.Epoch, before.Epoch, err)
+	})
 	// Wait until every server has heard the new map (one heartbeat).
-	st, _ := cl.Status(ctx)
 	testutil.Eventually(t, 10*time.Second, func() (bool, string) {
 		synced := true
 		for _, s := range c.Servers {
