@@ -564,7 +564,7 @@ func (c *Client) doFramed(ctx context.Context, base, method, path string, h http
 		o, err := c.failed(ctx, base, err)
 		return o, err, true
 	}
-	o, err = c.answer(base, method, path, a.Status, fmt.Sprintf("%d %s", a.Status, http.StatusText(a.Status)), a.Header, bytes.NewReader(a.Body), out)
+	o, err = c.answer(base, method, path, a.Status, "", a.Header, bytes.NewReader(a.Body), out)
 	return o, err, true
 }
 
@@ -588,10 +588,14 @@ func (c *Client) failed(ctx context.Context, base string, err error) (outcome, e
 }
 
 // answer reads a master's answer into out (when not nil) and says what
-// became of the request.
+// became of the request; status is the status line's text ("" to make it
+// from code, for an error only).
 func (c *Client) answer(base, method, path string, code int, status string, hdr http.Header, body io.Reader, out any) (outcome, error) {
 	c.answered.Store(true)
 	if code/100 != 2 {
+		if status == "" {
+			status = fmt.Sprintf("%d %s", code, http.StatusText(code))
+		}
 		var e Error
 		b, _ := io.ReadAll(io.LimitReader(body, 1<<20))
 		o := done

@@ -61,6 +61,10 @@ const (
 	upgradeTimeout = 10 * time.Second
 )
 
+// frameBufs hold request frames while they are written: a call's frame is
+// done with when Do returns.
+var frameBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}
+
 // cconn is one framed connection of a client.
 type cconn struct {
 	nc   net.Conn
@@ -80,7 +84,14 @@ func (c *Client) Do(ctx context.Context, base, method, path string, h http.Heade
 	if c.isOff(base) {
 		return Answer{}, ErrNotUsed
 	}
-	frame, err := AppendRequest(nil, method, path, h, body)
+	fb := frameBufs.Get().(*[]byte)
+	frame, err := AppendRequest((*fb)[:0], method, path, h, body)
+	defer func() {
+		if cap(frame) <= 1<<20 { // a large request's buffer is not kept
+			*fb = frame[:0]
+			frameBufs.Put(fb)
+		}
+	}()
 	if err != nil {
 		return Answer{}, fmt.Errorf("%w: %v", ErrNotUsed, err)
 	}

@@ -41,7 +41,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 const (
@@ -159,11 +160,11 @@ func appendHeaders(b []byte, h http.Header) ([]byte, error) {
 	}
 	b = append(b, byte(count))
 	for k, vs := range h {
-		if len(k) > 0xff || !validName(k) {
+		if len(k) > 0xff || !httpguts.ValidHeaderFieldName(k) {
 			return b, fmt.Errorf("frames: header name %.64q", k)
 		}
 		for _, v := range vs {
-			if len(v) > 0xffff || !validValue([]byte(v)) {
+			if len(v) > 0xffff || !httpguts.ValidHeaderFieldValue(v) {
 				return b, fmt.Errorf("frames: header %s of %d bytes", k, len(v))
 			}
 			b = append(b, byte(len(k)))
@@ -249,38 +250,17 @@ func parseHeaders(b []byte) (http.Header, []byte, error) {
 		if vl > len(b) {
 			return nil, nil, fmt.Errorf("%w: header %.64q cut short", ErrFrame, k)
 		}
-		if !validName(k) || !validValue(b[:vl]) {
+		v := string(b[:vl])
+		// Checked as net/http's reader checks them; canonical names,
+		// values as sent.
+		if !httpguts.ValidHeaderFieldName(k) || !httpguts.ValidHeaderFieldValue(v) {
 			return nil, nil, fmt.Errorf("%w: header %.64q", ErrFrame, k)
 		}
-		// As net/http's reader does: canonical names, values as sent.
 		ck := http.CanonicalHeaderKey(k)
-		h[ck] = append(h[ck], string(b[:vl]))
+		h[ck] = append(h[ck], v)
 		b = b[vl:]
 	}
 	return h, b, nil
-}
-
-// validName: a header name is an HTTP token (RFC 9110), as net/http's
-// reader requires.
-func validName(k string) bool {
-	for i := 0; i < len(k); i++ {
-		c := k[i]
-		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0 {
-			continue
-		}
-		return false
-	}
-	return len(k) > 0
-}
-
-// validValue: no control bytes but horizontal tab, as net/http's reader.
-func validValue(v []byte) bool {
-	for _, c := range v {
-		if c < ' ' && c != '\t' || c == 0x7f {
-			return false
-		}
-	}
-	return true
 }
 
 // validPath: printable ASCII without spaces, as a request line's target.

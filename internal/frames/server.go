@@ -11,10 +11,11 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // Server serves framed connections.
@@ -45,15 +46,9 @@ func IsUpgrade(r *http.Request) bool {
 	return r.Method == http.MethodGet && headerHas(r.Header, "Connection", "upgrade") && headerHas(r.Header, "Upgrade", Protocol)
 }
 
+// headerHas: one of h's name headers lists token (case aside).
 func headerHas(h http.Header, name, token string) bool {
-	for _, v := range h.Values(name) {
-		for _, t := range strings.Split(v, ",") {
-			if strings.EqualFold(strings.TrimSpace(t), token) {
-				return true
-			}
-		}
-	}
-	return false
+	return httpguts.HeaderValuesContainsToken(h.Values(name), token)
 }
 
 // Upgrade answers r, a GET Path with Upgrade: Protocol that has passed
@@ -136,6 +131,7 @@ type sconn struct {
 	up   *http.Request
 	base http.Header
 	rw   respWriter
+	head []byte // an answer's length, status and headers
 }
 
 // bufs hold a frame being answered and its answer while the call runs; an
@@ -219,7 +215,8 @@ func (c *sconn) answer(fr Request) (keep bool) {
 		status = http.StatusInternalServerError
 		c.rw.refuse(status, "the answer is too large for a framed connection: send the call as plain HTTP")
 	}
-	head, err := appendAnswerHead(make([]byte, 0, 256), status, c.rw.h, c.rw.body.Len())
+	head, err := appendAnswerHead(c.head[:0], status, c.rw.h, c.rw.body.Len())
+	c.head = head
 	if err != nil {
 		c.logf("frames: %s %s: %v", fr.Method, fr.Path, err)
 		return false
