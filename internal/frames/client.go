@@ -3,15 +3,14 @@ package frames
 import (
 	"bufio"
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"net/url"
 	"sync"
 	"time"
+
+	"github.com/gd2fs/gd2fs/internal/connpool"
 )
 
 // ErrNotUsed: no framed connection to this master now (it answered the
@@ -45,10 +44,9 @@ type Client struct {
 	IdleFor time.Duration
 	Retry   time.Duration
 
-	mu     sync.Mutex
-	idle   map[string][]*cconn
-	off    map[string]time.Time
-	closed bool
+	pool connpool.Pool
+	mu   sync.Mutex
+	off  map[string]time.Time
 }
 
 // Defaults of Client.
@@ -64,13 +62,6 @@ const (
 // frameBufs hold request frames while they are written: a call's frame is
 // done with when Do returns.
 var frameBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}
-
-// cconn is one framed connection of a client.
-type cconn struct {
-	nc   net.Conn
-	br   *bufio.Reader
-	last time.Time // when it was last put back
-}
 
 // Do sends one call to base (a master's URL) on a framed connection and
 // returns its answer, whose Body is the caller's. replay says the call
@@ -100,16 +91,16 @@ func (c *Client) Do(ctx context.Context, base, method, path string, h http.Heade
 		if err != nil {
 			return Answer{}, err
 		}
-		a, keep, sent, err := cc.call(ctx, frame)
+		a, keep, sent, err := call(ctx, cc, frame)
 		if err == nil {
 			if keep {
-				c.put(base, cc)
+				c.pool.Put(base, cc, c.maxIdle(), c.idleFor())
 			} else {
-				cc.nc.Close()
+				cc.NC.Close()
 			}
 			return a, nil
 		}
-		cc.nc.Close()
+		cc.NC.Close()
 		if ctx.Err() != nil {
 			return Answer{}, ctx.Err()
 		}
@@ -122,21 +113,21 @@ func (c *Client) Do(ctx context.Context, base, method, path string, h http.Heade
 
 // call writes frame and reads its answer. sent is false when the
 // connection failed before any byte of an answer came.
-func (cc *cconn) call(ctx context.Context, frame []byte) (a Answer, keep, sent bool, err error) {
-	stop := context.AfterFunc(ctx, func() { cc.nc.Close() })
+func call(ctx context.Context, cc *connpool.Conn, frame []byte) (a Answer, keep, sent bool, err error) {
+	stop := context.AfterFunc(ctx, func() { cc.NC.Close() })
 	defer func() {
 		if !stop() {
 			keep = false // the context ended: the connection is closed
 		}
 	}()
-	if _, err := cc.nc.Write(frame); err != nil {
+	if _, err := cc.NC.Write(frame); err != nil {
 		return a, false, false, err
 	}
 	var pre [4]byte
-	if _, err := io.ReadFull(cc.br, pre[:1]); err != nil {
+	if _, err := io.ReadFull(cc.BR, pre[:1]); err != nil {
 		return a, false, false, err
 	}
-	if _, err := io.ReadFull(cc.br, pre[1:]); err != nil {
+	if _, err := io.ReadFull(cc.BR, pre[1:]); err != nil {
 		return a, false, true, err
 	}
 	n, err := Length(pre, MaxAnswer)
@@ -144,7 +135,7 @@ func (cc *cconn) call(ctx context.Context, frame []byte) (a Answer, keep, sent b
 		return a, false, true, err
 	}
 	b := make([]byte, 0, min(n, 64<<10))
-	if b, err = readN(cc.br, b, n); err != nil {
+	if b, err = readN(cc.BR, b, n); err != nil {
 		return a, false, true, err
 	}
 	if a, err = ParseAnswer(b); err != nil {
@@ -194,67 +185,19 @@ func (c *Client) idleFor() time.Duration {
 
 // get takes an idle connection to base that is still open, or upgrades a
 // new one.
-func (c *Client) get(ctx context.Context, base string) (*cconn, bool, error) {
-	c.mu.Lock()
-	stale := c.sweep(base)
-	var cc *cconn
-	if l := c.idle[base]; len(l) > 0 {
-		cc = l[len(l)-1]
-		c.idle[base] = l[:len(l)-1]
-	}
-	c.mu.Unlock()
-	for _, s := range stale {
-		s.nc.Close()
-	}
-	if cc != nil {
-		if cc.br.Buffered() == 0 && open(cc.nc) {
-			return cc, true, nil
-		}
-		cc.nc.Close() // the master closed it while it was idle
+func (c *Client) get(ctx context.Context, base string) (*connpool.Conn, bool, error) {
+	if cc := c.pool.Get(base, c.idleFor()); cc != nil {
+		return cc, true, nil
 	}
 	cc, err := c.upgrade(ctx, base)
 	return cc, false, err
 }
 
-// sweep takes the connections to base idle for longer than IdleFor out of
-// the pool and returns them; c.mu is held.
-func (c *Client) sweep(base string) []*cconn {
-	l := c.idle[base]
-	cut := time.Now().Add(-c.idleFor())
-	i := 0
-	for i < len(l) && l[i].last.Before(cut) {
-		i++ // the oldest are first
+func (c *Client) maxIdle() int {
+	if c.MaxIdle > 0 {
+		return c.MaxIdle
 	}
-	if i == 0 {
-		return nil
-	}
-	stale := append([]*cconn(nil), l[:i]...)
-	c.idle[base] = append(l[:0], l[i:]...)
-	return stale
-}
-
-func (c *Client) put(base string, cc *cconn) {
-	max := c.MaxIdle
-	if max <= 0 {
-		max = DefaultMaxIdle
-	}
-	cc.last = time.Now()
-	c.mu.Lock()
-	if c.idle == nil {
-		c.idle = map[string][]*cconn{}
-	}
-	stale := c.sweep(base)
-	if !c.closed && len(c.idle[base]) < max {
-		c.idle[base] = append(c.idle[base], cc)
-		cc = nil
-	}
-	c.mu.Unlock()
-	for _, s := range stale {
-		s.nc.Close()
-	}
-	if cc != nil {
-		cc.nc.Close()
-	}
+	return DefaultMaxIdle
 }
 
 func (c *Client) setOff(base string, d time.Duration) {
@@ -269,7 +212,7 @@ func (c *Client) setOff(base string, d time.Duration) {
 // upgrade opens a framed connection to base: it dials as the transport
 // does (its dialer and TLS settings), asks GET Path with Upgrade, and
 // reads the 101.
-func (c *Client) upgrade(ctx context.Context, base string) (*cconn, error) {
+func (c *Client) upgrade(ctx context.Context, base string) (*connpool.Conn, error) {
 	tr := c.Transport
 	if tr == nil {
 		tr = http.DefaultTransport.(*http.Transport)
@@ -288,7 +231,7 @@ func (c *Client) upgrade(ctx context.Context, base string) (*cconn, error) {
 	if u.Scheme != "http" && u.Scheme != "https" {
 		return nil, fmt.Errorf("%w: scheme %q", ErrNotUsed, u.Scheme)
 	}
-	nc, err := dial(ctx, tr, u)
+	nc, err := connpool.Dial(ctx, tr, u, upgradeTimeout)
 	if err != nil {
 		return nil, c.notSent(ctx, err)
 	}
@@ -334,7 +277,7 @@ func (c *Client) upgrade(ctx context.Context, base string) (*cconn, error) {
 	}
 	nc.SetDeadline(time.Time{})
 	ok = true
-	return &cconn{nc: nc, br: br}, nil
+	return &connpool.Conn{NC: nc, BR: br}, nil
 }
 
 // notSent wraps an error of the dial or the upgrade (nothing of the call
@@ -346,57 +289,6 @@ func (c *Client) notSent(ctx context.Context, err error) error {
 	return fmt.Errorf("%w: %w", ErrNotSent, err)
 }
 
-// dial connects to u's host as tr would: its DialContext (or a plain
-// dialer), then TLS with its TLSClientConfig for https.
-func dial(ctx context.Context, tr *http.Transport, u *url.URL) (net.Conn, error) {
-	host, port := u.Hostname(), u.Port()
-	if port == "" {
-		port = "80"
-		if u.Scheme == "https" {
-			port = "443"
-		}
-	}
-	addr := net.JoinHostPort(host, port)
-	dctx, cancel := context.WithTimeout(ctx, upgradeTimeout)
-	defer cancel()
-	d := tr.DialContext
-	if d == nil {
-		d = (&net.Dialer{}).DialContext
-	}
-	nc, err := d(dctx, "tcp", addr)
-	if err != nil {
-		return nil, err // a dial error: the caller counts the call as not sent
-	}
-	if u.Scheme != "https" {
-		return nc, nil
-	}
-	cfg := &tls.Config{}
-	if tr.TLSClientConfig != nil {
-		cfg = tr.TLSClientConfig.Clone()
-	}
-	if cfg.ServerName == "" {
-		cfg.ServerName = host
-	}
-	cfg.NextProtos = []string{"http/1.1"} // an upgrade is HTTP/1.1's
-	tc := tls.Client(nc, cfg)
-	if err := tc.HandshakeContext(dctx); err != nil {
-		nc.Close()
-		return nil, err // a TLS error: final, as for a plain call
-	}
-	return tc, nil
-}
-
 // Close closes the idle connections; calls in flight close theirs when
 // they end.
-func (c *Client) Close() {
-	c.mu.Lock()
-	idle := c.idle
-	c.idle = nil
-	c.closed = true
-	c.mu.Unlock()
-	for _, l := range idle {
-		for _, cc := range l {
-			cc.nc.Close()
-		}
-	}
-}
+func (c *Client) Close() { c.pool.Close() }

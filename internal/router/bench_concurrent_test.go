@@ -3,6 +3,7 @@ package router
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
@@ -31,6 +32,7 @@ var (
 	benchWarmTurns  = flag.Int("warm-turns", 4, "BenchmarkRouterConcurrentChats: turns each chat makes before the measured ones")
 	benchRouterProc = flag.Bool("router-process", false, "BenchmarkRouterConcurrentChats, with -gd2fs: the router runs as `gd2fs router`, a process of its own, as users run it (default: in the benchmark's process)")
 	benchTokenIDs   = flag.Bool("token-ids", false, "BenchmarkRouterConcurrentChats: send each prompt as token ids (a client that tokenized already), which the router plans on without the engine's /tokenize")
+	benchNoSession  = flag.Bool("no-session", false, "BenchmarkRouterConcurrentChats: the routed requests name no session, so the router only passes them on: what its hop alone costs, the floor under a planned request's")
 	benchStagger    = flag.Bool("stagger", false, "BenchmarkRouterConcurrentChats: chat i starts i/64 of -engine-time after the first, so requests arrive spread over a completion's time, as users' do (default: all chats in step, 64 requests at the same instant each round)")
 )
 
@@ -132,9 +134,11 @@ func BenchmarkRouterConcurrentChats(b *testing.B) {
 			wg.Add(1)
 			go func(w int) {
 				defer wg.Done()
-				if *benchStagger && from == 0 {
-					// The chats keep their phase: each turn takes one
-					// engine time plus the router's cost.
+				if *benchStagger {
+					// Each phase (warm-up, measured) starts after every
+					// chat ended the one before, so each is staggered
+					// anew; within it the chats keep their phase (each
+					// turn takes one engine time plus the router's cost).
 					time.Sleep(time.Duration(w) * *benchCompute / chats)
 				}
 				var d, r []time.Duration
@@ -144,7 +148,11 @@ func BenchmarkRouterConcurrentChats(b *testing.B) {
 						errc <- err
 						return
 					}
-					y, err := send(front, fmt.Sprintf("chat-%d", w), i)
+					session := fmt.Sprintf("chat-%d", w)
+					if *benchNoSession {
+						session = ""
+					}
+					y, err := send(front, session, i)
 					if err != nil {
 						errc <- err
 						return
@@ -185,6 +193,9 @@ func BenchmarkRouterConcurrentChats(b *testing.B) {
 	after := routerCounters(b, front)
 	mafter := masterSessionRequests(b, p.master)
 	q := func(d []time.Duration, p float64) time.Duration {
+		if len(d) == 0 {
+			return 0 // no saves: the routed requests named no session
+		}
 		slices.Sort(d)
 		return d[int(p*float64(len(d)-1))]
 	}
@@ -194,7 +205,8 @@ func BenchmarkRouterConcurrentChats(b *testing.B) {
 	saves := e.saves
 	e.mu.Unlock()
 	diff := func(k string) float64 { return after[k] - before[k] }
-	b.Logf("%d chats, %d warm-up + %d measured turns each, engine time %v, durability %s, master %s, staggered %v", chats, *benchWarmTurns, b.N, *benchCompute, *benchDurability, where, *benchStagger)
+	b.Logf("%d chats, %d warm-up + %d measured turns each, engine time %v, durability %s, master %s, staggered %v, routed requests without a session %v",
+		chats, *benchWarmTurns, b.N, *benchCompute, *benchDurability, where, *benchStagger, *benchNoSession)
 	b.Logf("engine alone p50 %v p99 %v; through the router (less the engine's save) p50 %v p99 %v; router adds p50 %v p99 %v",
 		dp50, dp99, rp50, rp99, rp50-dp50, rp99-dp99)
 	b.Logf("the engine's save (not counted) p50 %v p99 %v; measured turns: %.0f plans, %.0f misses, %.0f commits, %.0f commit failures, %.0f%% of prompt tokens cached",
@@ -208,8 +220,9 @@ func BenchmarkRouterConcurrentChats(b *testing.B) {
 		return 0
 	}
 	if _, ok := after["gd2fs_router_tokenize_seconds_count"]; ok {
-		b.Logf("means through the router: waiting for the previous turn's commit %v, /tokenize %v, /tokenize and the master's plan %v",
-			mean("gd2fs_router_commit_wait_seconds"), mean("gd2fs_router_tokenize_seconds"), mean("gd2fs_router_plan_seconds"))
+		b.Logf("means through the router: waiting for the previous turn's commit %v, /tokenize %v, /tokenize and the master's plan %v (its p50 at most %v, p99 at most %v)",
+			mean("gd2fs_router_commit_wait_seconds"), mean("gd2fs_router_tokenize_seconds"), mean("gd2fs_router_plan_seconds"),
+			bucketQuantile(before, after, "gd2fs_router_plan_seconds", 0.5), bucketQuantile(before, after, "gd2fs_router_plan_seconds", 0.99))
 	}
 	turns := float64(chats * b.N)
 	md := func(r string) float64 { return mafter[r] - mbefore[r] }
@@ -246,7 +259,7 @@ func routerCounters(tb testing.TB, base string) map[string]float64 {
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
 		name, v, ok := strings.Cut(sc.Text(), " ")
-		if !ok || strings.HasPrefix(name, "#") || strings.Contains(name, "{") {
+		if !ok || strings.HasPrefix(name, "#") || strings.Contains(name, "{") && !strings.Contains(name, "_bucket{le=") {
 			continue
 		}
 		f, err := strconv.ParseFloat(v, 64)
@@ -259,6 +272,34 @@ func routerCounters(tb testing.TB, base string) map[string]float64 {
 		tb.Fatal(err)
 	}
 	return out
+}
+
+// bucketQuantile is the upper bound of the bucket of histogram h that holds
+// its q quantile of the observations made between the counters before and
+// after (routerCounters), or -1 when there were none.
+func bucketQuantile(before, after map[string]float64, h string, q float64) time.Duration {
+	type bucket struct{ le, n float64 }
+	var bs []bucket
+	for k, v := range after {
+		le, ok := strings.CutPrefix(k, h+`_bucket{le="`)
+		if !ok {
+			continue
+		}
+		le = strings.TrimSuffix(le, `"}`)
+		f, err := strconv.ParseFloat(le, 64)
+		if err != nil || le == "+Inf" {
+			continue // +Inf's is the count
+		}
+		bs = append(bs, bucket{f, v - before[k]})
+	}
+	slices.SortFunc(bs, func(a, b bucket) int { return cmp.Compare(a.le, b.le) })
+	total := after[h+"_count"] - before[h+"_count"]
+	for _, b := range bs {
+		if total > 0 && b.n >= q*total {
+			return time.Duration(b.le * 1e9)
+		}
+	}
+	return -1
 }
 
 // masterSessionRequests reads the master's request counters by route

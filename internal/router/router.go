@@ -131,9 +131,13 @@ func New(cfg Config) *Router {
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConns, tr.MaxIdleConnsPerHost = engineIdleConns, engineIdleConns
-	r := &Router{cfg: cfg, proxy: httputil.NewSingleHostReverseProxy(cfg.Upstream), hc: &http.Client{Transport: tr}, reg: prometheus.NewRegistry()}
-	r.proxy.Transport = tr
-	r.proxy.FlushInterval = -1 // stream server-sent events as they come
+	up := &upstream{tr: tr, maxIdle: engineIdleConns, idleFor: tr.IdleConnTimeout}
+	r := &Router{cfg: cfg, proxy: httputil.NewSingleHostReverseProxy(cfg.Upstream), hc: &http.Client{Transport: up}, reg: prometheus.NewRegistry()}
+	r.proxy.Transport = up
+	// FlushInterval 0: an answer of known length is written as it is
+	// copied and flushed at its end; server-sent events and answers of
+	// unknown length (a stream) are flushed as they come (ReverseProxy's
+	// own rule). -1 flushed every answer at once from a timer's goroutine.
 	c := func(name, help string) prometheus.Counter {
 		return prometheus.NewCounter(prometheus.CounterOpts{Name: "gd2fs_router_" + name, Help: help})
 	}
@@ -401,6 +405,14 @@ func parseIDs(b []byte) ([]uint32, error) {
 	return nil, errors.New("not an array of unsigned 32-bit integers")
 }
 
+// hopHeaders are the request's headers that are not passed on to the
+// engine: the hop-by-hop ones (as ReverseProxy drops them), the length
+// (the body's is set), and Expect (the router has the whole body: the
+// engine's 100 Continue would only be waited for).
+var hopHeaders = map[string]bool{"Connection": true, "Proxy-Connection": true, "Keep-Alive": true, "Proxy-Authenticate": true,
+	"Proxy-Authorization": true, "Te": true, "Trailer": true, "Transfer-Encoding": true, "Upgrade": true, "Content-Length": true,
+	"Expect": true}
+
 // forwardAndCommit proxies the request, copying the answer to the client as
 // it comes (server-sent events included), and commits the kv_transfer_params
 // the engine returns in its answer (for a stream, the last event that has
@@ -419,7 +431,7 @@ func (r *Router) forwardAndCommit(w http.ResponseWriter, req *http.Request, body
 		return
 	}
 	for k, v := range req.Header {
-		if k != "Content-Length" && k != "Connection" {
+		if !hopHeaders[k] {
 			out.Header[k] = v
 		}
 	}

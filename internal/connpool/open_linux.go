@@ -1,4 +1,4 @@
-package frames
+package connpool
 
 import (
 	"crypto/tls"
@@ -6,13 +6,13 @@ import (
 	"syscall"
 )
 
-// open reports whether a kept connection is still open: a peek at its
-// socket that does not wait. The master sends nothing between answers, so
-// an end of stream (it closed the connection: idle, restart, failover) or
-// any byte (a TLS close_notify) means the connection is done. A call on
-// such a connection would fail after it was written, and one that may not
-// be sent twice could then not be retried.
-func open(nc net.Conn) bool {
+// Open reports whether a kept connection is still open: a peek at its
+// socket that does not wait. The peers of a Conn send nothing between
+// answers, so an end of stream (the peer closed the connection: idle,
+// restart, failover) or any byte (a TLS close_notify) means the connection
+// is done. A call on such a connection would fail after it was written,
+// and one that may not be sent twice could then not be retried.
+func Open(nc net.Conn) bool {
 	if tc, ok := nc.(*tls.Conn); ok {
 		nc = tc.NetConn()
 	}
