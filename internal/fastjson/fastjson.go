@@ -12,6 +12,10 @@
 // — the plan and commit requests and answers of a chat turn — read one
 // value at a time by hand decoders in internal/api and internal/master
 // (FuzzAnswerDecode and FuzzPlanWire compare those with encoding/json).
+//
+// Members (members.go) splits a whole JSON object into its members, any
+// valid values, for the router's reading of every completion request
+// (FuzzMembers compares it with encoding/json).
 package fastjson
 
 func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
