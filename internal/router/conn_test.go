@@ -152,7 +152,13 @@ func TestCommitFreesConnection(t *testing.T) {
 // came (field order, spacing, escapes) with kv_transfer_params added last,
 // and a client's own kv_transfer_params never reach the engine.
 func TestForwardedBodyAsSent(t *testing.T) {
-	e := &engine{t: t}
+	var hmu sync.Mutex
+	var heads []http.Header
+	e := &engine{t: t, hook: func(r *http.Request) {
+		hmu.Lock()
+		heads = append(heads, r.Header.Clone())
+		hmu.Unlock()
+	}}
 	p := startRouter(t, cluster.Config{MemBytes: 8 << 20, DiskBytes: 64 << 20}, connLayout, e,
 		func(cl *client.Client) Config { return Config{Planner: cl.Sessions(), SharedSessions: true} })
 	for _, tc := range []struct{ body, prefix string }{
@@ -162,6 +168,8 @@ func TestForwardedBodyAsSent(t *testing.T) {
 	} {
 		req, _ := http.NewRequest("POST", p.front.URL+"/v1/completions", strings.NewReader(tc.body))
 		req.Header.Set("X-Session-ID", "b")
+		req.Header.Set("X-Trace", "t1")
+		req.Header.Set("Expect", "100-continue") // the router has the body: not passed on
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -188,6 +196,12 @@ func TestForwardedBodyAsSent(t *testing.T) {
 		}
 		if err := json.Unmarshal(e.lastBody, &doc); err != nil || doc.KTP.KP.ID != "b" || len(doc.KTP.KP.Fresh) == 0 {
 			t.Fatalf("forwarded %s: not the router's plan (%v)", got, err)
+		}
+		hmu.Lock()
+		h := heads[len(heads)-1]
+		hmu.Unlock()
+		if h.Get("X-Trace") != "t1" || h.Get("Expect") != "" || h.Get("X-Session-ID") != "b" {
+			t.Fatalf("the engine got the headers %v: want the client's, without Expect", h)
 		}
 	}
 }
