@@ -43,9 +43,11 @@ func post(t *testing.T, ctx context.Context, u *upstream, url, body string) (str
 	return string(b), err
 }
 
-// rawServer answers each connection with serve, on a loopback listener
-// closed with t; it returns the address and the count of connections.
-func rawServer(t *testing.T, serve func(c net.Conn, br *bufio.Reader)) (string, *atomic.Int64) {
+// rawServer is an engine on a loopback listener closed with t that
+// answers each request of a connection with the raw bytes answer gives for
+// its path and body, and ends the connection after one whose more is
+// false. It returns the URL and the counts of connections and requests.
+func rawServer(t *testing.T, answer func(path string, body []byte) (out string, more bool)) (string, *atomic.Int64, *atomic.Int64) {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -63,7 +65,25 @@ func rawServer(t *testing.T, serve func(c net.Conn, br *bufio.Reader)) (string, 
 		mu.Unlock()
 		wg.Wait()
 	})
-	var n atomic.Int64
+	var conns, reqs atomic.Int64
+	serve := func(c net.Conn) {
+		br := bufio.NewReader(c)
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			body, err := io.ReadAll(req.Body)
+			if err != nil {
+				return
+			}
+			reqs.Add(1)
+			out, more := answer(req.URL.Path, body)
+			if _, err := io.WriteString(c, out); err != nil || !more {
+				return
+			}
+		}
+	}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -75,16 +95,16 @@ func rawServer(t *testing.T, serve func(c net.Conn, br *bufio.Reader)) (string, 
 			mu.Lock()
 			open = append(open, c)
 			mu.Unlock()
-			n.Add(1)
+			conns.Add(1)
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				defer c.Close()
-				serve(c, bufio.NewReader(c))
+				serve(c)
 			}()
 		}
 	}()
-	return "http://" + l.Addr().String(), &n
+	return "http://" + l.Addr().String(), &conns, &reqs
 }
 
 // TestUpstreamAnswers: what net/http's Transport reads, the router's own
@@ -92,35 +112,18 @@ func rawServer(t *testing.T, serve func(c net.Conn, br *bufio.Reader)) (string, 
 // informational ones (103, 100), an answer of known length; connections
 // are kept between answers and closed after "Connection: close".
 func TestUpstreamAnswers(t *testing.T) {
-	var reqs atomic.Int64
-	url, conns := rawServer(t, func(c net.Conn, br *bufio.Reader) {
-		for {
-			req, err := http.ReadRequest(br)
-			if err != nil {
-				return
-			}
-			body, err := io.ReadAll(req.Body)
-			if err != nil {
-				return
-			}
-			reqs.Add(1)
-			var out string
-			switch req.URL.Path {
-			case "/chunked":
-				out = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: X-Sum\r\n\r\n3\r\nabc\r\n" +
-					"4\r\n" + string(body[:4]) + "\r\n0\r\nX-Sum: 7\r\n\r\n"
-			case "/hints":
-				out = "HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\nHTTP/1.1 100 Continue\r\n\r\n" +
-					"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
-			case "/close":
-				out = "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nConnection: close\r\n\r\nbye"
-			default:
-				out = "HTTP/1.1 200 OK\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + string(body)
-			}
-			if _, err := io.WriteString(c, out); err != nil || req.URL.Path == "/close" {
-				return
-			}
+	url, conns, reqs := rawServer(t, func(path string, body []byte) (string, bool) {
+		switch path {
+		case "/chunked":
+			return "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: X-Sum\r\n\r\n3\r\nabc\r\n" +
+				"4\r\n" + string(body[:4]) + "\r\n0\r\nX-Sum: 7\r\n\r\n", true
+		case "/hints":
+			return "HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\nHTTP/1.1 100 Continue\r\n\r\n" +
+				"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", true
+		case "/close":
+			return "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nConnection: close\r\n\r\nbye", false
 		}
+		return "HTTP/1.1 200 OK\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + string(body), true
 	})
 	u := newUpstream(nil)
 	defer u.pool.Close()
@@ -155,11 +158,8 @@ func TestUpstreamAnswers(t *testing.T) {
 
 // TestUpstreamTrailers: a chunked answer's trailers reach the caller.
 func TestUpstreamTrailers(t *testing.T) {
-	url, _ := rawServer(t, func(c net.Conn, br *bufio.Reader) {
-		if _, err := http.ReadRequest(br); err != nil {
-			return
-		}
-		io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: X-Sum\r\n\r\n2\r\nab\r\n0\r\nX-Sum: 7\r\n\r\n")
+	url, _, _ := rawServer(t, func(string, []byte) (string, bool) {
+		return "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: X-Sum\r\n\r\n2\r\nab\r\n0\r\nX-Sum: 7\r\n\r\n", false
 	})
 	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader("x"))
 	if err != nil {
@@ -196,23 +196,11 @@ func (c flakyConn) Write(b []byte) (int, error) {
 // whose answer fails after the request was written is not (the engine may
 // have run it), and neither is a request that fails on a new connection.
 func TestUpstreamRetry(t *testing.T) {
-	var seen atomic.Int64
-	url, conns := rawServer(t, func(c net.Conn, br *bufio.Reader) {
-		for {
-			req, err := http.ReadRequest(br)
-			if err != nil {
-				return
-			}
-			b, err := io.ReadAll(req.Body)
-			if err != nil {
-				return
-			}
-			seen.Add(1)
-			if string(b) == "drop" {
-				return // read, then the connection ends without an answer
-			}
-			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: "+strconv.Itoa(len(b))+"\r\n\r\n"+string(b))
+	url, conns, seen := rawServer(t, func(_ string, b []byte) (string, bool) {
+		if string(b) == "drop" {
+			return "", false // read, then the connection ends without an answer
 		}
+		return "HTTP/1.1 200 OK\r\nContent-Length: " + strconv.Itoa(len(b)) + "\r\n\r\n" + string(b), true
 	})
 	var arm atomic.Bool
 	d := &net.Dialer{}
@@ -251,22 +239,30 @@ func TestUpstreamRetry(t *testing.T) {
 	}
 }
 
-// TestUpstreamIdleClosed: connections the engine closed while they were
-// idle (its idle timeout, a restart) are not used: every request gets its
-// answer, on a new connection.
-func TestUpstreamIdleClosed(t *testing.T) {
-	var seen, conns atomic.Int64
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		seen.Add(1)
-		io.Copy(w, r.Body)
-	}))
+// countedServer is an engine of net/http serving h, closed with t, and
+// its count of connections.
+func countedServer(t *testing.T, h http.HandlerFunc) (*httptest.Server, *atomic.Int64) {
+	var conns atomic.Int64
+	srv := httptest.NewUnstartedServer(h)
 	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
 		if s == http.StateNew {
 			conns.Add(1)
 		}
 	}
 	srv.Start()
-	defer srv.Close()
+	t.Cleanup(srv.Close)
+	return srv, &conns
+}
+
+// TestUpstreamIdleClosed: connections the engine closed while they were
+// idle (its idle timeout, a restart) are not used: every request gets its
+// answer, on a new connection.
+func TestUpstreamIdleClosed(t *testing.T) {
+	var seen atomic.Int64
+	srv, conns := countedServer(t, func(w http.ResponseWriter, r *http.Request) {
+		seen.Add(1)
+		io.Copy(w, r.Body)
+	})
 	u := newUpstream(nil)
 	defer u.pool.Close()
 	for i := range 20 {
@@ -325,17 +321,9 @@ func TestUpstreamCancel(t *testing.T) {
 // TestUpstreamBodyClosedEarly: an answer closed before its end closes its
 // connection; one read whole keeps it.
 func TestUpstreamBodyClosedEarly(t *testing.T) {
-	var conns atomic.Int64
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv, conns := countedServer(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Write(bytes.Repeat([]byte("z"), 64<<10))
-	}))
-	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
-		if s == http.StateNew {
-			conns.Add(1)
-		}
-	}
-	srv.Start()
-	defer srv.Close()
+	})
 	u := newUpstream(nil)
 	defer u.pool.Close()
 	req, err := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader("x"))
