@@ -33,3 +33,6 @@ func Open(nc net.Conn) bool {
 	})
 	return err == nil && alive
 }
+
+// Peeks says Open can tell a connection the peer closed.
+const Peeks = true

@@ -40,7 +40,7 @@ func Members(b []byte) (map[string]json.RawMessage, bool) {
 			if !v.value(1) {
 				return nil, false
 			}
-			m[string(key)] = b[start:v.i]
+			m[string(key)] = b[start:v.i:v.i] // an append to it copies, never writes over b
 			v.ws()
 			if v.i >= len(b) {
 				return nil, false

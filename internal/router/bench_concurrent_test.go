@@ -276,7 +276,8 @@ func routerCounters(tb testing.TB, base string) map[string]float64 {
 
 // bucketQuantile is the upper bound of the bucket of histogram h that holds
 // its q quantile of the observations made between the counters before and
-// after (routerCounters), or -1 when there were none.
+// after (routerCounters), or -1 when there were none or it is beyond the
+// last bucket.
 func bucketQuantile(before, after map[string]float64, h string, q float64) time.Duration {
 	type bucket struct{ le, n float64 }
 	var bs []bucket

@@ -20,6 +20,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
+	"net/textproto"
 	"net/url"
 	"strconv"
 	"strings"
@@ -251,6 +252,7 @@ func withMember(body []byte, key string, value []byte) []byte {
 
 // forward sends body on as the request's body, unchanged otherwise.
 func (r *Router) forward(w http.ResponseWriter, req *http.Request, body []byte) {
+	req.Header.Del("Expect") // the router has read the body
 	req.Body = io.NopCloser(bytes.NewReader(body))
 	req.ContentLength = int64(len(body))
 	r.proxy.ServeHTTP(w, req)
@@ -433,6 +435,15 @@ func (r *Router) forwardAndCommit(w http.ResponseWriter, req *http.Request, body
 	for k, v := range req.Header {
 		if !hopHeaders[k] {
 			out.Header[k] = v
+		}
+	}
+	// And the headers the client's Connection names, as ReverseProxy
+	// drops them.
+	for _, f := range req.Header["Connection"] {
+		for _, k := range strings.Split(f, ",") {
+			if k = textproto.TrimString(k); k != "" {
+				out.Header.Del(k)
+			}
 		}
 	}
 	resp, err := r.hc.Do(out)

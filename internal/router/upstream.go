@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptrace"
+	"net/textproto"
 	"sync"
 	"time"
 
@@ -25,8 +27,12 @@ import (
 // request; http.ReadResponse reads the answer, chunked or not, trailers
 // included), less the Transport's own additions: it asks for no gzip (the
 // engine's answer passes as it comes) and never waits for a 100 Continue
-// (the router drops Expect; it holds the whole body). Informational
-// answers (1xx) are skipped, as the Transport skips them.
+// (it writes the whole body at once). Informational answers (1xx, at most
+// max1xx) go to the request's trace, as the Transport's do, and the final
+// answer is returned. Unlike the Transport it does not read while it
+// writes: an engine that answers before it has read the whole request and
+// closes the connection gets the write's error, not its answer (engines
+// read whole bodies).
 //
 // A request the Transport would treat otherwise goes to it: an upgrade
 // (a WebSocket: the answer's body must be writable), a URL that is not
@@ -50,13 +56,12 @@ const dialTimeout = 30 * time.Second
 // caller's to read to its end (the connection then goes back to the pool)
 // or close (the connection is closed). It is safe for concurrent use.
 func (u *upstream) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.URL.Scheme != "http" || req.Header.Get("Upgrade") != "" || u.viaProxy(req) {
+	if !connpool.Peeks || req.URL.Scheme != "http" || req.Header.Get("Upgrade") != "" || u.viaProxy(req) {
+		// Without the peek (off Linux) a connection the engine closed
+		// while idle would be written to, and a POST on it not retried.
 		return u.tr.RoundTrip(req)
 	}
-	// A body that streams (a pass-through request's) can be written once,
-	// so a failed write is not tried again.
-	retry := req.Body == nil || req.Body == http.NoBody || req.GetBody != nil
-	resp, err := u.send(req, retry)
+	resp, err := u.send(req)
 	if err != nil && req.Body != nil {
 		req.Body.Close() // a RoundTripper closes the body, whatever happened
 	}
@@ -64,15 +69,17 @@ func (u *upstream) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 // send writes req on a kept connection (or a new one) and reads its
-// answer. A kept connection that fails while the request is written was
-// closed by the engine as it was taken: the request, which the engine
-// cannot have read whole, is sent once more on a new connection when its
-// body can be had again (retry). A failure after the request was written
-// is not retried: the engine may have run it (as the Transport does for a
-// POST).
-func (u *upstream) send(req *http.Request, retry bool) (*http.Response, error) {
+// answer. A kept connection the engine closes just as it is taken (after
+// the peek) fails the call: the request is sent once more, on another
+// connection, when its body can be had again and either its write failed
+// (the engine cannot have read it whole) or no byte of an answer came and
+// it may be sent twice (GET, HEAD, OPTIONS, TRACE: the Transport's rule).
+// A POST that was written is not sent again: the engine may have run it.
+func (u *upstream) send(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
 	key := req.URL.Scheme + "://" + req.URL.Host
+	// A body that streams (a pass-through request's) can be written once.
+	again := req.Body == nil || req.Body == http.NoBody || req.GetBody != nil
 	for attempt := 0; ; attempt++ {
 		c := u.pool.Get(key, u.idleFor)
 		reused := c != nil
@@ -86,9 +93,18 @@ func (u *upstream) send(req *http.Request, retry bool) (*http.Response, error) {
 		// Cutting the connection is how a cancelled request ends: the
 		// read or write in progress fails, and the connection is not kept.
 		stop := context.AfterFunc(ctx, func() { c.NC.Close() })
-		resp, written, err := roundTrip(c, req)
+		resp, sent, err := roundTrip(c, req)
 		if err == nil {
-			resp.Body = &upstreamBody{u: u, key: key, c: c, body: resp.Body, stop: stop, keep: !resp.Close && !req.Close}
+			b := &upstreamBody{u: u, ctx: ctx, key: key, c: c, body: resp.Body, stop: stop,
+				keep: !resp.Close && !req.Close && resp.StatusCode != http.StatusSwitchingProtocols}
+			resp.Body = b
+			if resp.ContentLength == 0 || req.Method == http.MethodHead || resp.StatusCode == http.StatusNoContent || resp.StatusCode == http.StatusNotModified {
+				// No body: the connection is free now, whether or not
+				// the caller reads the (empty) body.
+				b.mu.Lock()
+				b.finish(io.EOF)
+				b.mu.Unlock()
+			}
 			return resp, nil
 		}
 		stop()
@@ -96,7 +112,7 @@ func (u *upstream) send(req *http.Request, retry bool) (*http.Response, error) {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		if reused && !written && retry && attempt == 0 {
+		if reused && again && attempt == 0 && (sent == nothing || sent == request && replayable(req.Method)) {
 			if req.GetBody != nil {
 				b, gerr := req.GetBody()
 				if gerr != nil {
@@ -112,9 +128,26 @@ func (u *upstream) send(req *http.Request, retry bool) (*http.Response, error) {
 	}
 }
 
-// roundTrip writes req on c and reads the answer's head. written is true
-// once the whole request went out.
-func roundTrip(c *connpool.Conn, req *http.Request) (resp *http.Response, written bool, err error) {
+// replayable methods may be sent twice (RFC 9110's idempotent ones that
+// net/http's Transport replays).
+func replayable(method string) bool {
+	return method == http.MethodGet || method == http.MethodHead || method == http.MethodOptions || method == http.MethodTrace
+}
+
+// How far a call on a connection got before it failed.
+const (
+	nothing = iota // the request was not written whole
+	request        // the request was written, no byte of an answer came
+	answer         // some of an answer came
+)
+
+// max1xx bounds the informational answers (100 Continue, 103 Early
+// Hints) read before a final one.
+const max1xx = 8
+
+// roundTrip writes req on c and reads the answer's head; sent says how
+// far it got when it failed.
+func roundTrip(c *connpool.Conn, req *http.Request) (resp *http.Response, sent int, err error) {
 	bw := writers.Get().(*bufio.Writer)
 	bw.Reset(c.NC)
 	err = req.Write(bw)
@@ -124,18 +157,31 @@ func roundTrip(c *connpool.Conn, req *http.Request) (resp *http.Response, writte
 	bw.Reset(nil)
 	writers.Put(bw)
 	if err != nil {
-		return nil, false, err
+		return nil, nothing, err
 	}
-	for {
+	if _, err := c.BR.Peek(1); err != nil {
+		return nil, request, err
+	}
+	trace := httptrace.ContextClientTrace(req.Context())
+	for n := 0; ; n++ {
 		resp, err = http.ReadResponse(c.BR, req)
 		if err != nil {
-			return nil, true, err
+			return nil, answer, err
 		}
 		if resp.StatusCode >= 200 || resp.StatusCode == http.StatusSwitchingProtocols {
-			return resp, true, nil
+			return resp, answer, nil
 		}
-		// 100 Continue, 103 Early Hints: the answer is still to come. An
-		// informational answer has no body.
+		// An informational answer, without a body: the answer is still
+		// to come. Passed to the trace, as the Transport passes it (a
+		// reverse proxy forwards 103 Early Hints so).
+		if n == max1xx {
+			return nil, answer, fmt.Errorf("more than %d informational answers", max1xx)
+		}
+		if trace != nil && trace.Got1xxResponse != nil {
+			if err := trace.Got1xxResponse(resp.StatusCode, textproto.MIMEHeader(resp.Header)); err != nil {
+				return nil, answer, err
+			}
+		}
 	}
 }
 
@@ -172,6 +218,7 @@ func (u *upstream) viaProxy(req *http.Request) bool {
 // another goroutine while a Read waits: closing the connection ends it.
 type upstreamBody struct {
 	u    *upstream
+	ctx  context.Context
 	key  string
 	c    *connpool.Conn
 	body io.Reader
@@ -191,6 +238,12 @@ func (b *upstreamBody) Read(p []byte) (int, error) {
 	}
 	n, err := b.body.Read(p)
 	if err != nil {
+		if err != io.EOF && b.ctx.Err() != nil {
+			// The request was cancelled (the client went away): its
+			// error, as the Transport's (a reverse proxy does not log
+			// it), not the cut connection's.
+			err = b.ctx.Err()
+		}
 		b.mu.Lock()
 		if b.done == nil {
 			b.finish(err)

@@ -350,3 +350,58 @@ func TestUpstreamBodyClosedEarly(t *testing.T) {
 		t.Fatalf("%d connections, want 2: the closed answer's, then one kept for two answers", n)
 	}
 }
+
+// TestUpstreamReplay: a GET on a kept connection that the engine closes
+// without a byte of an answer is sent again (it may be sent twice); the
+// POST case is TestUpstreamRetry's "drop".
+func TestUpstreamReplay(t *testing.T) {
+	var drops atomic.Int64
+	url, conns, seen := rawServer(t, func(path string, body []byte) (string, bool) {
+		if path == "/flaky" && drops.Add(1) == 1 {
+			return "", false
+		}
+		return "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", true
+	})
+	u := newUpstream(nil)
+	defer u.pool.Close()
+	if got, err := post(t, context.Background(), u, url+"/first", "x"); err != nil || got != "ok" {
+		t.Fatalf("first: %q, %v", got, err)
+	}
+	req, err := http.NewRequest(http.MethodGet, url+"/flaky", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := u.RoundTrip(req)
+	if err != nil {
+		t.Fatalf("a GET the engine dropped on a kept connection: %v; want it sent again", err)
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || string(b) != "ok" || seen.Load() != 3 || conns.Load() != 2 {
+		t.Fatalf("%q, %v; the engine saw %d requests on %d connections, want 3 on 2", b, err, seen.Load(), conns.Load())
+	}
+}
+
+// TestUpstreamNoBody: an answer without a body (204, HEAD) frees its
+// connection at once, read or not.
+func TestUpstreamNoBody(t *testing.T) {
+	srv, conns := countedServer(t, func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusNoContent)
+	})
+	u := newUpstream(nil)
+	defer u.pool.Close()
+	for _, m := range []string{http.MethodPost, http.MethodHead, http.MethodPost} {
+		req, err := http.NewRequest(m, srv.URL, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := u.RoundTrip(req)
+		if err != nil || resp.StatusCode != http.StatusNoContent {
+			t.Fatalf("%s: %v, %v", m, resp, err)
+		}
+		resp.Body.Close() // not read
+	}
+	if n := conns.Load(); n != 1 {
+		t.Fatalf("%d connections for three answers without a body, want 1", n)
+	}
+}
