@@ -15,10 +15,17 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/gd2fs/gd2fs/internal/connpool"
 )
 
-// newUpstream is a router's engine client with the given dialer.
-func newUpstream(dial func(ctx context.Context, network, addr string) (net.Conn, error)) *upstream {
+// newUpstream is a router's engine client with the given dialer. Off
+// Linux it hands every request to net/http's Transport: nothing of its own
+// to test.
+func newUpstream(t *testing.T, dial func(ctx context.Context, network, addr string) (net.Conn, error)) *upstream {
+	if !connpool.Peeks {
+		t.Skip("the router's own engine client runs on Linux only")
+	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	if dial != nil {
 		tr.DialContext = dial
@@ -125,7 +132,7 @@ func TestUpstreamAnswers(t *testing.T) {
 		}
 		return "HTTP/1.1 200 OK\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + string(body), true
 	})
-	u := newUpstream(nil)
+	u := newUpstream(t, nil)
 	defer u.pool.Close()
 	ctx := context.Background()
 	for i, c := range []struct{ path, body, want string }{
@@ -165,7 +172,7 @@ func TestUpstreamTrailers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := newUpstream(nil).RoundTrip(req)
+	resp, err := newUpstream(t, nil).RoundTrip(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +211,7 @@ func TestUpstreamRetry(t *testing.T) {
 	})
 	var arm atomic.Bool
 	d := &net.Dialer{}
-	u := newUpstream(func(ctx context.Context, network, addr string) (net.Conn, error) {
+	u := newUpstream(t, func(ctx context.Context, network, addr string) (net.Conn, error) {
 		c, err := d.DialContext(ctx, network, addr)
 		if err != nil {
 			return nil, err
@@ -229,7 +236,7 @@ func TestUpstreamRetry(t *testing.T) {
 		t.Fatalf("the engine saw %d requests, want 3: a request it read is not sent twice", seen.Load())
 	}
 	// A new connection whose write fails: no second try.
-	u2 := newUpstream(u.tr.DialContext)
+	u2 := newUpstream(t, u.tr.DialContext)
 	arm.Store(true)
 	if _, err := post(t, ctx, u2, url, "three"); err == nil {
 		t.Fatal("a write that failed on a new connection: no error")
@@ -263,7 +270,7 @@ func TestUpstreamIdleClosed(t *testing.T) {
 		seen.Add(1)
 		io.Copy(w, r.Body)
 	})
-	u := newUpstream(nil)
+	u := newUpstream(t, nil)
 	defer u.pool.Close()
 	for i := range 20 {
 		want := "n" + strconv.Itoa(i)
@@ -295,7 +302,7 @@ func TestUpstreamCancel(t *testing.T) {
 		io.WriteString(w, "fast")
 	}))
 	defer srv.Close()
-	u := newUpstream(nil)
+	u := newUpstream(t, nil)
 	defer u.pool.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
@@ -324,7 +331,7 @@ func TestUpstreamBodyClosedEarly(t *testing.T) {
 	srv, conns := countedServer(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Write(bytes.Repeat([]byte("z"), 64<<10))
 	})
-	u := newUpstream(nil)
+	u := newUpstream(t, nil)
 	defer u.pool.Close()
 	req, err := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader("x"))
 	if err != nil {
@@ -362,7 +369,7 @@ func TestUpstreamReplay(t *testing.T) {
 		}
 		return "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", true
 	})
-	u := newUpstream(nil)
+	u := newUpstream(t, nil)
 	defer u.pool.Close()
 	if got, err := post(t, context.Background(), u, url+"/first", "x"); err != nil || got != "ok" {
 		t.Fatalf("first: %q, %v", got, err)
@@ -388,7 +395,7 @@ func TestUpstreamNoBody(t *testing.T) {
 	srv, conns := countedServer(t, func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 	})
-	u := newUpstream(nil)
+	u := newUpstream(t, nil)
 	defer u.pool.Close()
 	for _, m := range []string{http.MethodPost, http.MethodHead, http.MethodPost} {
 		req, err := http.NewRequest(m, srv.URL, nil)
