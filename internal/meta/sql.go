@@ -866,7 +866,24 @@ func (s *sqlStore) Commit(ctx context.Context, fileID int64, size int64, lengths
 		_, err = tx.ExecContext(ctx, s.q(`UPDATE files SET size = ?, sealed = ?, mtime = ? WHERE id = ?`), f.Size, sealed, now.UnixNano(), fileID)
 		return wrapDB(err)
 	})
+	if err == nil && !seal {
+		s.sawSize(f)
+	}
 	return f, err
+}
+
+// sawSize raises the size of f in the leader's memory (writebehind.go) to
+// what a Sync just committed in SQL: an engine's commit, which the memory
+// checks against the file's size, is then answered from memory instead of
+// running in SQL because memory had not seen the Sync. Memory stays at
+// most SQL's size (checkFiles), as sizes only grow; a file of another id
+// at that path, or a sealed one, is left alone.
+func (s *sqlStore) sawSize(f File) {
+	s.wb.mu.Lock()
+	defer s.wb.mu.Unlock()
+	if c, ok := s.cache.files[f.Path]; ok && c.file.ID == f.ID && !c.file.Sealed && f.Size > c.file.Size {
+		c.file.Size = f.Size
+	}
 }
 
 func (s *sqlStore) AddChunks(ctx context.Context, fileID int64, want []Chunk) ([]Chunk, error) {

@@ -824,3 +824,59 @@ func TestWindowPace(t *testing.T) {
 		})
 	}
 }
+
+// TestEngineCommitAfterSyncFromMemory: an engine's commit (the segments it
+// saved, the bytes made durable by its Sync of the file) is answered from
+// memory: the Sync raises the file's size in memory too. Before, memory
+// did not see the Sync, and every such commit (every commit of `gd2fs
+// router`) ran in SQL.
+func TestEngineCommitAfterSyncFromMemory(t *testing.T) {
+	for name, open := range engines(t) {
+		for _, mode := range []string{DurabilityFlush, DurabilityWindow} {
+			t.Run(name+"-"+mode, func(t *testing.T) {
+				s := inMode(open, mode)(t)
+				ctx := context.Background()
+				if err := s.PutLayout(ctx, wbLayout); err != nil {
+					t.Fatal(err)
+				}
+				ids := seqIDs(1, 20)
+				wbTurn(t, s, "e", ids, true) // the session and its file
+				for turn := range 3 {
+					ids = append(ids, seqIDs(uint32(100*turn+200), 20)...)
+					p := wbTurn(t, s, "e", ids, false)
+					if len(p.Fresh) == 0 {
+						t.Fatalf("turn %d: no fresh range", turn)
+					}
+					end := int64(0)
+					lengths := map[int64]int64{}
+					for _, r := range p.Fresh {
+						end = max(end, r.KVStart+r.KVLength)
+					}
+					f, err := s.File(ctx, p.Fresh[0].Path)
+					if err != nil {
+						t.Fatal(err)
+					}
+					for idx := int64(0); idx <= (end-1)/f.ChunkSize; idx++ {
+						lengths[idx] = min(end-idx*f.ChunkSize, f.ChunkSize)
+					}
+					// The engine's Sync of what it wrote.
+					if _, err := s.Commit(ctx, f.ID, end, lengths, false, time.Now()); err != nil {
+						t.Fatal(err)
+					}
+					before := s.(*sqlStore).WriteBehindStats()
+					got, err := s.CommitSession(ctx, CommitInput{Session: "e", PlanID: p.ID, Partial: true, Saved: p.Fresh, Now: time.Now()})
+					if err != nil {
+						t.Fatal(err)
+					}
+					after := s.(*sqlStore).WriteBehindStats()
+					if after.Fast != before.Fast+1 {
+						t.Fatalf("turn %d: the engine's commit ran in SQL (slow commits by reason: %v → %v)", turn, before.Slow[1], after.Slow[1])
+					}
+					if last := p.Fresh[len(p.Fresh)-1]; got.Tokens != last.TokenStart+last.TokenLength {
+						t.Fatalf("turn %d: the session holds %d tokens after the commit of %+v", turn, got.Tokens, p)
+					}
+				}
+			})
+		}
+	}
+}

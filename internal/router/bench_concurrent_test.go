@@ -233,6 +233,9 @@ func BenchmarkRouterConcurrentChats(b *testing.B) {
 		// The master's histogram: handler start to answer written.
 		b.Logf("the master's own mean time for a plan sent alone: %v", time.Duration(md("sum POST /v1/sessions/{id}/plan")/n*1e9))
 	}
+	if n := md("count POST /v1/sessions/{id}/commit"); n > 0 {
+		b.Logf("the master's own mean time for a commit sent alone: %v", time.Duration(md("sum POST /v1/sessions/{id}/commit")/n*1e9))
+	}
 	if routerPID != 0 {
 		b.Logf("CPU per turn (a direct and a routed request): the benchmark's process (chats, engine) %.2f ms, gd2fs router %.2f ms, gd2fs up (master, servers) %.2f ms", 1e3*cpu/turns, 1e3*rcpu/turns, 1e3*mcpu/turns)
 	} else if masterPID != 0 {
