@@ -867,22 +867,32 @@ func (s *sqlStore) Commit(ctx context.Context, fileID int64, size int64, lengths
 		return wrapDB(err)
 	})
 	if err == nil && !seal {
-		s.sawSize(f)
+		s.sawSize(f, lengths)
 	}
 	return f, err
 }
 
-// sawSize raises the size of f in the leader's memory (writebehind.go) to
-// what a Sync just committed in SQL: an engine's commit, which the memory
-// checks against the file's size, is then answered from memory instead of
-// running in SQL because memory had not seen the Sync. Memory stays at
-// most SQL's size (checkFiles), as sizes only grow; a file of another id
-// at that path, or a sealed one, is left alone.
-func (s *sqlStore) sawSize(f File) {
+// sawSize raises the size of f and the lengths of its chunks in the
+// leader's memory (writebehind.go) to what a Sync just committed in SQL: an
+// engine's commit, which the memory checks against the file's size, is then
+// answered from memory instead of running in SQL because memory had not
+// seen the Sync, and a plan's warming (HintChunks) sees the chunks' bytes.
+// Memory stays at most SQL (checkFiles), as sizes and lengths only grow; a
+// file of another id at that path, a sealed one, and chunks memory does
+// not know are left alone.
+func (s *sqlStore) sawSize(f File, lengths map[int64]int64) {
 	s.wb.mu.Lock()
 	defer s.wb.mu.Unlock()
-	if c, ok := s.cache.files[f.Path]; ok && c.file.ID == f.ID && !c.file.Sealed && f.Size > c.file.Size {
-		c.file.Size = f.Size
+	c, ok := s.cache.files[f.Path]
+	if !ok || c.file.ID != f.ID || c.file.Sealed {
+		return
+	}
+	c.file.Size = max(c.file.Size, f.Size)
+	for idx, l := range lengths {
+		if ch, ok := c.chunks.get(idx); ok && l > ch.Length {
+			ch.Length = l
+			c.chunks.put(ch)
+		}
 	}
 }
 
