@@ -2,8 +2,10 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -18,6 +20,7 @@ import (
 	"time"
 
 	"github.com/gd2fs/gd2fs/client"
+	"github.com/gd2fs/gd2fs/internal/frames"
 	"github.com/spf13/cobra"
 )
 
@@ -340,6 +343,12 @@ func benchTurns(ctx context.Context, metaDSN, serverMem string, sessions, conc, 
 		_, ok := <-sched
 		return ok
 	}
+	// The reference of a plan's time in the same run: a call the master
+	// answers at once, on the client's transport, while the turns load the
+	// machine. A plan's time beyond it is the plan's; the rest, the
+	// processes' wake-ups on a busy machine.
+	probeDone := make(chan []time.Duration, 1)
+	go func() { probeDone <- probeMaster(ctx, url, ccfg.PlainHTTP, deadline) }()
 	var wg sync.WaitGroup
 	for w := 0; w < conc; w++ {
 		wg.Add(1)
@@ -397,6 +406,10 @@ func benchTurns(ctx context.Context, metaDSN, serverMem string, sessions, conc, 
 	}
 	fmt.Printf("  plan:           p50 %s, p99 %s\n", dur(pct(plans, 50)), dur(pct(plans, 99)))
 	fmt.Printf("  write + commit: p50 %s, p99 %s\n", dur(pct(commits, 50)), dur(pct(commits, 99)))
+	if probes := <-probeDone; len(probes) > 0 {
+		fmt.Printf("  reference in the same run: a call the master answers at once (%d, one each %s, on the same transport): p50 %s, p99 %s\n",
+			len(probes), probeEvery, dur(pct(probes, 50)), dur(pct(probes, 99)))
+	}
 	per := func(d time.Duration) float64 { return d.Seconds() * 1000 / float64(n) }
 	fmt.Printf("  master CPU: %.2f s per 1,000 turns\n", per(cpu[1]))
 	fmt.Printf("  CPU per 1,000 turns: client %.2f s, master %.2f s, %d servers %.2f s; all %.2f s (%.2f cores busy)\n",
@@ -781,4 +794,57 @@ func promLabel(labels, name string) string {
 		}
 	}
 	return ""
+}
+
+// probeEvery is how often probeMaster calls.
+const probeEvery = 5 * time.Millisecond
+
+// probeMaster times, until deadline, a call every probeEvery that the
+// master answers without any work of a session: an empty batch of plans,
+// refused (400) as soon as its body is read. It goes as the client's
+// session calls go: on a framed connection, or as HTTP with plainHTTP.
+// Calls that fail are left out; none is expected.
+func probeMaster(ctx context.Context, url string, plainHTTP bool, deadline time.Time) []time.Duration {
+	body := []byte(`{"plans":[]}`)
+	hdr := http.Header{"Content-Type": {"application/json"}}
+	var fc *frames.Client
+	hc := &http.Client{Transport: &http.Transport{}}
+	defer hc.CloseIdleConnections()
+	if !plainHTTP {
+		fc = &frames.Client{Transport: &http.Transport{}}
+		defer fc.Close()
+	}
+	call := func() bool {
+		if fc != nil {
+			a, err := fc.Do(ctx, url, http.MethodPost, "/v1/sessions/plans", hdr, body, true)
+			return err == nil && a.Status == http.StatusBadRequest
+		}
+		resp, err := hc.Post(url+"/v1/sessions/plans", "application/json", bytes.NewReader(body))
+		if err != nil {
+			return false
+		}
+		_, err = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return err == nil && resp.StatusCode == http.StatusBadRequest
+	}
+	if !call() { // the connection, outside the measurement
+		fmt.Fprintln(os.Stderr, "  the reference call to the master failed: its figures are left out")
+	}
+	var out []time.Duration
+	tk := time.NewTicker(probeEvery)
+	defer tk.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return out
+		case now := <-tk.C:
+			if !now.Before(deadline) {
+				return out
+			}
+			t := time.Now()
+			if call() {
+				out = append(out, time.Since(t))
+			}
+		}
+	}
 }

@@ -5,6 +5,9 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/gd2fs/gd2fs/internal/cluster"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -72,5 +75,35 @@ func TestMasterRequestsReadsHistograms(t *testing.T) {
 	}
 	if _, ok := schedWaits(map[string]float64{}, got); !ok {
 		t.Fatalf("no scheduler buckets read from a registry with Go's scheduler metrics: %v", got)
+	}
+}
+
+// TestProbeMaster checks the turns benchmark's reference call against a
+// real master, framed and as HTTP: every call is answered (the empty
+// batch refused as expected) and timed, so a probe that stopped being
+// answered, or answered otherwise, would leave the figure out.
+func TestProbeMaster(t *testing.T) {
+	c, err := cluster.Start(context.Background(), cluster.Config{Dir: t.TempDir(), Servers: 1, MemBytes: 8 << 20, DiskBytes: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for _, plain := range []bool{false, true} {
+		got := probeMaster(context.Background(), c.Master.URL(), plain, time.Now().Add(20*probeEvery))
+		if len(got) < 10 {
+			t.Fatalf("plain HTTP %v: %d calls timed in 20 ticks, want most of them", plain, len(got))
+		}
+		for _, d := range got {
+			if d <= 0 {
+				t.Fatalf("plain HTTP %v: a call timed %s", plain, d)
+			}
+		}
+	}
+	// A master that is gone: nothing is timed, and the probe ends at its
+	// deadline.
+	url := c.Master.URL()
+	c.Close()
+	if got := probeMaster(context.Background(), url, false, time.Now().Add(3*probeEvery)); len(got) != 0 {
+		t.Fatalf("%d calls timed against a closed master", len(got))
 	}
 }
