@@ -3,16 +3,19 @@ package client_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/gd2fs/gd2fs/client"
 	"github.com/gd2fs/gd2fs/internal/api"
 	"github.com/gd2fs/gd2fs/internal/cluster"
+	"github.com/gd2fs/gd2fs/internal/testutil"
 )
 
 // TestKVMembersLagJoin: a membership list fetched as a server joins can
@@ -26,6 +29,20 @@ func TestKVMembersLagJoin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The servers registered (start waits for that) may not all be in
+	// the KV membership yet: the lagging list below is cut from the whole.
+	testutil.Eventually(t, 10*time.Second, func() (bool, string) {
+		resp, err := http.Get(c.Master.URL() + "/v1/members")
+		if err != nil {
+			return false, err.Error()
+		}
+		defer resp.Body.Close()
+		var m api.Membership
+		if err := json.NewDecoder(resp.Body).Decode(&m); err != nil {
+			return false, err.Error()
+		}
+		return len(m.Members) == 3, fmt.Sprintf("%d members", len(m.Members))
+	})
 	var fetches atomic.Int64
 	proxy := httputil.NewSingleHostReverseProxy(u)
 	lagging := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
