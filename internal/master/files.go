@@ -336,6 +336,14 @@ func (m *Master) commit(r *http.Request) (any, error) {
 	if err := readJSON(r, &req); err != nil {
 		return nil, err
 	}
+	if !req.Seal {
+		if f, ok, err := m.syncMem(r.Context(), p, req); ok {
+			if err != nil {
+				return nil, err
+			}
+			return fileOut(f), nil
+		}
+	}
 	f, err := m.meta.File(r.Context(), p)
 	if err != nil {
 		return nil, err
@@ -356,6 +364,26 @@ func (m *Master) commit(r *http.Request) (any, error) {
 		return nil, err
 	}
 	return fileOut(f), nil
+}
+
+// syncMem answers a Sync (a commit that does not seal) of a session file
+// from the leader's memory (meta/syncmem.go): the same checks as commit's,
+// on the file and chunks as memory holds them. ok false: memory does not
+// hold the file, or a check failed on memory's view, which may hold less
+// than SQL: commit then reads SQL, which decides.
+func (m *Master) syncMem(ctx context.Context, p string, req api.CommitRequest) (meta.File, bool, error) {
+	ms, ok := m.meta.(meta.MemSyncer)
+	if !ok {
+		return meta.File{}, false, nil
+	}
+	f, chunks, ok := ms.MemFile(p)
+	if !ok || meta.CheckSize(req.Size) != nil {
+		return meta.File{}, false, nil
+	}
+	if err := m.checkCommitOn(ctx, f, chunks, req); err != nil {
+		return meta.File{}, false, nil
+	}
+	return ms.SyncMem(ctx, f, req.Size, req.Lengths, time.Now().UTC())
 }
 
 func (m *Master) list(r *http.Request) (any, error) {

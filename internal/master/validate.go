@@ -51,6 +51,15 @@ func (m *Master) checkCommit(ctx context.Context, f meta.File, req api.CommitReq
 	if err != nil {
 		return err
 	}
+	return m.checkCommitOn(ctx, f, chunks, req)
+}
+
+// checkCommitOn is checkCommit on the file's chunks as the caller read
+// them.
+func (m *Master) checkCommitOn(ctx context.Context, f meta.File, chunks []meta.Chunk, req api.CommitRequest) error {
+	if f.Sealed || (len(req.Lengths) == 0 && req.Size <= f.Size) {
+		return nil
+	}
 	have := make(map[int64]int64, len(chunks))
 	grown := map[int64]int64{}
 	var extent int64

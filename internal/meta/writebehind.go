@@ -171,6 +171,9 @@ type writeBehind struct {
 	// shed counts the sessions dropped from memory for its cap, and held
 	// is how many memory held after the last batch (cache.go, shed).
 	shed, held atomic.Int64
+	// syncs counts the Syncs of session files answered from memory
+	// (syncmem.go).
+	syncs atomic.Int64
 	// failed counts the logs with operations answered from memory that a
 	// failed batch did not write (lost in window mode, run again in SQL
 	// in flush mode).
@@ -338,6 +341,8 @@ type WriteBehindStats struct {
 	// not written (a database error, a guard that found the sessions
 	// changed under the leader, a statement of the log refused).
 	FailedFlushes int64
+	// Syncs: Syncs of session files answered from memory (syncmem.go).
+	Syncs int64
 }
 
 // SlowReason says why a plan or a commit ran in SQL instead of being
@@ -374,7 +379,7 @@ type WriteBehindStatser interface{ WriteBehindStats() WriteBehindStats }
 
 func (s *sqlStore) WriteBehindStats() WriteBehindStats {
 	st := WriteBehindStats{Fast: s.wb.fast.Load(), Flushes: s.wb.flushes.Load(), Flushed: s.wb.flushed.Load(), FlushTime: time.Duration(s.wb.flushNanos.Load()),
-		Statements: s.wb.written.Load(), Dropped: s.wb.dropped.Load(), Held: s.wb.held.Load(), Shed: s.wb.shed.Load(), FailedFlushes: s.wb.failed.Load()}
+		Statements: s.wb.written.Load(), Dropped: s.wb.dropped.Load(), Held: s.wb.held.Load(), Shed: s.wb.shed.Load(), FailedFlushes: s.wb.failed.Load(), Syncs: s.wb.syncs.Load()}
 	for op := range st.Slow {
 		for r := range st.Slow[op] {
 			st.Slow[op][r] = s.wb.slow[op][r].Load()
@@ -1140,29 +1145,11 @@ func (s *sqlStore) writtenMem(lg *wlog, f *cachedFile, r Range, nowNano int64) {
 	cs := f.file.ChunkSize
 	end := r.KVStart + r.KVLength
 	for idx := r.KVStart / cs; idx <= (end-1)/cs; idx++ {
-		l := min(end-idx*cs, cs)
-		ch, ok := f.chunks.get(idx)
-		if ok && ch.Length >= l {
-			continue
-		}
 		// The plan placed every chunk under its fresh range, so one is
-		// absent only if memory lost it: SQL's row, if any, still grows,
-		// and memory gets no chunk it does not know the id of.
-		if ok {
-			ch.Length = l
-			f.chunks.put(ch)
-		}
-		lg.add(s, `UPDATE chunks SET length = ? WHERE file_id = ? AND idx = ? AND length < ?`, l, f.file.ID, idx, l)
+		// absent only if memory lost it (growChunk).
+		s.growChunk(lg, f, idx, min(end-idx*cs, cs))
 	}
-	if end > f.file.Size {
-		f.file.Size = end
-		if now := time.Unix(0, nowNano).UTC(); now.Sub(f.file.Modified) >= mtimeStep {
-			f.file.Modified = now
-			lg.add(s, `UPDATE files SET size = ?, mtime = ? WHERE id = ? AND size < ?`, end, nowNano, f.file.ID, end)
-		} else {
-			lg.add(s, `UPDATE files SET size = ? WHERE id = ? AND size < ?`, end, f.file.ID, end)
-		}
-	}
+	s.growFile(lg, f, end, nowNano, false)
 }
 
 // session is the entry as Session answers it.

@@ -1,0 +1,98 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/gd2fs/gd2fs/client"
+	"github.com/gd2fs/gd2fs/internal/meta"
+)
+
+// TestSessionFileSyncFromMemory: an engine's Sync of the KV it wrote into
+// a session file (flush and window mode) is answered from the leader's
+// memory, and keeps every check a Sync made in SQL: a size past what the
+// servers hold is refused and records nothing; the Sync of what was
+// written records it, the engine's commit names it, and the next plan
+// loads exactly those bytes — also after the master restarts from SQL.
+func TestSessionFileSyncFromMemory(t *testing.T) {
+	for _, mode := range []string{meta.DurabilityFlush, meta.DurabilityWindow} {
+		t.Run(mode, func(t *testing.T) {
+			c, err := Start(context.Background(), Config{Dir: t.TempDir(), Servers: 2, MemBytes: 8 << 20, DiskBytes: 256 << 20, SessionDurability: mode})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			cl := c.Client()
+			defer cl.Close()
+			ctx := context.Background()
+			syncs := func() int64 { return c.Meta.(meta.WriteBehindStatser).WriteBehindStats().Syncs }
+			// The whole fresh range written, not yet synced (no hole).
+			p, kv, f, _ := planWithHole(t, cl, "m1", 0, 0)
+			path := f.Info().Path
+			r := p.Fresh[len(p.Fresh)-1]
+			end := r.KVStart + r.KVLength
+			chunk := f.Info().ChunkSize
+			lengths := func(size int64) map[string]int64 {
+				out := map[string]int64{}
+				for idx := int64(0); idx*chunk < size; idx++ {
+					out[fmt.Sprint(idx)] = min(size-idx*chunk, chunk)
+				}
+				return out
+			}
+			before := syncs()
+			// 4 KiB more than was written: refused, nothing recorded.
+			code, msg := post(t, c, "/v1/commit"+path, map[string]any{"size": end + 4096, "lengths": lengths(end + 4096)})
+			if code != http.StatusBadRequest || !strings.Contains(msg, "holds") {
+				t.Fatalf("Sync past the written bytes: %d %s", code, msg)
+			}
+			if st, err := cl.Stat(ctx, path); err != nil || st.Size != 0 {
+				t.Fatalf("a refused Sync recorded the file's size: %+v %v", st, err)
+			}
+			if n := syncs() - before; n != 0 {
+				t.Fatalf("a refused Sync counted as answered from memory (%d)", n)
+			}
+			// What was written: answered from memory.
+			code, msg = post(t, c, "/v1/commit"+path, map[string]any{"size": end, "lengths": lengths(end)})
+			if code != http.StatusOK || !strings.Contains(msg, fmt.Sprintf(`"size":%d`, end)) {
+				t.Fatalf("Sync of the written bytes: %d %s", code, msg)
+			}
+			if n := syncs() - before; n != 1 {
+				t.Fatalf("%d Syncs answered from memory, want 1", n)
+			}
+			if st, err := cl.Stat(ctx, path); err != nil || st.Size != end {
+				t.Fatalf("after the Sync of %d bytes: %+v %v", end, st, err)
+			}
+			if _, err := cl.Sessions().CommitSaved(ctx, "m1", p.PlanID, p.Fresh); err != nil {
+				t.Fatal(err)
+			}
+			load := func(when string) {
+				q, err := cl.Sessions().Plan(ctx, "m1", client.PlanRequest{Model: "w", TokenIDs: ids(120)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				buf := make([]byte, q.LoadBytes)
+				if _, err := cl.Sessions().LoadStored(ctx, q, buf); err != nil {
+					t.Fatal(err)
+				}
+				if q.CachedTokens != 100 || !bytes.Equal(buf, kv[:q.LoadBytes]) {
+					t.Fatalf("%s: %d tokens stored, loading other bytes than were written: %v", when, q.CachedTokens, !bytes.Equal(buf, kv[:q.LoadBytes]))
+				}
+			}
+			load("after the Sync and commit")
+			if err := c.RestartMaster(ctx); err != nil {
+				t.Fatal(err)
+			}
+			cl2 := c.Client()
+			defer cl2.Close()
+			cl = cl2
+			if st, err := cl.Stat(ctx, path); err != nil || st.Size != end {
+				t.Fatalf("after a restart: %+v %v", st, err)
+			}
+			load("after a restart")
+		})
+	}
+}
