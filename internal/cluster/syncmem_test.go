@@ -96,3 +96,87 @@ func TestSessionFileSyncFromMemory(t *testing.T) {
 		})
 	}
 }
+
+// bigLayout's KV is 128 KiB a token: a 16 MiB chunk every 128 tokens, so a
+// turn of a chat enters a new chunk as a real model's do.
+var bigLayout = client.Layout{Model: "big", Layers: 32, KVHeads: 8, HeadDim: 128, DType: "fp16", PageTokens: 16, Order: "page_first"}
+
+// TestCachedHandleWritesPlannedChunk: a writer that keeps one handle a
+// session file (pygd2fs does) writes a later turn that enters a chunk the
+// plan allocated: it asks the master for that chunk (POST /v1/alloc),
+// which answers it from memory, and the session stays in the leader's
+// memory — its next plan and commit are not sent to SQL, as they were when
+// the allocation made memory forget the file. The bytes load back exact.
+func TestCachedHandleWritesPlannedChunk(t *testing.T) {
+	for _, mode := range []string{meta.DurabilityFlush, meta.DurabilityWindow} {
+		t.Run(mode, func(t *testing.T) {
+			c, err := Start(context.Background(), Config{Dir: t.TempDir(), Servers: 2, MemBytes: 8 << 20, DiskBytes: 256 << 20, SessionDurability: mode})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			cl := c.Client()
+			defer cl.Close()
+			ctx := context.Background()
+			ss := cl.Sessions()
+			if err := ss.SetLayout(ctx, bigLayout); err != nil {
+				t.Fatal(err)
+			}
+			stats := func() meta.WriteBehindStats { return c.Meta.(meta.WriteBehindStatser).WriteBehindStats() }
+			var f *client.File
+			var kv []byte
+			turn := func(tokens int) {
+				t.Helper()
+				p, err := ss.Plan(ctx, "big1", client.PlanRequest{Model: "big", TokenIDs: ids(tokens)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, r := range p.Fresh {
+					b := rnd(int(r.KVLength), uint64(len(kv)+7))
+					if f == nil {
+						u, err := client.ParseURI(r.KVURI)
+						if err != nil {
+							t.Fatal(err)
+						}
+						if f, err = cl.Open(ctx, u.Path); err != nil {
+							t.Fatal(err)
+						}
+					}
+					if _, err := f.WriteAtContext(ctx, b, r.KVStart); err != nil {
+						t.Fatal(err)
+					}
+					kv = append(kv, b...)
+				}
+				if err := f.Sync(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := ss.CommitSaved(ctx, "big1", p.PlanID, p.Fresh); err != nil {
+					t.Fatal(err)
+				}
+			}
+			turn(100) // chunk 0; the handle is opened here
+			before := stats()
+			turn(200) // enters chunk 1, which this plan allocated
+			turn(300) // and chunk 2
+			after := stats()
+			for op, name := range []string{"plans", "commits"} {
+				for r, n := range after.Slow[op] {
+					if d := n - before.Slow[op][r]; d > 0 {
+						t.Errorf("%d %s ran in SQL (%s) after a write through the older handle", d, name, meta.SlowReasonNames[r])
+					}
+				}
+			}
+			q, err := ss.Plan(ctx, "big1", client.PlanRequest{Model: "big", TokenIDs: ids(320)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			buf := make([]byte, q.LoadBytes)
+			if _, err := ss.LoadStored(ctx, q, buf); err != nil {
+				t.Fatal(err)
+			}
+			if q.CachedTokens != 300 || !bytes.Equal(buf, kv[:q.LoadBytes]) {
+				t.Fatalf("%d tokens stored (want 300), the bytes as written: %v", q.CachedTokens, bytes.Equal(buf, kv[:q.LoadBytes]))
+			}
+		})
+	}
+}

@@ -1,10 +1,12 @@
 package master
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"math"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -285,6 +287,9 @@ func (m *Master) alloc(r *http.Request) (any, error) {
 	if len(req.Indexes) > limits.MaxChunksPerRequest {
 		return nil, errs.New(errs.ErrTooLarge, "at most %d chunks per allocation", limits.MaxChunksPerRequest)
 	}
+	if cs, ok := m.allocMem(p, req.Indexes); ok {
+		return api.Chunks{Chunks: m.chunksOut(cs)}, nil
+	}
 	f, err := m.meta.File(r.Context(), p)
 	if err != nil {
 		return nil, err
@@ -325,6 +330,34 @@ func (m *Master) alloc(r *http.Request) (any, error) {
 		return nil, err
 	}
 	return api.Chunks{Chunks: m.chunksOut(cs)}, nil
+}
+
+// allocMem answers, from the leader's memory, an allocation of chunks
+// that a plan already allocated in a session file memory holds: a writer
+// whose handle on the file is older than the plan (pygd2fs keeps one a
+// path) asks for the chunk the plan placed, and gets its id and servers,
+// as the plan answered them. ok false: some index has no chunk in memory,
+// or memory does not hold the file: AddChunks runs, which waits for the
+// leader's log and makes memory forget the file until a slow operation
+// reloads it (every plan and commit of the session in SQL until then).
+func (m *Master) allocMem(p string, indexes []int64) ([]meta.Chunk, bool) {
+	ms, ok := m.meta.(meta.MemSyncer)
+	if !ok || len(indexes) == 0 {
+		return nil, false
+	}
+	_, chunks, ok := ms.MemFile(p)
+	if !ok {
+		return nil, false
+	}
+	out := make([]meta.Chunk, 0, len(indexes))
+	for _, idx := range indexes {
+		i, ok := slices.BinarySearchFunc(chunks, idx, func(c meta.Chunk, idx int64) int { return cmp.Compare(c.Index, idx) })
+		if !ok {
+			return nil, false
+		}
+		out = append(out, chunks[i])
+	}
+	return out, true
 }
 
 func (m *Master) commit(r *http.Request) (any, error) {

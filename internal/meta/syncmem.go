@@ -27,7 +27,7 @@ import (
 // MemSyncer is implemented by stores that answer a Sync of a session
 // file from the leader's memory.
 type MemSyncer interface {
-	// MemFile is the unsealed file at path and its chunks as the leader's
+	// MemFile is the unsealed file at path and its chunks (in index order) as the leader's
 	// memory holds them (sizes and lengths at most SQL's), when memory
 	// may answer a Sync of it; ok false: read SQL.
 	MemFile(path string) (f File, chunks []Chunk, ok bool)
