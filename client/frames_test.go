@@ -75,6 +75,29 @@ func TestFramedSessionCalls(t *testing.T) {
 	if open := masterMetric(t, c, "gd2fs_master_framed_connections"); open < 1 {
 		t.Fatalf("%v framed connections open", open)
 	}
+	// A file's Sync (an engine's, of the KV it saved) goes framed too: the
+	// master names commits in its upgrade's answer.
+	sync := func(cl *client.Client, path string) {
+		t.Helper()
+		f, err := cl.Create(ctx, path, client.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.Write([]byte("saved")); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Sync(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if st, err := cl.Stat(ctx, path); err != nil || st.Size != 5 {
+			t.Fatalf("after a Sync of 5 bytes: %+v, %v", st, err)
+		}
+	}
+	sync(framed, "/fr/f")
+	if got := masterMetric(t, c, "gd2fs_master_framed_calls_total"); got != calls+1 {
+		t.Fatalf("%v framed calls after a Sync, want %v", got, calls+1)
+	}
+	calls++
 	plain, err := client.New(client.Config{Master: c.Master.URL(), Token: "s3cret", PlainHTTP: true})
 	if err != nil {
 		t.Fatal(err)
@@ -83,6 +106,7 @@ func TestFramedSessionCalls(t *testing.T) {
 	if err := turn(plain, "p"); err != nil {
 		t.Fatal(err)
 	}
+	sync(plain, "/fr/p")
 	if got := masterMetric(t, c, "gd2fs_master_framed_calls_total"); got != calls {
 		t.Fatalf("a PlainHTTP client's calls were framed: %v, then %v", calls, got)
 	}

@@ -534,9 +534,11 @@ func (c *Client) do1(ctx context.Context, base, method, path string, body []byte
 
 // Framed says which calls go on a framed connection when Client.Frames
 // is set: the POSTs of explicit sessions (plans, commits, their batches),
-// a chat turn's calls, whose answers are small.
+// a chat turn's calls, whose answers are small; and a file's commit (an
+// engine's Sync of the KV it saved), to a master that says it takes it
+// (frames.TakesHeader: an older one would refuse it there).
 func Framed(method, path string) bool {
-	return method == http.MethodPost && strings.HasPrefix(path, "/v1/sessions")
+	return method == http.MethodPost && (strings.HasPrefix(path, "/v1/sessions") || strings.HasPrefix(path, "/v1/commit/"))
 }
 
 // doFramed sends the call on a framed connection (Client.Frames); ok is

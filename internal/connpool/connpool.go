@@ -22,8 +22,11 @@ import (
 
 // Conn is one kept connection: its reader buffers what the peer sent.
 type Conn struct {
-	NC   net.Conn
-	BR   *bufio.Reader
+	NC net.Conn
+	BR *bufio.Reader
+	// Tag is what the peer said of itself when the connection was made
+	// (frames: the calls its master takes beyond explicit sessions').
+	Tag  string
 	last time.Time // when it was last put back
 }
 

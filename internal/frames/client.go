@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/gd2fs/gd2fs/internal/connpool"
+	"golang.org/x/net/http/httpguts"
 )
 
 // ErrNotUsed: no framed connection to this master now (it answered the
@@ -86,10 +88,17 @@ func (c *Client) Do(ctx context.Context, base, method, path string, h http.Heade
 	if err != nil {
 		return Answer{}, fmt.Errorf("%w: %v", ErrNotUsed, err)
 	}
+	need := family(method, path)
 	for attempt := 0; ; attempt++ {
 		cc, reused, err := c.get(ctx, base)
 		if err != nil {
 			return Answer{}, err
+		}
+		if need != "" && !httpguts.HeaderValuesContainsToken([]string{cc.Tag}, need) {
+			// A master that does not take the call on frames: plain HTTP
+			// (the connection stays for the calls it takes).
+			c.pool.Put(base, cc, c.maxIdle(), c.idleFor())
+			return Answer{}, fmt.Errorf("%w: %s does not take %s on a framed connection", ErrNotUsed, base, need)
 		}
 		a, keep, sent, err := call(ctx, cc, frame)
 		if err == nil {
@@ -277,7 +286,7 @@ func (c *Client) upgrade(ctx context.Context, base string) (*connpool.Conn, erro
 	}
 	nc.SetDeadline(time.Time{})
 	ok = true
-	return &connpool.Conn{NC: nc, BR: br}, nil
+	return &connpool.Conn{NC: nc, BR: br, Tag: strings.Join(resp.Header.Values(TakesHeader), ",")}, nil
 }
 
 // notSent wraps an error of the dial or the upgrade (nothing of the call

@@ -34,6 +34,13 @@
 //
 // n is checked against MaxRequest or MaxAnswer before anything is
 // allocated; a frame that does not parse closes the connection.
+//
+// Which calls a master takes on frames grew after the first version: the
+// explicit sessions' POSTs always, and those its 101 names in TakesHeader
+// (CallCommit: a file's commit, the Sync of an engine's saved KV). A
+// client sends a call of such a family framed only on a connection whose
+// master named it, so an older master, which would refuse it (400), gets
+// it as plain HTTP.
 package frames
 
 import (
@@ -41,6 +48,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"golang.org/x/net/http/httpguts"
 )
@@ -59,6 +67,22 @@ const (
 	// MaxHeaders bounds a frame's headers.
 	MaxHeaders = 32
 )
+
+// TakesHeader, in the 101 of an upgrade, lists (comma-separated) the
+// families of calls the master takes on the connection beyond explicit
+// sessions' (Server.Takes).
+const TakesHeader = "Gd2fs-Frames-Takes"
+
+// CallCommit is the family of a file's commit (POST /v1/commit/...).
+const CallCommit = "commit"
+
+// family is the family a call must be named in TakesHeader for ("": none).
+func family(method, path string) string {
+	if method == http.MethodPost && strings.HasPrefix(path, "/v1/commit/") {
+		return CallCommit
+	}
+	return ""
+}
 
 // ErrFrame marks a frame that does not parse.
 var ErrFrame = errors.New("bad frame")

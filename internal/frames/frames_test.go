@@ -459,6 +459,29 @@ func TestAllow(t *testing.T) {
 	}
 }
 
+// TestTakes: a call of a family the master does not name in its upgrade
+// (a file's commit, to an older master) is not sent framed (ErrNotUsed:
+// the caller sends it as plain HTTP) and its connection stays for the
+// calls that are; to a master that names it, it goes framed.
+func TestTakes(t *testing.T) {
+	ts := newTestServer(t, false, false)
+	c := ts.client()
+	defer c.Close()
+	ctx := context.Background()
+	if _, err := c.Do(ctx, ts.URL, http.MethodPost, "/v1/commit/f", nil, nil, true); !errors.Is(err, ErrNotUsed) {
+		t.Fatalf("a commit to a master that does not take it framed: %v, want ErrNotUsed", err)
+	}
+	if a, err := c.Do(ctx, ts.URL, http.MethodPost, "/echo", nil, []byte("x"), true); err != nil || string(a.Body) != "x" || ts.upgrades.Load() != 1 {
+		t.Fatalf("the next call: %+v, %v after %d upgrades, want the same connection", a, err, ts.upgrades.Load())
+	}
+	c.Close()
+	ts.fs.Takes = []string{"other", CallCommit}
+	a, err := c.Do(ctx, ts.URL, http.MethodPost, "/v1/commit/f", nil, nil, true)
+	if err != nil || a.Status != http.StatusNotFound || ts.upgrades.Load() != 2 {
+		t.Fatalf("a commit to a master that takes it: %+v, %v after %d upgrades; want the test mux's 404 on a new connection", a, err, ts.upgrades.Load())
+	}
+}
+
 // TestServerRefusesBadFrames: a frame over the bound, or one that does not
 // parse, closes the connection without an answer; the server serves on.
 func TestServerRefusesBadFrames(t *testing.T) {

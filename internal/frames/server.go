@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,6 +25,10 @@ type Server struct {
 	// answered 400 (send it as plain HTTP), so that what reaches the
 	// handler through frames is only what the clients send that way.
 	Allow func(method, path string) bool
+	// Takes names, in the upgrade's answer (TakesHeader), the families of
+	// calls beyond explicit sessions' that Allow lets through (CallCommit),
+	// so that clients send them framed.
+	Takes []string
 	// Idle bounds the wait for a connection's next frame; Read the read
 	// of a frame once its length has come; Write the write of an answer.
 	Idle, Read, Write time.Duration
@@ -95,7 +100,11 @@ func (s *Server) Upgrade(w http.ResponseWriter, r *http.Request, h http.Handler)
 		nc.Close()
 	}()
 	nc.SetDeadline(time.Time{}) // the server's deadlines were for the upgrade
-	brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: " + Protocol + "\r\n\r\n")
+	brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: " + Protocol + "\r\n")
+	if len(s.Takes) > 0 {
+		brw.WriteString(TakesHeader + ": " + strings.Join(s.Takes, ", ") + "\r\n")
+	}
+	brw.WriteString("\r\n")
 	if brw.Flush() != nil {
 		return
 	}
