@@ -90,10 +90,12 @@ func TestProbeMaster(t *testing.T) {
 	defer c.Close()
 	for _, plain := range []bool{false, true} {
 		got := probeMaster(context.Background(), c.Master.URL(), plain, time.Now().Add(20*probeEvery))
-		if len(got) < 10 {
-			t.Fatalf("plain HTTP %v: %d calls timed in 20 ticks, want most of them", plain, len(got))
+		// Every call but the first (the connection's) is timed; a tick
+		// or two may be lost on a busy machine, not most.
+		if got.sent < 6 || len(got.times) != got.sent-1 {
+			t.Fatalf("plain HTTP %v: %d calls sent in 20 ticks, %d timed; want each timed but the first", plain, got.sent, len(got.times))
 		}
-		for _, d := range got {
+		for _, d := range got.times {
 			if d <= 0 {
 				t.Fatalf("plain HTTP %v: a call timed %s", plain, d)
 			}
@@ -103,7 +105,7 @@ func TestProbeMaster(t *testing.T) {
 	// deadline.
 	url := c.Master.URL()
 	c.Close()
-	if got := probeMaster(context.Background(), url, false, time.Now().Add(3*probeEvery)); len(got) != 0 {
-		t.Fatalf("%d calls timed against a closed master", len(got))
+	if got := probeMaster(context.Background(), url, false, time.Now().Add(3*probeEvery)); len(got.times) != 0 {
+		t.Fatalf("%d calls timed against a closed master", len(got.times))
 	}
 }

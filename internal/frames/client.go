@@ -49,6 +49,9 @@ type Client struct {
 	pool connpool.Pool
 	mu   sync.Mutex
 	off  map[string]time.Time
+	// tags: what each master's last upgrade named in TakesHeader, so a
+	// call it does not take costs no upgrade to find out.
+	tags map[string]string
 }
 
 // Defaults of Client.
@@ -89,12 +92,20 @@ func (c *Client) Do(ctx context.Context, base, method, path string, h http.Heade
 		return Answer{}, fmt.Errorf("%w: %v", ErrNotUsed, err)
 	}
 	need := family(method, path)
+	if need != "" {
+		c.mu.Lock()
+		tag, known := c.tags[base]
+		c.mu.Unlock()
+		if known && !takes(tag, need) {
+			return Answer{}, fmt.Errorf("%w: %s does not take %s on a framed connection", ErrNotUsed, base, need)
+		}
+	}
 	for attempt := 0; ; attempt++ {
 		cc, reused, err := c.get(ctx, base)
 		if err != nil {
 			return Answer{}, err
 		}
-		if need != "" && !httpguts.HeaderValuesContainsToken([]string{cc.Tag}, need) {
+		if need != "" && !takes(cc.Tag, need) {
 			// A master that does not take the call on frames: plain HTTP
 			// (the connection stays for the calls it takes).
 			c.pool.Put(base, cc, c.maxIdle(), c.idleFor())
@@ -286,7 +297,19 @@ func (c *Client) upgrade(ctx context.Context, base string) (*connpool.Conn, erro
 	}
 	nc.SetDeadline(time.Time{})
 	ok = true
-	return &connpool.Conn{NC: nc, BR: br, Tag: strings.Join(resp.Header.Values(TakesHeader), ",")}, nil
+	tag := strings.Join(resp.Header.Values(TakesHeader), ",")
+	c.mu.Lock()
+	if c.tags == nil {
+		c.tags = map[string]string{}
+	}
+	c.tags[base] = tag
+	c.mu.Unlock()
+	return &connpool.Conn{NC: nc, BR: br, Tag: tag}, nil
+}
+
+// takes says whether tag (a TakesHeader's value) names family.
+func takes(tag, family string) bool {
+	return httpguts.HeaderValuesContainsToken([]string{tag}, family)
 }
 
 // notSent wraps an error of the dial or the upgrade (nothing of the call

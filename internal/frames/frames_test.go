@@ -474,11 +474,23 @@ func TestTakes(t *testing.T) {
 	if a, err := c.Do(ctx, ts.URL, http.MethodPost, "/echo", nil, []byte("x"), true); err != nil || string(a.Body) != "x" || ts.upgrades.Load() != 1 {
 		t.Fatalf("the next call: %+v, %v after %d upgrades, want the same connection", a, err, ts.upgrades.Load())
 	}
+	// With no idle connection, the master's last word is enough: no
+	// upgrade to find out again.
 	c.Close()
+	if _, err := c.Do(ctx, ts.URL, http.MethodPost, "/v1/commit/f", nil, nil, true); !errors.Is(err, ErrNotUsed) || ts.upgrades.Load() != 1 {
+		t.Fatalf("a commit with no idle connection: %v after %d upgrades, want ErrNotUsed after 1", err, ts.upgrades.Load())
+	}
+	// A master that takes commits: they go framed (a new client, as after
+	// a restart; Close ends a client's pool for good).
 	ts.fs.Takes = []string{"other", CallCommit}
+	c = ts.client()
+	defer c.Close()
+	if _, err := c.Do(ctx, ts.URL, http.MethodPost, "/echo", nil, nil, true); err != nil || ts.upgrades.Load() != 2 {
+		t.Fatalf("a session call: %v after %d upgrades", err, ts.upgrades.Load())
+	}
 	a, err := c.Do(ctx, ts.URL, http.MethodPost, "/v1/commit/f", nil, nil, true)
 	if err != nil || a.Status != http.StatusNotFound || ts.upgrades.Load() != 2 {
-		t.Fatalf("a commit to a master that takes it: %+v, %v after %d upgrades; want the test mux's 404 on a new connection", a, err, ts.upgrades.Load())
+		t.Fatalf("a commit to a master that takes it: %+v, %v after %d upgrades; want the test mux's 404 on the session call's connection", a, err, ts.upgrades.Load())
 	}
 }
 

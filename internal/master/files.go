@@ -287,7 +287,7 @@ func (m *Master) alloc(r *http.Request) (any, error) {
 	if len(req.Indexes) > limits.MaxChunksPerRequest {
 		return nil, errs.New(errs.ErrTooLarge, "at most %d chunks per allocation", limits.MaxChunksPerRequest)
 	}
-	if cs, ok := m.allocMem(p, req.Indexes); ok {
+	if cs, ok := m.allocMem(r.Context(), p, req.Indexes); ok {
 		return api.Chunks{Chunks: m.chunksOut(cs)}, nil
 	}
 	f, err := m.meta.File(r.Context(), p)
@@ -336,11 +336,12 @@ func (m *Master) alloc(r *http.Request) (any, error) {
 // that a plan already allocated in a session file memory holds: a writer
 // whose handle on the file is older than the plan (pygd2fs keeps one a
 // path) asks for the chunk the plan placed, and gets its id and servers,
-// as the plan answered them. ok false: some index has no chunk in memory,
-// or memory does not hold the file: AddChunks runs, which waits for the
-// leader's log and makes memory forget the file until a slow operation
-// reloads it (every plan and commit of the session in SQL until then).
-func (m *Master) allocMem(p string, indexes []int64) ([]meta.Chunk, bool) {
+// as the plan answered them (in flush mode once they are in SQL). ok
+// false: some index has no chunk in memory, or memory does not hold the
+// file: AddChunks runs, which waits for the leader's log and makes memory
+// forget the file until a slow operation reloads it (every plan and
+// commit of the session in SQL until then).
+func (m *Master) allocMem(ctx context.Context, p string, indexes []int64) ([]meta.Chunk, bool) {
 	ms, ok := m.meta.(meta.MemSyncer)
 	if !ok || len(indexes) == 0 {
 		return nil, false
@@ -357,7 +358,9 @@ func (m *Master) allocMem(p string, indexes []int64) ([]meta.Chunk, bool) {
 		}
 		out = append(out, chunks[i])
 	}
-	return out, true
+	// In flush mode a chunk is answered once it is in SQL, as the plan
+	// that allocated it was.
+	return out, ms.Settled(ctx)
 }
 
 func (m *Master) commit(r *http.Request) (any, error) {

@@ -863,7 +863,12 @@ func (s *sqlStore) Commit(ctx context.Context, fileID int64, size int64, lengths
 		if seal {
 			sealed = 1
 		}
-		_, err = tx.ExecContext(ctx, s.q(`UPDATE files SET size = ?, sealed = ?, mtime = ? WHERE id = ?`), f.Size, sealed, now.UnixNano(), fileID)
+		// The size only grows, also against a write that committed since
+		// it was read above (PostgreSQL: a flush of the leader's log with
+		// a Sync answered from memory, syncmem.go): SQL's own is kept when
+		// larger, and answered.
+		err = tx.QueryRowContext(ctx, s.q(`UPDATE files SET size = CASE WHEN size < ? THEN ? ELSE size END, sealed = ?, mtime = ? WHERE id = ? RETURNING size`),
+			f.Size, f.Size, sealed, now.UnixNano(), fileID).Scan(&f.Size)
 		return wrapDB(err)
 	})
 	if err == nil && !seal {

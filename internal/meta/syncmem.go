@@ -39,6 +39,12 @@ type MemSyncer interface {
 	// no longer holds f (sealed, removed, moved, the lead changed) or its
 	// log was lost: run Commit.
 	SyncMem(ctx context.Context, f File, size int64, lengths map[int64]int64, now time.Time) (File, bool, error)
+	// Settled returns once what memory has answered so far is as durable
+	// as the store's session operations: in flush mode, written (so a
+	// chunk MemFile showed, which a plan allocated, is in SQL); at once in
+	// window mode. false: that log was lost (memory was dropped) or ctx
+	// ended: read SQL.
+	Settled(ctx context.Context) bool
 }
 
 func (s *sqlStore) MemFile(path string) (File, []Chunk, bool) {
@@ -105,10 +111,36 @@ func (s *sqlStore) SyncMem(ctx context.Context, f File, size int64, lengths map[
 	out := c.file
 	ok, err := s.answered(lg)
 	if !ok {
-		return File{}, false, nil // lost with its log: SQL decides
+		return File{}, false, nil // flush mode: lost with its log, SQL decides
 	}
-	s.wb.syncs.Add(1)
+	if err == nil {
+		s.wb.syncs.Add(1)
+	}
 	return out, true, err
+}
+
+func (s *sqlStore) Settled(ctx context.Context) bool {
+	wb := &s.wb
+	wb.mu.Lock()
+	if wb.mode != DurabilityFlush {
+		wb.mu.Unlock()
+		return true // window: answered at once; sync: memory answers nothing
+	}
+	lg := s.pending()
+	current := lg != nil && lg == wb.log
+	wb.mu.Unlock()
+	if lg == nil {
+		return true
+	}
+	if current { // else the runner is writing it
+		s.groupTx(ctx, nil) //nolint:errcheck // lg.err says
+	}
+	select {
+	case <-lg.done:
+		return lg.err == nil
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // growChunk raises the length of file c's chunk idx to l in memory, and

@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/gd2fs/gd2fs/errs"
 )
 
 // TestSyncMem: an engine's Sync of the KV it wrote into a session file is
@@ -154,4 +156,57 @@ func chunkAt(cs []Chunk, idx int64) (Chunk, bool) {
 		}
 	}
 	return Chunk{}, false
+}
+
+// TestSyncMemLostFlush (flush mode): a Sync answered from memory whose
+// flush fails is not acknowledged: SyncMem says to run it in SQL (or fails),
+// and Commit then records it; memory, reloaded, holds no more than SQL.
+func TestSyncMemLostFlush(t *testing.T) {
+	for name, open := range engines(t) {
+		t.Run(name, func(t *testing.T) {
+			s := inMode(open, DurabilityFlush)(t).(*sqlStore)
+			ctx := context.Background()
+			if err := s.PutLayout(ctx, wbLayout); err != nil {
+				t.Fatal(err)
+			}
+			ids := seqIDs(1, 20)
+			wbTurn(t, s, "l", ids, true)
+			p := wbTurn(t, s, "l", append(ids, seqIDs(500, 20)...), false)
+			path := p.Fresh[0].Path
+			f, _, ok := s.MemFile(path)
+			if !ok {
+				t.Fatalf("memory does not hold %s", path)
+			}
+			r := p.Fresh[len(p.Fresh)-1]
+			end := r.KVStart + r.KVLength
+			lengths := map[int64]int64{0: end}
+			first := true
+			h := func() error {
+				if first {
+					first = false
+					return errs.New(errs.ErrUnavailable, "flush refused by the test")
+				}
+				return nil
+			}
+			flushHook.Store(&h)
+			defer flushHook.Store(nil)
+			if _, ok, err := s.SyncMem(ctx, f, end, lengths, time.Now()); ok && err == nil {
+				t.Fatal("a Sync whose flush failed was acknowledged")
+			}
+			if first {
+				t.Fatal("the Sync's flush did not run")
+			}
+			got, err := s.Commit(ctx, f.ID, end, lengths, false, time.Now())
+			if err != nil || got.Size != end {
+				t.Fatalf("the Sync in SQL: %+v, %v", got, err)
+			}
+			sqlF, err := s.File(ctx, path)
+			if err != nil || sqlF.Size != end {
+				t.Fatalf("SQL's file after the Sync: %+v, %v", sqlF, err)
+			}
+			if mf, _, ok := s.MemFile(path); ok && mf.Size > sqlF.Size {
+				t.Fatalf("memory's size %d past SQL's %d", mf.Size, sqlF.Size)
+			}
+		})
+	}
 }
