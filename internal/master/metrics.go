@@ -82,6 +82,7 @@ func newMetrics(m *Master) *metrics {
 			{"gd2fs_master_session_flushed_ops_total", "Session operations answered from memory and written to SQL.", func(s meta.WriteBehindStats) int64 { return s.Flushed }},
 			{"gd2fs_master_session_flushed_statements_total", "SQL statements the flushes of session operations wrote.", func(s meta.WriteBehindStats) int64 { return s.Statements }},
 			{"gd2fs_master_session_file_syncs_from_memory_total", "Syncs of session files (an engine's saved KV) the leader answered from memory, written with the session operations' flushes.", func(s meta.WriteBehindStats) int64 { return s.Syncs }},
+			{"gd2fs_master_session_log_waits_total", "Reads and operations that waited for the leader's log of session operations to be written (a file's stat or chunk list, an allocation, a Sync in SQL); in window mode each forces a flush.", func(s meta.WriteBehindStats) int64 { return s.LogWaits }},
 			{"gd2fs_master_session_dropped_statements_total", "Statements of session operations not written because a later one of the same flush overwrote them.", func(s meta.WriteBehindStats) int64 { return s.Dropped }},
 		} {
 			x.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: c.name, Help: c.help}, func() float64 { return float64(c.v(st.WriteBehindStats())) }))

@@ -66,6 +66,10 @@ func (m *Master) askHeld(ctx context.Context, rs []meta.Range) []*heldFile {
 	for _, span := range spans(rs, func(path string) int64 {
 		pl, ok := files[path]
 		if !ok {
+			if f, cs, ok := m.memChunks(path, rs); ok {
+				files[path] = placed{f, cs}
+				return f.ChunkSize
+			}
 			f, err := m.meta.File(ctx, path)
 			var cs []meta.Chunk
 			if err == nil {
@@ -85,6 +89,38 @@ func (m *Master) askHeld(ctx context.Context, rs []meta.Range) []*heldFile {
 	}
 	m.askChunks(ctx, out)
 	return out
+}
+
+// memChunks is the session file at path and its chunks as the leader's
+// memory holds them (meta.MemSyncer), when they cover every chunk the
+// ranges of rs in that file reach: what askHeld needs (each chunk's id and
+// servers) without File and Chunks, which in window mode first wait for
+// the leader's whole log — a flush forced by each engine commit. ok false:
+// read SQL (memory may hold fewer chunks than SQL).
+func (m *Master) memChunks(path string, rs []meta.Range) (meta.File, []meta.Chunk, bool) {
+	ms, ok := m.meta.(meta.MemSyncer)
+	if !ok {
+		return meta.File{}, nil, false
+	}
+	f, cs, ok := ms.MemFile(path)
+	if !ok || f.ChunkSize <= 0 {
+		return meta.File{}, nil, false
+	}
+	for _, r := range rs {
+		if r.Path != path || !goodRange(r) {
+			continue
+		}
+		first, last := r.KVStart/f.ChunkSize, (r.KVStart+r.KVLength-1)/f.ChunkSize
+		if last-first >= int64(len(cs)) {
+			return meta.File{}, nil, false // more chunks than memory holds (and no loop over a huge range)
+		}
+		for idx := first; idx <= last; idx++ {
+			if _, ok := slices.BinarySearchFunc(cs, idx, func(c meta.Chunk, idx int64) int { return cmp.Compare(c.Index, idx) }); !ok {
+				return meta.File{}, nil, false
+			}
+		}
+	}
+	return f, cs, true
 }
 
 // spans merges the ranges of each file that reach a common chunk

@@ -172,8 +172,9 @@ type writeBehind struct {
 	// is how many memory held after the last batch (cache.go, shed).
 	shed, held atomic.Int64
 	// syncs counts the Syncs of session files answered from memory
-	// (syncmem.go).
-	syncs atomic.Int64
+	// (syncmem.go); waits the reads and operations that waited for the
+	// log to be written (waitPending: in window mode each forces a flush).
+	syncs, waits atomic.Int64
 	// failed counts the logs with operations answered from memory that a
 	// failed batch did not write (lost in window mode, run again in SQL
 	// in flush mode).
@@ -342,7 +343,10 @@ type WriteBehindStats struct {
 	// changed under the leader, a statement of the log refused).
 	FailedFlushes int64
 	// Syncs: Syncs of session files answered from memory (syncmem.go).
-	Syncs int64
+	// LogWaits: reads and operations that waited for the log to be
+	// written (a file's stat or chunk list, an allocation, a Sync in SQL;
+	// in window mode each forces a flush).
+	Syncs, LogWaits int64
 }
 
 // SlowReason says why a plan or a commit ran in SQL instead of being
@@ -379,7 +383,7 @@ type WriteBehindStatser interface{ WriteBehindStats() WriteBehindStats }
 
 func (s *sqlStore) WriteBehindStats() WriteBehindStats {
 	st := WriteBehindStats{Fast: s.wb.fast.Load(), Flushes: s.wb.flushes.Load(), Flushed: s.wb.flushed.Load(), FlushTime: time.Duration(s.wb.flushNanos.Load()),
-		Statements: s.wb.written.Load(), Dropped: s.wb.dropped.Load(), Held: s.wb.held.Load(), Shed: s.wb.shed.Load(), FailedFlushes: s.wb.failed.Load(), Syncs: s.wb.syncs.Load()}
+		Statements: s.wb.written.Load(), Dropped: s.wb.dropped.Load(), Held: s.wb.held.Load(), Shed: s.wb.shed.Load(), FailedFlushes: s.wb.failed.Load(), Syncs: s.wb.syncs.Load(), LogWaits: s.wb.waits.Load()}
 	for op := range st.Slow {
 		for r := range st.Slow[op] {
 			st.Slow[op][r] = s.wb.slow[op][r].Load()
@@ -603,6 +607,7 @@ func (s *sqlStore) waitPending(ctx context.Context, forget func(f *cachedFile) b
 	if lg == nil {
 		return nil
 	}
+	s.wb.waits.Add(1)
 	if h := waitHook.Load(); h != nil {
 		(*h)()
 	}
