@@ -12,6 +12,20 @@ import (
 	"github.com/gd2fs/gd2fs/internal/meta"
 )
 
+// startDurable starts two servers and a master of session durability mode,
+// and a client of it.
+func startDurable(t *testing.T, mode string) (*Cluster, *client.Client) {
+	t.Helper()
+	c, err := Start(context.Background(), Config{Dir: t.TempDir(), Servers: 2, MemBytes: 8 << 20, DiskBytes: 256 << 20, SessionDurability: mode})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	cl := c.Client()
+	t.Cleanup(func() { cl.Close() })
+	return c, cl
+}
+
 // TestSessionFileSyncFromMemory: an engine's Sync of the KV it wrote into
 // a session file (flush and window mode) is answered from the leader's
 // memory, and keeps every check a Sync made in SQL: a size past what the
@@ -21,13 +35,7 @@ import (
 func TestSessionFileSyncFromMemory(t *testing.T) {
 	for _, mode := range []string{meta.DurabilityFlush, meta.DurabilityWindow} {
 		t.Run(mode, func(t *testing.T) {
-			c, err := Start(context.Background(), Config{Dir: t.TempDir(), Servers: 2, MemBytes: 8 << 20, DiskBytes: 256 << 20, SessionDurability: mode})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			cl := c.Client()
-			defer cl.Close()
+			c, cl := startDurable(t, mode)
 			ctx := context.Background()
 			syncs := func() int64 { return c.Meta.(meta.WriteBehindStatser).WriteBehindStats().Syncs }
 			// The whole fresh range written, not yet synced (no hole).
@@ -117,13 +125,7 @@ var bigLayout = client.Layout{Model: "big", Layers: 32, KVHeads: 8, HeadDim: 128
 func TestCachedHandleWritesPlannedChunk(t *testing.T) {
 	for _, mode := range []string{meta.DurabilityFlush, meta.DurabilityWindow} {
 		t.Run(mode, func(t *testing.T) {
-			c, err := Start(context.Background(), Config{Dir: t.TempDir(), Servers: 2, MemBytes: 8 << 20, DiskBytes: 256 << 20, SessionDurability: mode})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			cl := c.Client()
-			defer cl.Close()
+			c, cl := startDurable(t, mode)
 			ctx := context.Background()
 			ss := cl.Sessions()
 			if err := ss.SetLayout(ctx, bigLayout); err != nil {
