@@ -39,7 +39,7 @@ func newBenchTurns() *cobra.Command {
 	var sessions, conc, servers int
 	var turnTokens, prefixTokens int64
 	var duration time.Duration
-	var oldPath, prefault, coalesce, plainHTTP bool
+	var oldPath, prefault, coalesce, plainHTTP, reference bool
 	var coalesceInFlight int
 	var rate, newShare float64
 	var serverMem, durability, model, quota, sessionMem string
@@ -100,7 +100,7 @@ func newBenchTurns() *cobra.Command {
 			if newShare < 0 || newShare > 1 {
 				return fmt.Errorf("--new-chats %v: a share from 0 to 1", newShare)
 			}
-			return benchTurns(context.Background(), metaDSN, serverMem, sessions, conc, servers, turnTokens, prefixTokens, duration, oldPath, prefault, masterArgs, ccfg, rate, newShare)
+			return benchTurns(context.Background(), metaDSN, serverMem, sessions, conc, servers, turnTokens, prefixTokens, duration, oldPath, prefault, masterArgs, ccfg, rate, newShare, reference)
 		},
 	}
 	f := cmd.Flags()
@@ -120,6 +120,7 @@ func newBenchTurns() *cobra.Command {
 	f.BoolVar(&prefault, "server-prefault", true, "start the servers with --mem-prefault and measure once their DRAM tiers are resident, as on a server that has run until its tiers were full (false: pages are faulted in by the measured writes; needed for a gd2fs binary from before the flag)")
 	f.BoolVar(&coalesce, "coalesce", !(client.Config{}).NoCoalesce, "send the client's concurrent plans, and its concurrent commits, to the master in batches (client.Config.NoCoalesce; default: the client's default); false: every call its own request")
 	f.IntVar(&coalesceInFlight, "coalesce-inflight", 0, "batches of each kind in flight before calls queue for the next (client.Config.CoalesceInFlight; 0: the client's default)")
+	f.BoolVar(&reference, "reference", true, "time a call the master answers at once (an empty batch of plans) every 5 ms while the turns run, the reference of a plan's time; its 200 calls a second are in the client's and master's CPU (false: none, as before the twentieth session, for comparisons of turns/s)")
 	f.BoolVar(&plainHTTP, "plain-http", false, "send the client's plans and commits as HTTP requests (client.Config.PlainHTTP), not on framed connections: the transport before them, for comparison")
 	f.Float64Var(&rate, "rate", 0, "turns started a second (open loop: a turn starts on schedule when one of the --concurrency chats is idle, else it is counted as missed); 0: every chat starts its next turn as soon as one ends (saturation)")
 	f.BoolVar(&oldPath, "sync-path", false, "write with WriteFresh (open, write, Sync) and Commit, the turn before WriteAndCommit, for comparison")
@@ -140,7 +141,7 @@ var turnsLayouts = map[string]client.Layout{
 // turnsLayout is the layout the run uses (--model).
 var turnsLayout = turnsLayouts["small"]
 
-func benchTurns(ctx context.Context, metaDSN, serverMem string, sessions, conc, servers int, turnTokens, prefixTokens int64, duration time.Duration, oldPath, prefault bool, masterArgs []string, ccfg client.Config, rate, newShare float64) error {
+func benchTurns(ctx context.Context, metaDSN, serverMem string, sessions, conc, servers int, turnTokens, prefixTokens int64, duration time.Duration, oldPath, prefault bool, masterArgs []string, ccfg client.Config, rate, newShare float64, reference bool) error {
 	dir, err := os.MkdirTemp("", "gd2fs-benchturns-")
 	if err != nil {
 		return err
@@ -348,7 +349,11 @@ func benchTurns(ctx context.Context, metaDSN, serverMem string, sessions, conc, 
 	// machine. A plan's time beyond it is the plan's; the rest, the
 	// processes' wake-ups on a busy machine.
 	probeDone := make(chan probeResult, 1)
-	go func() { probeDone <- probeMaster(ctx, url, ccfg.PlainHTTP, deadline) }()
+	if reference {
+		go func() { probeDone <- probeMaster(ctx, url, ccfg.PlainHTTP, deadline) }()
+	} else {
+		probeDone <- probeResult{}
+	}
 	var wg sync.WaitGroup
 	for w := 0; w < conc; w++ {
 		wg.Add(1)
