@@ -1,12 +1,10 @@
 package master
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"math"
 	"net/http"
-	"slices"
 	"strings"
 	"time"
 
@@ -352,7 +350,7 @@ func (m *Master) allocMem(ctx context.Context, p string, indexes []int64) ([]met
 	}
 	out := make([]meta.Chunk, 0, len(indexes))
 	for _, idx := range indexes {
-		i, ok := slices.BinarySearchFunc(chunks, idx, func(c meta.Chunk, idx int64) int { return cmp.Compare(c.Index, idx) })
+		i, ok := meta.FindChunk(chunks, idx)
 		if !ok {
 			return nil, false
 		}
@@ -413,7 +411,7 @@ func (m *Master) syncMem(ctx context.Context, p string, req api.CommitRequest) (
 		return meta.File{}, false, nil
 	}
 	f, chunks, ok := ms.MemFile(p)
-	if !ok || meta.CheckSize(req.Size) != nil {
+	if !ok {
 		return meta.File{}, false, nil
 	}
 	if err := m.checkCommitOn(ctx, f, chunks, req); err != nil {

@@ -115,7 +115,7 @@ func (m *Master) memChunks(path string, rs []meta.Range) (meta.File, []meta.Chun
 			return meta.File{}, nil, false // more chunks than memory holds (and no loop over a huge range)
 		}
 		for idx := first; idx <= last; idx++ {
-			if _, ok := slices.BinarySearchFunc(cs, idx, func(c meta.Chunk, idx int64) int { return cmp.Compare(c.Index, idx) }); !ok {
+			if _, ok := meta.FindChunk(cs, idx); !ok {
 				return meta.File{}, nil, false
 			}
 		}

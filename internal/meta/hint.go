@@ -1,7 +1,5 @@
 package meta
 
-import "slices"
-
 // ChunkHinter is implemented by stores that can tell a file's chunks from
 // the leader's memory (the session table's files, cache.go) without
 // reading SQL: for hints only, such as the master warming a plan's stored
@@ -25,10 +23,6 @@ func (s *sqlStore) HintChunks(path string) (File, []Chunk, bool) {
 	if !ok {
 		return File{}, nil, false
 	}
-	cs := make([]Chunk, 0, len(cf.chunks))
-	for _, c := range cf.chunks { // in index order (chunkSet)
-		c.Replicas = slices.Clone(c.Replicas)
-		cs = append(cs, c)
-	}
-	return cf.file, cs, true
+	f, cs := cf.snapshot()
+	return f, cs, true
 }

@@ -27,9 +27,10 @@ import (
 // MemSyncer is implemented by stores that answer a Sync of a session
 // file from the leader's memory.
 type MemSyncer interface {
-	// MemFile is the unsealed file at path and its chunks (in index order) as the leader's
-	// memory holds them (sizes and lengths at most SQL's), when memory
-	// may answer a Sync of it; ok false: read SQL.
+	// MemFile is the unsealed file at path and its chunks (in index
+	// order: FindChunk) as the leader's memory holds them (sizes and
+	// lengths at most SQL's), when memory may answer a Sync of it; ok
+	// false: read SQL. HintChunks is the same view for any file held.
 	MemFile(path string) (f File, chunks []Chunk, ok bool)
 	// SyncMem is Commit, not sealing, of file f that MemFile returned,
 	// answered from memory once the caller has checked size and lengths
@@ -55,12 +56,8 @@ func (s *sqlStore) MemFile(path string) (File, []Chunk, bool) {
 	if !ok {
 		return File{}, nil, false
 	}
-	cs := make([]Chunk, len(c.chunks))
-	for i, ch := range c.chunks {
-		ch.Replicas = append([]string(nil), ch.Replicas...)
-		cs[i] = ch
-	}
-	return c.file, cs, true
+	f, cs := c.snapshot()
+	return f, cs, true
 }
 
 // syncable is the file at path in memory, when a Sync of it may be

@@ -1381,9 +1381,24 @@ func (cs *chunkSet) put(ch Chunk) {
 }
 
 // find is where the chunk at idx is, or would go.
-func (cs chunkSet) find(idx int64) (int, bool) {
+func (cs chunkSet) find(idx int64) (int, bool) { return FindChunk(cs, idx) }
+
+// FindChunk is where the chunk at index idx is in cs, chunks in index
+// order (as MemFile and HintChunks answer them), or would go.
+func FindChunk(cs []Chunk, idx int64) (int, bool) {
 	if n := len(cs); n > 0 && cs[n-1].Index < idx {
 		return n, false // a file grows at its end
 	}
 	return slices.BinarySearchFunc(cs, idx, func(c Chunk, idx int64) int { return cmp.Compare(c.Index, idx) })
+}
+
+// snapshot is the file and a copy of its chunks, in index order, that
+// outlives wb.mu (their replica lists copied too).
+func (f *cachedFile) snapshot() (File, []Chunk) {
+	cs := make([]Chunk, len(f.chunks))
+	for i, c := range f.chunks {
+		c.Replicas = slices.Clone(c.Replicas)
+		cs[i] = c
+	}
+	return f.file, cs
 }
