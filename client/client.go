@@ -203,8 +203,13 @@ type FileInfo struct {
 	ChunkSize int64
 	Size      int64
 	Sealed    bool
-	Modified  time.Time
-	Chunks    []ChunkInfo
+	// CommitRecordsSize: a session's file (one a plan made), whose bytes a
+	// session commit records once the servers hold them, so a writer of a
+	// plan's fresh range need not Sync before the commit (docs/kv-cache.md,
+	// "An engine's turn without a Sync"). False from older masters.
+	CommitRecordsSize bool
+	Modified          time.Time
+	Chunks            []ChunkInfo
 }
 
 // ChunkInfo says where a chunk lives.
@@ -221,7 +226,7 @@ type ReplicaInfo struct {
 }
 
 func infoOf(f api.File) FileInfo {
-	fi := FileInfo{ID: f.ID, Attrs: f.Attrs, Path: f.Path, IsDir: f.IsDir, Pool: f.Pool, ChunkSize: f.ChunkSize, Size: f.Size, Sealed: f.Sealed, Modified: f.Modified}
+	fi := FileInfo{ID: f.ID, Attrs: f.Attrs, Path: f.Path, IsDir: f.IsDir, Pool: f.Pool, ChunkSize: f.ChunkSize, Size: f.Size, Sealed: f.Sealed, CommitRecordsSize: f.CommitRecordsSize, Modified: f.Modified}
 	for _, c := range f.Chunks {
 		ci := ChunkInfo{Index: c.Index, Length: c.Length, ID: c.ID}
 		for _, r := range c.Replicas {

@@ -180,15 +180,20 @@ type File struct {
 	// ID is the file's number on the master, which no other file ever
 	// has: a name can be removed, renamed or replaced, the id tells one
 	// file from the next under it (0 for directories).
-	ID        int64     `json:"id,omitempty"`
-	Path      string    `json:"path"`
-	IsDir     bool      `json:"is_dir,omitempty"`
-	Pool      string    `json:"pool,omitempty"`
-	ChunkSize int64     `json:"chunk_size,omitempty"`
-	Size      int64     `json:"size"`
-	Sealed    bool      `json:"sealed,omitempty"`
-	Modified  time.Time `json:"modified"`
-	Chunks    []Chunk   `json:"chunks,omitempty"`
+	ID        int64  `json:"id,omitempty"`
+	Path      string `json:"path"`
+	IsDir     bool   `json:"is_dir,omitempty"`
+	Pool      string `json:"pool,omitempty"`
+	ChunkSize int64  `json:"chunk_size,omitempty"`
+	Size      int64  `json:"size"`
+	Sealed    bool   `json:"sealed,omitempty"`
+	// CommitRecordsSize: a session file, whose bytes a session commit
+	// records itself once the servers vouch for them (docs/kv-cache.md,
+	// "An engine's turn without a Sync"): a writer of a plan's fresh range
+	// may leave out the Sync. Absent from masters before it.
+	CommitRecordsSize bool      `json:"commit_records_size,omitempty"`
+	Modified          time.Time `json:"modified"`
+	Chunks            []Chunk   `json:"chunks,omitempty"`
 	// Attrs: "source" (s3://bucket/key a linked file fills from), "etag",
 	// "sha256" (hex, recorded by pull and warmup).
 	Attrs map[string]string `json:"attrs,omitempty"`

@@ -162,6 +162,9 @@ func (e *enc) file(f File) {
 	if f.Sealed {
 		o.bool("sealed", true)
 	}
+	if f.CommitRecordsSize {
+		o.bool("commit_records_size", true)
+	}
 	o.time("modified", f.Modified)
 	if len(f.Chunks) > 0 && o.ok {
 		o.key("chunks")

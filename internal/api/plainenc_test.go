@@ -46,7 +46,7 @@ func turnMessages(s string, f float64, n int64, t time.Time, k uint8) (PlanReque
 		for i := range cnt {
 			reps = append(reps, Replica{Server: s, Addr: fmt.Sprint(i), Up: i%2 == 0})
 		}
-		files = []File{{ID: n, Path: s, IsDir: k&4 != 0, Pool: s, ChunkSize: n, Size: -n, Sealed: k&16 != 0, Modified: t,
+		files = []File{{ID: n, Path: s, IsDir: k&4 != 0, Pool: s, ChunkSize: n, Size: -n, Sealed: k&16 != 0, CommitRecordsSize: n&1 != 0, Modified: t,
 			Chunks: []Chunk{{Index: n, ID: uint64(n) * 3, Length: n, Replicas: reps}, {}}}}
 		if k&128 != 0 {
 			files[0].Attrs = map[string]string{"a": s}

@@ -189,3 +189,106 @@ func TestCachedHandleWritesPlannedChunk(t *testing.T) {
 		})
 	}
 }
+
+// TestEngineCommitRecordsWritten: an engine that writes a turn's KV into a
+// session file and commits what it saved, with no Sync between (pygd2fs's
+// Write of a file the master marks CommitRecordsSize), has the commit
+// record the file's size once the servers vouch for every byte — in
+// memory (flush, window) and in SQL (sync). A saved segment with a hole is
+// refused and records nothing, the hole's bytes named; once written, the
+// same plan commits; the next plans load exactly the bytes written, also
+// after the master restarts. A file a user made under the sessions'
+// directory is not marked: its writer still Syncs.
+func TestEngineCommitRecordsWritten(t *testing.T) {
+	for _, mode := range []string{meta.DurabilityFlush, meta.DurabilityWindow, meta.DurabilitySync} {
+		t.Run(mode, func(t *testing.T) {
+			c, cl := startDurable(t, mode)
+			ctx := context.Background()
+			ss := cl.Sessions()
+			p, kv, f, hole := planWithHole(t, cl, "e1", 8_192, 4_096)
+			path := f.Info().Path
+			if !f.Info().CommitRecordsSize {
+				t.Fatalf("the session file %s is not marked CommitRecordsSize", path)
+			}
+			_, err := ss.CommitSaved(ctx, "e1", p.PlanID, p.Fresh)
+			if err == nil || !strings.Contains(err.Error(), "not written") || !strings.Contains(err.Error(), fmt.Sprintf("%d to %d", hole, hole+4_096)) {
+				t.Fatalf("an engine commit over a hole at %d: %v", hole, err)
+			}
+			if st, err := cl.Stat(ctx, path); err != nil || st.Size != 0 {
+				t.Fatalf("a refused commit recorded the file's size: %+v %v", st, err)
+			}
+			if s, err := ss.Get(ctx, "e1"); err != nil || s.Tokens != 0 {
+				t.Fatalf("a refused commit recorded tokens: %+v %v", s, err)
+			}
+			if _, err := f.WriteAtContext(ctx, kv[8_192:8_192+4_096], hole); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := ss.CommitSaved(ctx, "e1", p.PlanID, p.Fresh); err != nil {
+				t.Fatalf("the engine's commit of what it wrote, without a Sync: %v", err)
+			}
+			r := p.Fresh[len(p.Fresh)-1]
+			end := r.KVStart + r.KVLength
+			if st, err := cl.Stat(ctx, path); err != nil || st.Size != end {
+				t.Fatalf("after the commit: %+v %v, want size %d", st, err, end)
+			}
+			// A second turn through the same handle, again without a Sync.
+			q, err := ss.Plan(ctx, "e1", client.PlanRequest{Model: "w", TokenIDs: ids(150)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range q.Fresh {
+				b := rnd(int(r.KVLength), uint64(len(kv)+3))
+				if _, err := f.WriteAtContext(ctx, b, r.KVStart); err != nil {
+					t.Fatal(err)
+				}
+				kv = append(kv, b...)
+			}
+			if _, err := ss.CommitSaved(ctx, "e1", q.PlanID, q.Fresh); err != nil {
+				t.Fatal(err)
+			}
+			load := func(when string) {
+				t.Helper()
+				q, err := cl.Sessions().Plan(ctx, "e1", client.PlanRequest{Model: "w", TokenIDs: ids(170)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				buf := make([]byte, q.LoadBytes)
+				if _, err := cl.Sessions().LoadStored(ctx, q, buf); err != nil {
+					t.Fatal(err)
+				}
+				if q.CachedTokens != 150 || !bytes.Equal(buf, kv[:q.LoadBytes]) {
+					t.Fatalf("%s: %d tokens stored (want 150), the bytes as written: %v", when, q.CachedTokens, bytes.Equal(buf, kv[:q.LoadBytes]))
+				}
+			}
+			load("after two turns without a Sync")
+			if err := c.RestartMaster(ctx); err != nil {
+				t.Fatal(err)
+			}
+			cl2 := c.Client()
+			defer cl2.Close()
+			cl = cl2
+			load("after a restart")
+			// Not a session's file: a user's, under the same directory, or
+			// anywhere else.
+			for _, p := range []string{"/kv-sessions/mine", "/data/x"} {
+				uf, err := cl.Create(ctx, p, client.CreateOptions{Pool: "perf"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := uf.WriteAt([]byte("hello"), 0); err != nil {
+					t.Fatal(err)
+				}
+				if err := uf.Sync(ctx); err != nil {
+					t.Fatal(err)
+				}
+				of, err := cl.Open(ctx, p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if of.Info().CommitRecordsSize {
+					t.Fatalf("%s, a user's file, is marked CommitRecordsSize", p)
+				}
+			}
+		})
+	}
+}

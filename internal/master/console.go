@@ -154,7 +154,7 @@ func (s consoleSource) Models(ctx context.Context) (console.Models, error) {
 		for _, e := range es {
 			seen++
 			if e.IsDir {
-				if e.Path != "/kv-sessions" {
+				if e.Path != sessionDir {
 					dirs = append(dirs, e.Path)
 				}
 				continue

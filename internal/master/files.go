@@ -49,8 +49,22 @@ func (m *Master) chunksOut(cs []meta.Chunk) []api.Chunk {
 	return out
 }
 
+// sessionDir is where the master puts session files.
+const sessionDir = "/kv-sessions"
+
 func fileOut(f meta.File) api.File {
 	return api.File{ID: f.ID, Path: f.Path, Pool: f.Pool, ChunkSize: f.ChunkSize, Size: f.Size, Sealed: f.Sealed, Modified: f.Modified}
+}
+
+// commitRecordsSize says whether f is a session's file, whose size a
+// session commit records (api.File.CommitRecordsSize): unsealed, under
+// sessionDir, and made by a plan (not a file a user put there).
+func (m *Master) commitRecordsSize(ctx context.Context, f meta.File) (bool, error) {
+	sf, ok := m.meta.(meta.SessionFiler)
+	if !ok || f.Sealed || !strings.HasPrefix(f.Path, sessionDir+"/") {
+		return false, nil
+	}
+	return sf.SessionFile(ctx, f.Path)
 }
 
 func (m *Master) stat(r *http.Request) (any, error) {
@@ -67,6 +81,9 @@ func (m *Master) stat(r *http.Request) (any, error) {
 	}
 	out := fileOut(f)
 	out.Chunks = m.chunksOut(cs)
+	if out.CommitRecordsSize, err = m.commitRecordsSize(r.Context(), f); err != nil {
+		return nil, err
+	}
 	if out.Attrs, err = m.meta.Attrs(r.Context(), p); len(out.Attrs) == 0 {
 		out.Attrs = nil
 	}

@@ -236,7 +236,7 @@ func (m *Master) planOne(ctx context.Context, id, rid string, req api.PlanReques
 	p, err := m.sessions.PlanSession(ctx, meta.PlanInput{
 		Session: id, Model: req.Model, Prefixes: prefixes, PromptTokens: req.PromptTokens,
 		TokenIDs: req.TokenIDs, BlockHashes: req.BlockHashes, UnsafeCountOnly: req.UnsafeCountOnly,
-		DecodeTokens: req.DecodeTokens, NewFile: req.NewFile, Dir: "/kv-sessions", Pool: m.cfg.SessionPool,
+		DecodeTokens: req.DecodeTokens, NewFile: req.NewFile, Dir: sessionDir, Pool: m.cfg.SessionPool,
 		ChunkSize: DefaultChunkSize, Quota: m.cfg.SessionQuota, PlanTTL: 10 * time.Minute, Now: time.Now(), Aligned: engine,
 		Place: m.sessionPlacer(ctx, engine), RequestID: rid, Reachable: m.reachable(),
 	})

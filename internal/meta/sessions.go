@@ -917,9 +917,18 @@ type CommitInput struct {
 	// of the ranges about to be recorded; its error refuses the commit
 	// and nothing is recorded. The master answers it from what it asked
 	// its servers before the transaction (internal/master/written.go).
+	// With Held, a range past its file's recorded size is recorded as
+	// Written's are (recordsWritten): the engine's Sync is not needed.
 	Held func(l Layout, fresh []Range) error
 	Now  time.Time
 }
+
+// recordsWritten says whether commit in records the size of ranges its
+// file's recorded size does not reach (recordWrittenTx, writtenMem):
+// with Written, or when the servers vouch for every byte of them (Held,
+// which runs first and refuses a hole). Without either, such a range was
+// not written as far as the store knows, and the commit is refused.
+func recordsWritten(in CommitInput) bool { return in.Written || in.Held != nil }
 
 // CommitSession records a plan as the session's new state: the session
 // keeps the tokens the plan found cached and continues with the plan's fresh
@@ -1021,19 +1030,21 @@ func (s *sqlStore) CommitSession(ctx context.Context, in CommitInput) (Session, 
 			}
 		}
 		for _, r := range fresh {
-			if in.Written {
-				if err := s.recordWrittenTx(ctx, tx, r, in.Now.UnixNano()); err != nil {
-					return fmt.Errorf("commit of plan %d: %w", planID, err)
+			if !in.Written {
+				f, err := s.fileBy(ctx, tx, "path", r.Path)
+				if err != nil {
+					return err
 				}
-				continue
+				if f.Size >= r.KVStart+r.KVLength {
+					continue // a Sync recorded it
+				}
+				if !recordsWritten(in) {
+					return errs.New(errs.ErrBadRequest, "fresh range of plan %d not written: %s holds %d bytes, the range ends at %d; write it and Sync before commit",
+						planID, r.Path, f.Size, r.KVStart+r.KVLength)
+				}
 			}
-			f, err := s.fileBy(ctx, tx, "path", r.Path)
-			if err != nil {
-				return err
-			}
-			if f.Size < r.KVStart+r.KVLength {
-				return errs.New(errs.ErrBadRequest, "fresh range of plan %d not written: %s holds %d bytes, the range ends at %d; write it and Sync before commit",
-					planID, r.Path, f.Size, r.KVStart+r.KVLength)
+			if err := s.recordWrittenTx(ctx, tx, r, in.Now.UnixNano()); err != nil {
+				return fmt.Errorf("commit of plan %d: %w", planID, err)
 			}
 		}
 		if pc.hashes, err = decodeHashes(planHashes); err != nil {
@@ -1256,6 +1267,30 @@ func (s *sqlStore) Sessions(ctx context.Context, after string, limit int) ([]Ses
 		out = append(out, x)
 	}
 	return out, wrapDB(rows.Err())
+}
+
+// SessionFiler is implemented by stores that tell a session's file (one
+// a plan made, in kv_files) from any other.
+type SessionFiler interface {
+	// SessionFile says whether path is a session's file: one whose size a
+	// session commit records once the servers vouch for its bytes
+	// (recordsWritten), so its writer may leave out the Sync.
+	SessionFile(ctx context.Context, path string) (bool, error)
+}
+
+func (s *sqlStore) SessionFile(ctx context.Context, path string) (bool, error) {
+	s.wb.mu.Lock()
+	_, ok := s.cache.files[path]
+	s.wb.mu.Unlock()
+	if ok {
+		return true, nil
+	}
+	var one int
+	err := s.db.QueryRowContext(ctx, s.q(`SELECT 1 FROM kv_files WHERE path = ?`), path).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, wrapDB(err)
 }
 
 // inUseTx names the session that references path through a range or owns

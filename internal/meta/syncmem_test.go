@@ -2,6 +2,7 @@ package meta
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -209,4 +210,96 @@ func TestSyncMemLostFlush(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestCommitRecordsVouched: an engine's commit of saved segments past the
+// file's recorded size (no Sync before it) records their size when the
+// servers vouched for them (Held), on both engines and in every mode — in
+// memory or in SQL — and is refused, recording nothing, without Held or
+// when Held finds a hole.
+func TestCommitRecordsVouched(t *testing.T) {
+	for name, open := range engines(t) {
+		for _, mode := range []string{DurabilityFlush, DurabilityWindow, DurabilitySync} {
+			t.Run(name+"-"+mode, func(t *testing.T) {
+				s := inMode(open, mode)(t)
+				ctx := context.Background()
+				if err := s.PutLayout(ctx, wbLayout); err != nil {
+					t.Fatal(err)
+				}
+				ids := seqIDs(1, 20)
+				wbTurn(t, s, "e", ids, true)
+				for turn := range 3 {
+					ids = append(ids, seqIDs(uint32(100*turn+200), 20)...)
+					p := wbTurn(t, s, "e", ids, false)
+					path := p.Fresh[0].Path
+					end := int64(0)
+					for _, r := range p.Fresh {
+						end = max(end, r.KVStart+r.KVLength)
+					}
+					size := func() int64 {
+						t.Helper()
+						f, err := s.File(ctx, path)
+						if err != nil {
+							t.Fatal(err)
+						}
+						return f.Size
+					}
+					was := size()
+					if was >= end {
+						t.Fatalf("turn %d: the file holds %d bytes before the commit of bytes to %d", turn, was, end)
+					}
+					in := CommitInput{Session: "e", PlanID: p.ID, Partial: true, Saved: p.Fresh, Now: time.Now()}
+					if turn > 0 { // the first turn's commit comes first, to be answered from memory
+						hole := errs.New(errs.ErrBadRequest, "a hole")
+						in.Held = func(Layout, []Range) error { return hole }
+						if _, err := s.CommitSession(ctx, in); err == nil {
+							t.Fatalf("turn %d: a commit whose bytes the servers do not hold was recorded", turn)
+						}
+						in.Held = nil
+						if _, err := s.CommitSession(ctx, in); !errors.Is(err, errs.ErrBadRequest) {
+							t.Fatalf("turn %d: a commit past the size with no word from the servers: %v", turn, err)
+						}
+						if got := size(); got != was {
+							t.Fatalf("turn %d: a refused commit moved the size %d -> %d", turn, was, got)
+						}
+					}
+					in.Held = func(Layout, []Range) error { return nil }
+					before := s.(*sqlStore).WriteBehindStats()
+					sess, err := s.CommitSession(ctx, in)
+					if err != nil {
+						t.Fatalf("turn %d: a commit the servers vouched for: %v", turn, err)
+					}
+					if after := s.(*sqlStore).WriteBehindStats(); turn == 0 && mode != DurabilitySync && after.Fast == before.Fast {
+						t.Fatalf("turn %d: the commit was not answered from memory", turn)
+					}
+					if sess.Tokens != int64(len(ids))+4 { // the prompt and wbTurn's 4 decoded tokens
+						t.Fatalf("turn %d: %d tokens held, want %d", turn, sess.Tokens, len(ids)+4)
+					}
+					if got := size(); got != end {
+						t.Fatalf("turn %d: the file holds %d bytes after the commit, want %d", turn, got, end)
+					}
+					chunks, err := s.Chunks(ctx, mustFile(t, s, path).ID)
+					if err != nil {
+						t.Fatal(err)
+					}
+					var extent int64
+					for _, c := range chunks {
+						extent = max(extent, c.Index*(1<<20)+c.Length)
+					}
+					if extent < end {
+						t.Fatalf("turn %d: the chunks' lengths reach %d, the size %d", turn, extent, end)
+					}
+				}
+			})
+		}
+	}
+}
+
+func mustFile(t *testing.T, s Store, path string) File {
+	t.Helper()
+	f, err := s.File(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
 }

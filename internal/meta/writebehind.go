@@ -1085,21 +1085,23 @@ func (s *sqlStore) commitMem(in CommitInput) (Session, bool, error) {
 	} else if checkSaved(l, cp.fr, cp.split, fresh) != nil {
 		return Session{}, s.slow(1, SlowOther), nil
 	}
+	var record []Range // ranges whose size this commit records (recordsWritten)
 	for _, r := range fresh {
 		f := c.files[r.Path]
 		if f == nil {
 			return Session{}, s.slow(1, SlowNotInMemory), nil
 		}
-		end := r.KVStart + r.KVLength
-		if in.Written {
+		if in.Written || f.file.Size < r.KVStart+r.KVLength {
+			if !recordsWritten(in) {
+				return Session{}, s.slow(1, SlowOther), nil // perhaps a Sync memory did not see
+			}
 			if f.file.Sealed || r.KVLength < 1 {
 				return Session{}, s.slow(1, SlowOther), nil
 			}
 			if _, ok := f.under(r.KVStart, r.KVLength); !ok {
 				return Session{}, s.slow(1, SlowChunk), nil
 			}
-		} else if f.file.Size < end {
-			return Session{}, s.slow(1, SlowOther), nil // perhaps a Sync memory did not see
+			record = append(record, r)
 		}
 	}
 	hs, err := decodeHashes(cp.hashes)
@@ -1119,10 +1121,8 @@ func (s *sqlStore) commitMem(in CommitInput) (Session, bool, error) {
 	// Every check passed: from here on nothing fails.
 	lg := s.wb.log
 	exec := func(q string, args ...any) error { lg.add(s, q, args...); return nil }
-	if in.Written {
-		for _, r := range fresh {
-			s.writtenMem(lg, c.files[r.Path], r, in.Now.UnixNano())
-		}
+	for _, r := range record {
+		s.writtenMem(lg, c.files[r.Path], r, in.Now.UnixNano())
 	}
 	next, _ := s.replaceRanges(exec, id, e, planID, cp.fr.TokenStart, ch, in.Now) // exec never fails
 	if drop(lg, lg.planStmt, planID) {

@@ -12,6 +12,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/gd2fs/gd2fs/client"
 	"github.com/gd2fs/gd2fs/errs"
 	"github.com/gd2fs/gd2fs/internal/cluster"
 	"golang.org/x/sys/unix"
@@ -385,5 +386,80 @@ func TestTransferDeadline(t *testing.T) {
 	e.queued.Add(-4 * 8 << 20) // all four completed
 	if got := e.admit(OpRead, 8<<20); got != 11*time.Second {
 		t.Errorf("a transfer after the others completed: deadline %s, want 11s", got)
+	}
+}
+
+// TestSessionFileWriteWithoutSync: pygd2fs's Write of a plan's fresh range
+// into a session's file sends no Sync to the master (the file is marked
+// CommitRecordsSize): the master's size stays where it was until the
+// engine's commit, which records it; the bytes load back exact. A Write
+// of any other file still Syncs: its size is visible at once.
+func TestSessionFileWriteWithoutSync(t *testing.T) {
+	c := start(t)
+	e := newEngine(t, c, 2)
+	cl := c.Client()
+	defer cl.Close()
+	ctx := context.Background()
+	ss := cl.Sessions()
+	if err := ss.SetLayout(ctx, client.Layout{Model: "w", Layers: 2, KVHeads: 2, HeadDim: 64, DType: "fp16", PageTokens: 16, Order: "page_first"}); err != nil {
+		t.Fatal(err)
+	}
+	ids := make([]uint32, 100)
+	for i := range ids {
+		ids[i] = uint32(i * 7)
+	}
+	p, err := ss.Plan(ctx, "s1", client.PlanRequest{Model: "w", TokenIDs: ids})
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(path string, off int64, b []byte) {
+		t.Helper()
+		mid, err := e.RegIOMEM(ptr(b), int64(len(b)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.Submit(OpWrite, path, off, []Seg{{ptr(b), int64(len(b)), mid}}, 0, "", QueueWait); err != nil {
+			t.Fatal(err)
+		}
+		if r := wait1(t, e, QueueWait); r.Status != OK || r.Value != int64(len(b)) {
+			t.Fatalf("write of %s: %+v", path, r)
+		}
+	}
+	var kv []byte
+	var path string
+	for _, r := range p.Fresh {
+		u, err := client.ParseURI(r.KVURI)
+		if err != nil {
+			t.Fatal(err)
+		}
+		path = u.Path
+		b := bytes.Repeat([]byte{byte(len(kv)), 0xa5, 3}, int(r.KVLength)/3+1)[:r.KVLength]
+		write(path, r.KVStart, b)
+		kv = append(kv, b...)
+	}
+	if st, err := cl.Stat(ctx, path); err != nil || st.Size != 0 || !st.CommitRecordsSize {
+		t.Fatalf("after the engine's write, before its commit: %+v %v (a Sync was sent, or the file is not marked)", st, err)
+	}
+	if _, err := ss.CommitSaved(ctx, "s1", p.PlanID, p.Fresh); err != nil {
+		t.Fatal(err)
+	}
+	last := p.Fresh[len(p.Fresh)-1]
+	if st, err := cl.Stat(ctx, path); err != nil || st.Size != last.KVStart+last.KVLength {
+		t.Fatalf("after the commit: %+v %v", st, err)
+	}
+	q, err := ss.Plan(ctx, "s1", client.PlanRequest{Model: "w", TokenIDs: append(ids, 1, 2, 3)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, q.LoadBytes)
+	if _, err := ss.LoadStored(ctx, q, buf); err != nil {
+		t.Fatal(err)
+	}
+	if q.CachedTokens != 100 || !bytes.Equal(buf, kv[:q.LoadBytes]) {
+		t.Fatalf("%d tokens stored, the bytes as written: %v", q.CachedTokens, bytes.Equal(buf, kv[:q.LoadBytes]))
+	}
+	write("/b/plain", 0, []byte("plain bytes"))
+	if st, err := cl.Stat(ctx, "/b/plain"); err != nil || st.Size != 11 || st.CommitRecordsSize {
+		t.Fatalf("a plain file after pygd2fs's Write: %+v %v", st, err)
 	}
 }
