@@ -39,7 +39,7 @@ func newBenchTurns() *cobra.Command {
 	var sessions, conc, servers int
 	var turnTokens, prefixTokens int64
 	var duration time.Duration
-	var oldPath, prefault, coalesce, plainHTTP, reference bool
+	var oldPath, enginePath, prefault, coalesce, plainHTTP, reference bool
 	var coalesceInFlight int
 	var rate, newShare float64
 	var serverMem, durability, model, quota, sessionMem string
@@ -100,7 +100,17 @@ func newBenchTurns() *cobra.Command {
 			if newShare < 0 || newShare > 1 {
 				return fmt.Errorf("--new-chats %v: a share from 0 to 1", newShare)
 			}
-			return benchTurns(context.Background(), metaDSN, serverMem, sessions, conc, servers, turnTokens, prefixTokens, duration, oldPath, prefault, masterArgs, ccfg, rate, newShare, reference)
+			if oldPath && enginePath {
+				return fmt.Errorf("--sync-path and --engine-path are two ways of a turn: give one")
+			}
+			way := turnWritten
+			switch {
+			case oldPath:
+				way = turnSynced
+			case enginePath:
+				way = turnEngine
+			}
+			return benchTurns(context.Background(), metaDSN, serverMem, sessions, conc, servers, turnTokens, prefixTokens, duration, way, prefault, masterArgs, ccfg, rate, newShare, reference)
 		},
 	}
 	f := cmd.Flags()
@@ -124,8 +134,18 @@ func newBenchTurns() *cobra.Command {
 	f.BoolVar(&plainHTTP, "plain-http", false, "send the client's plans and commits as HTTP requests (client.Config.PlainHTTP), not on framed connections: the transport before them, for comparison")
 	f.Float64Var(&rate, "rate", 0, "turns started a second (open loop: a turn starts on schedule when one of the --concurrency chats is idle, else it is counted as missed); 0: every chat starts its next turn as soon as one ends (saturation)")
 	f.BoolVar(&oldPath, "sync-path", false, "write with WriteFresh (open, write, Sync) and Commit, the turn before WriteAndCommit, for comparison")
+	f.BoolVar(&enginePath, "engine-path", false, "the turn as an engine saves it through pygd2fs: one open handle a session file, the write, a Sync only when the master does not mark the file CommitRecordsSize (masters before the twenty-first session), and the commit of the saved segments (CommitSaved)")
 	return cmd
 }
+
+// turnWay is how a turn writes its fresh range and commits it.
+type turnWay int
+
+const (
+	turnWritten turnWay = iota // WriteAndCommit: the plan's fresh_files, one commit that records the size
+	turnSynced                 // WriteFresh (write, Sync) and Commit
+	turnEngine                 // pygd2fs's way: a handle a file, Sync only where needed, CommitSaved
+)
 
 // turnsLayouts are the models --model names. small: 256 bytes of KV per
 // token, so the benchmark measures the turn's shape, not the bytes moved
@@ -141,7 +161,7 @@ var turnsLayouts = map[string]client.Layout{
 // turnsLayout is the layout the run uses (--model).
 var turnsLayout = turnsLayouts["small"]
 
-func benchTurns(ctx context.Context, metaDSN, serverMem string, sessions, conc, servers int, turnTokens, prefixTokens int64, duration time.Duration, oldPath, prefault bool, masterArgs []string, ccfg client.Config, rate, newShare float64, reference bool) error {
+func benchTurns(ctx context.Context, metaDSN, serverMem string, sessions, conc, servers int, turnTokens, prefixTokens int64, duration time.Duration, way turnWay, prefault bool, masterArgs []string, ccfg client.Config, rate, newShare float64, reference bool) error {
 	dir, err := os.MkdirTemp("", "gd2fs-benchturns-")
 	if err != nil {
 		return err
@@ -202,6 +222,42 @@ func benchTurns(ctx context.Context, metaDSN, serverMem string, sessions, conc, 
 	// fresh range: a buffer the caller keeps, as an engine's KV memory is
 	// there before the turn, so the client's CPU is the turn's, not the
 	// allocation and first touch of 53 KB of fresh heap a turn.
+	// engineSave writes the fresh range as pygd2fs's Write does
+	// (python/bridge/transfer.go): through one handle a session file,
+	// opened on its first write and kept, with a Sync after the write
+	// unless the master marked the file CommitRecordsSize.
+	type handle struct {
+		f    *client.File
+		sync bool
+	}
+	var handles sync.Map // path -> *handle
+	engineSave := func(p client.Plan, kv []byte) error {
+		for _, r := range p.Fresh {
+			u, err := client.ParseURI(r.KVURI)
+			if err != nil {
+				return err
+			}
+			v, ok := handles.Load(u.Path)
+			if !ok {
+				f, err := cl.Open(ctx, u.Path)
+				if err != nil {
+					return err
+				}
+				v, _ = handles.LoadOrStore(u.Path, &handle{f: f, sync: !f.Info().CommitRecordsSize})
+			}
+			h := v.(*handle)
+			if _, err := h.f.WriteAtContext(ctx, kv[:r.KVLength], r.KVStart); err != nil {
+				return err
+			}
+			if h.sync {
+				if err := h.f.Sync(ctx); err != nil {
+					return err
+				}
+			}
+			kv = kv[r.KVLength:]
+		}
+		return nil
+	}
 	// chat is one turn of session sid, which holds have tokens: plan,
 	// write the fresh range, commit. It returns the tokens held after.
 	chat := func(sid string, have int64, kv *[]byte) (plan, commit time.Duration, held int64, err error) {
@@ -223,11 +279,16 @@ func benchTurns(ctx context.Context, metaDSN, serverMem string, sessions, conc, 
 		}
 		b := (*kv)[:n]
 		var s client.Session
-		if oldPath {
+		switch way {
+		case turnSynced:
 			if err = ss.WriteFresh(ctx, p, b); err == nil {
 				s, err = ss.Commit(ctx, sid, p.PlanID)
 			}
-		} else {
+		case turnEngine:
+			if err = engineSave(p, b); err == nil {
+				s, err = ss.CommitSaved(ctx, sid, p.PlanID, p.Fresh)
+			}
+		default:
 			s, err = ss.WriteAndCommit(ctx, sid, p, b)
 		}
 		if err != nil {
@@ -278,9 +339,18 @@ func benchTurns(ctx context.Context, metaDSN, serverMem string, sessions, conc, 
 	if prefixTokens > 0 {
 		pre = fmt.Sprintf(" after a shared %d-token prefix", prefixTokens)
 	}
-	fmt.Printf("bench turns: %s, %d servers (%s), %d sessions set up in %s, %d concurrent turns of %d tokens%s of %s (%d bytes), %s, load average %s\n",
+	var synced int
+	handles.Range(func(_, v any) bool {
+		if v.(*handle).sync {
+			synced++
+		}
+		return true
+	})
+	how := [...]string{turnWritten: "WriteAndCommit", turnSynced: "WriteFresh (with a Sync) and Commit",
+		turnEngine: fmt.Sprintf("the engine's way (a handle a file, a Sync on %d files, CommitSaved)", synced)}[way]
+	fmt.Printf("bench turns: %s, %d servers (%s), %d sessions set up in %s, %d concurrent turns of %d tokens%s of %s (%d bytes), written by %s, %s, load average %s\n",
 		engineName(metaDSN), servers, resident, sessions, time.Since(start).Round(time.Millisecond), conc, turnTokens, pre,
-		turnsLayout.Model, turnsLayout.RangeBytes(turnTokens), coal, loadAvg())
+		turnsLayout.Model, turnsLayout.RangeBytes(turnTokens), how, coal, loadAvg())
 
 	before, err := masterRequests(ctx, url)
 	if err != nil {
