@@ -292,3 +292,72 @@ func TestEngineCommitRecordsWritten(t *testing.T) {
 		})
 	}
 }
+
+// TestSessionStatFromMemory: the stat of a session file (an engine's first
+// Open of a new chat's file, a load's Open) is answered from the leader's
+// memory without waiting for its log — in window mode a flush forced by
+// every new chat — and shows what the commits answered from memory made
+// it: the committed range readable through a handle opened after the
+// commit, byte for byte. In sync mode memory holds nothing and SQL
+// answers.
+func TestSessionStatFromMemory(t *testing.T) {
+	for _, mode := range []string{meta.DurabilityFlush, meta.DurabilityWindow, meta.DurabilitySync} {
+		t.Run(mode, func(t *testing.T) {
+			c, cl := startDurable(t, mode)
+			ctx := context.Background()
+			waits := func() int64 { return c.Meta.(meta.WriteBehindStatser).WriteBehindStats().LogWaits }
+			ss := cl.Sessions()
+			if err := ss.SetLayout(ctx, writtenLayout); err != nil {
+				t.Fatal(err)
+			}
+			var kv []byte
+			for turn, n := range []int{100, 150} {
+				p, err := ss.Plan(ctx, "st1", client.PlanRequest{Model: "w", TokenIDs: ids(n)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				u, err := client.ParseURI(p.Fresh[0].KVURI)
+				if err != nil {
+					t.Fatal(err)
+				}
+				before := waits()
+				f, err := cl.Open(ctx, u.Path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if w := waits() - before; mode != meta.DurabilitySync && w != 0 {
+					t.Fatalf("turn %d: the Open of the session file waited %d times for the leader's log", turn, w)
+				}
+				info := f.Info()
+				if !info.CommitRecordsSize || int64(len(kv)) != info.Size || len(info.Chunks) == 0 {
+					t.Fatalf("turn %d: the file as opened: %+v, want size %d and its chunks", turn, info, len(kv))
+				}
+				for _, r := range p.Fresh {
+					b := rnd(int(r.KVLength), uint64(len(kv)+11))
+					if _, err := f.WriteAtContext(ctx, b, r.KVStart); err != nil {
+						t.Fatal(err)
+					}
+					kv = append(kv, b...)
+				}
+				if _, err := ss.CommitSaved(ctx, "st1", p.PlanID, p.Fresh); err != nil {
+					t.Fatal(err)
+				}
+				before = waits()
+				g, err := cl.Open(ctx, u.Path) // a reader's fresh handle, after the commit
+				if err != nil {
+					t.Fatal(err)
+				}
+				if w := waits() - before; mode != meta.DurabilitySync && w != 0 {
+					t.Fatalf("turn %d: the reader's Open waited %d times for the leader's log", turn, w)
+				}
+				buf := make([]byte, len(kv))
+				if _, err := g.ReadAtContext(ctx, buf, 0); err != nil {
+					t.Fatalf("turn %d: reading the committed %d bytes: %v (size %d)", turn, len(kv), err, g.Info().Size)
+				}
+				if !bytes.Equal(buf, kv) {
+					t.Fatalf("turn %d: the committed bytes read back differ", turn)
+				}
+			}
+		})
+	}
+}
