@@ -547,6 +547,10 @@ func benchTurns(ctx context.Context, metaDSN, serverMem string, sessions, conc, 
 			sort.Strings(slow)
 			fmt.Printf("  ran in SQL, by why, per 100 turns: %s\n", strings.Join(slow, ", "))
 		}
+		if _, ok := after["log_waits"]; ok { // a master from before the count prints nothing
+			fmt.Printf("  reads and operations that waited for the leader's log (in window mode each forces a flush): %.3f a turn\n",
+				(after["log_waits"]-before["log_waits"])/float64(n))
+		}
 		if st := after["stmts"] - before["stmts"]; st > 0 { // a master from before the count prints nothing
 			fmt.Printf("  flushes wrote %.2f SQL statements an operation (%.2f left out: overwritten in the same flush)\n",
 				st/max(ops, 1), (after["dropped"]-before["dropped"])/max(ops, 1))
@@ -726,7 +730,8 @@ func masterRequests(ctx context.Context, url string) (map[string]float64, error)
 		for k, name := range map[string]string{"from_memory": "gd2fs_master_session_ops_from_memory_total ",
 			"flushes": "gd2fs_master_session_flushes_total ", "flushed": "gd2fs_master_session_flushed_ops_total ",
 			"flush_s": "gd2fs_master_session_flush_seconds_total ", "stmts": "gd2fs_master_session_flushed_statements_total ",
-			"dropped": "gd2fs_master_session_dropped_statements_total ", "framed": "gd2fs_master_framed_calls_total "} {
+			"dropped": "gd2fs_master_session_dropped_statements_total ", "framed": "gd2fs_master_framed_calls_total ",
+			"log_waits": "gd2fs_master_session_log_waits_total "} {
 			if v, ok := strings.CutPrefix(line, name); ok {
 				out[k], _ = strconv.ParseFloat(v, 64)
 			}
