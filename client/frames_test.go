@@ -95,7 +95,29 @@ func TestFramedSessionCalls(t *testing.T) {
 	}
 	sync(framed, "/fr/f")
 	if got := masterMetric(t, c, "gd2fs_master_framed_calls_total"); got != calls+1 {
-		t.Fatalf("%v framed calls after a Sync, want %v", got, calls+1)
+		t.Fatalf("%v framed calls after a Sync (and a stat of a file not a session's), want %v", got, calls+1)
+	}
+	calls++
+	// A session file's stat (an engine's Open of it) goes framed too.
+	sess, err := framed.Sessions().Get(ctx, "f")
+	if err != nil || len(sess.Ranges) == 0 {
+		t.Fatalf("session f: %+v, %v", sess, err)
+	}
+	u, err := client.ParseURI(sess.Ranges[0].KVURI)
+	if err != nil {
+		t.Fatal(err)
+	}
+	open := func(cl *client.Client) {
+		t.Helper()
+		f, err := cl.Open(ctx, u.Path)
+		if err != nil || !f.Info().CommitRecordsSize || f.Info().Size == 0 || len(f.Info().Chunks) == 0 {
+			t.Fatalf("the session file %s as opened: %+v, %v", u.Path, f.Info(), err)
+		}
+	}
+	calls = masterMetric(t, c, "gd2fs_master_framed_calls_total")
+	open(framed)
+	if got := masterMetric(t, c, "gd2fs_master_framed_calls_total"); got != calls+1 {
+		t.Fatalf("%v framed calls after the Open of a session file, want %v", got, calls+1)
 	}
 	calls++
 	plain, err := client.New(client.Config{Master: c.Master.URL(), Token: "s3cret", PlainHTTP: true})
@@ -107,6 +129,7 @@ func TestFramedSessionCalls(t *testing.T) {
 		t.Fatal(err)
 	}
 	sync(plain, "/fr/p")
+	open(plain)
 	if got := masterMetric(t, c, "gd2fs_master_framed_calls_total"); got != calls {
 		t.Fatalf("a PlainHTTP client's calls were framed: %v, then %v", calls, got)
 	}

@@ -540,10 +540,17 @@ func (c *Client) do1(ctx context.Context, base, method, path string, body []byte
 // Framed says which calls go on a framed connection when Client.Frames
 // is set: the POSTs of explicit sessions (plans, commits, their batches),
 // a chat turn's calls, whose answers are small; and a file's commit (an
-// engine's Sync of the KV it saved), to a master that says it takes it
-// (frames.TakesHeader: an older one would refuse it there).
+// engine's Sync of the KV it saved) and a session file's stat (an
+// engine's Open), to a master that says it takes them
+// (frames.TakesHeader: an older one would refuse them there).
 func Framed(method, path string) bool {
-	return method == http.MethodPost && (strings.HasPrefix(path, "/v1/sessions") || strings.HasPrefix(path, "/v1/commit/"))
+	switch method {
+	case http.MethodPost:
+		return strings.HasPrefix(path, "/v1/sessions") || strings.HasPrefix(path, "/v1/commit/")
+	case http.MethodGet:
+		return strings.HasPrefix(path, "/v1/files/kv-sessions/")
+	}
+	return false
 }
 
 // doFramed sends the call on a framed connection (Client.Frames); ok is

@@ -37,7 +37,8 @@
 //
 // Which calls a master takes on frames grew after the first version: the
 // explicit sessions' POSTs always, and those its 101 names in TakesHeader
-// (CallCommit: a file's commit, the Sync of an engine's saved KV). A
+// (CallCommit: a file's commit, the Sync of an engine's saved KV;
+// CallStat: a session file's stat). A
 // client sends a call of such a family framed only on a connection whose
 // master named it, so an older master, which would refuse it (400), gets
 // it as plain HTTP.
@@ -76,10 +77,18 @@ const TakesHeader = "Gd2fs-Frames-Takes"
 // CallCommit is the family of a file's commit (POST /v1/commit/...).
 const CallCommit = "commit"
 
+// CallStat is the family of a session file's stat (GET
+// /v1/files/kv-sessions/...: an engine's Open of a new chat's file, a
+// load's), whose answer is small.
+const CallStat = "stat"
+
 // family is the family a call must be named in TakesHeader for ("": none).
 func family(method, path string) string {
-	if method == http.MethodPost && strings.HasPrefix(path, "/v1/commit/") {
+	switch {
+	case method == http.MethodPost && strings.HasPrefix(path, "/v1/commit/"):
 		return CallCommit
+	case method == http.MethodGet && strings.HasPrefix(path, "/v1/files/kv-sessions/"):
+		return CallStat
 	}
 	return ""
 }

@@ -492,6 +492,18 @@ func TestTakes(t *testing.T) {
 	if err != nil || a.Status != http.StatusNotFound || ts.upgrades.Load() != 2 {
 		t.Fatalf("a commit to a master that takes it: %+v, %v after %d upgrades; want the test mux's 404 on the session call's connection", a, err, ts.upgrades.Load())
 	}
+	// A session file's stat is its own family: not taken by this master.
+	if _, err := c.Do(ctx, ts.URL, http.MethodGet, "/v1/files/kv-sessions/s/kv-1", nil, nil, true); !errors.Is(err, ErrNotUsed) {
+		t.Fatalf("a session file's stat to a master that does not name it: %v, want ErrNotUsed", err)
+	}
+	for call, want := range map[[2]string]string{
+		{http.MethodGet, "/v1/files/kv-sessions/s/kv-1"}: CallStat, {http.MethodGet, "/v1/files/data/x"}: "",
+		{http.MethodPost, "/v1/commit/kv-sessions/s/kv-1"}: CallCommit, {http.MethodGet, "/v1/commit/x"}: "",
+	} {
+		if got := family(call[0], call[1]); got != want {
+			t.Errorf("family(%s %s) = %q, want %q", call[0], call[1], got, want)
+		}
+	}
 }
 
 // TestServerRefusesBadFrames: a frame over the bound, or one that does not

@@ -207,9 +207,10 @@ func New(ctx context.Context, cfg Config) (*Master, error) {
 	}
 	// Frames carry only what clients send that way (api.Framed): every
 	// other call keeps to plain HTTP, where a proxy in front can see it.
-	// Takes tells clients that a file's commit (a Sync) may come framed:
-	// a master from before answered it 400 there.
-	m.frames = &frames.Server{Allow: api.Framed, Takes: []string{frames.CallCommit}, Idle: cfg.IdleTimeout, Read: cfg.ReadTimeout, Write: WriteTimeout, Log: m.log}
+	// Takes tells clients that a file's commit (a Sync) and a session
+	// file's stat may come framed: a master from before answered them 400
+	// there.
+	m.frames = &frames.Server{Allow: api.Framed, Takes: []string{frames.CallCommit, frames.CallStat}, Idle: cfg.IdleTimeout, Read: cfg.ReadTimeout, Write: WriteTimeout, Log: m.log}
 	m.metrics = newMetrics(m)
 	m.metrics.registerFrameMetrics(m.frames)
 	m.registerHealthMetrics() // health.go

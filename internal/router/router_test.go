@@ -136,7 +136,7 @@ func (e *engine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if err == nil {
 				_, err = f.WriteAtContext(r.Context(), bytes.Repeat([]byte{7}, int(seg.KVLength)), seg.KVStart)
 			}
-			if err == nil {
+			if err == nil && !f.Info().CommitRecordsSize { // as pygd2fs: the commit records a session file's size
 				err = f.Sync(r.Context())
 			}
 			if err != nil {
