@@ -293,13 +293,15 @@ func TestEngineCommitRecordsWritten(t *testing.T) {
 	}
 }
 
-// TestSessionStatFromMemory: the stat of a session file (an engine's first
-// Open of a new chat's file, a load's Open) is answered from the leader's
-// memory without waiting for its log — in window mode a flush forced by
+// TestSessionStatFromMemory: in window mode the stat of a session file (an
+// engine's first Open of a new chat's file, a load's Open) is answered
+// from the leader's memory without waiting for its log — a flush forced by
 // every new chat — and shows what the commits answered from memory made
 // it: the committed range readable through a handle opened after the
-// commit, byte for byte. In sync mode memory holds nothing and SQL
-// answers.
+// commit, byte for byte. In flush mode (SQL holds all that was answered;
+// a stat reads it without a wait) and sync mode SQL answers, and the same
+// must hold. A registered prefix that memory holds is not marked as a
+// session's file.
 func TestSessionStatFromMemory(t *testing.T) {
 	for _, mode := range []string{meta.DurabilityFlush, meta.DurabilityWindow, meta.DurabilitySync} {
 		t.Run(mode, func(t *testing.T) {
@@ -357,6 +359,110 @@ func TestSessionStatFromMemory(t *testing.T) {
 				if !bytes.Equal(buf, kv) {
 					t.Fatalf("turn %d: the committed bytes read back differ", turn)
 				}
+			}
+			// A prefix file (unsealed, synced) that a plan reads is not a
+			// session's: its writer must Sync.
+			pf, err := cl.Create(ctx, "/kv-sessions/shared-prefix", client.CreateOptions{Pool: "perf"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := pf.WriteAt(make([]byte, writtenLayout.RangeBytes(32)), 0); err != nil {
+				t.Fatal(err)
+			}
+			if err := pf.Sync(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := ss.RegisterPrefixIDs(ctx, "/kv-sessions/shared-prefix", "w", ids(32)); err != nil {
+				t.Fatal(err)
+			}
+			p, err := ss.Plan(ctx, "st2", client.PlanRequest{Model: "w", TokenIDs: ids(60), Prefixes: []string{"/kv-sessions/shared-prefix"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.CachedTokens != 32 {
+				t.Fatalf("the plan found %d tokens of the prefix, want 32", p.CachedTokens)
+			}
+			if st, err := cl.Stat(ctx, "/kv-sessions/shared-prefix"); err != nil || st.CommitRecordsSize {
+				t.Fatalf("a registered prefix's stat: %+v, %v (marked as a session's file)", st, err)
+			}
+		})
+	}
+}
+
+// TestCommitRecordsEveryChunk: a turn's range that reaches two chunks,
+// the later part written and synced through one handle (a TP rank on an
+// older pygd2fs, which Syncs), the earlier part through another without a
+// Sync: the Sync raises the file's size past the whole range but only its
+// own chunk's length, and the commit must still record the earlier
+// chunk's — else a reader takes its bytes past the old length for zeros.
+// Every byte of the session loads back as written, through a new handle.
+func TestCommitRecordsEveryChunk(t *testing.T) {
+	for _, mode := range []string{meta.DurabilityFlush, meta.DurabilityWindow, meta.DurabilitySync} {
+		t.Run(mode, func(t *testing.T) {
+			_, cl := startDurable(t, mode)
+			ctx := context.Background()
+			ss := cl.Sessions()
+			if err := ss.SetLayout(ctx, bigLayout); err != nil {
+				t.Fatal(err)
+			}
+			var kv []byte
+			var a *client.File
+			for _, n := range []int{100, 200} { // chunk 0; then chunks 0 and 1
+				p, err := ss.Plan(ctx, "mc", client.PlanRequest{Model: "big", TokenIDs: ids(n)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				u, err := client.ParseURI(p.Fresh[0].KVURI)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if a == nil {
+					if a, err = cl.Open(ctx, u.Path); err != nil {
+						t.Fatal(err)
+					}
+				}
+				cs := a.Info().ChunkSize
+				for _, r := range p.Fresh {
+					b := rnd(int(r.KVLength), uint64(len(kv)+5))
+					kv = append(kv, b...)
+					split := max(r.KVStart, min(r.KVStart+r.KVLength, (r.KVStart/cs+1)*cs)) // the end of the range's first chunk
+					if split < r.KVStart+r.KVLength {
+						bh, err := cl.Open(ctx, u.Path) // the other rank's handle
+						if err != nil {
+							t.Fatal(err)
+						}
+						if _, err := bh.WriteAtContext(ctx, b[split-r.KVStart:], split); err != nil {
+							t.Fatal(err)
+						}
+						if err := bh.Sync(ctx); err != nil {
+							t.Fatal(err)
+						}
+					}
+					if _, err := a.WriteAtContext(ctx, b[:split-r.KVStart], r.KVStart); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if _, err := ss.CommitSaved(ctx, "mc", p.PlanID, p.Fresh); err != nil {
+					t.Fatal(err)
+				}
+			}
+			q, err := ss.Plan(ctx, "mc", client.PlanRequest{Model: "big", TokenIDs: ids(210)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			buf := make([]byte, q.LoadBytes)
+			if _, err := ss.LoadStored(ctx, q, buf); err != nil {
+				t.Fatal(err)
+			}
+			if q.CachedTokens != 200 || !bytes.Equal(buf, kv[:q.LoadBytes]) {
+				first := -1
+				for i := range min(len(buf), len(kv)) {
+					if buf[i] != kv[i] {
+						first = i
+						break
+					}
+				}
+				t.Fatalf("%d tokens stored (want 200); the bytes loaded differ from those written from byte %d", q.CachedTokens, first)
 			}
 		})
 	}

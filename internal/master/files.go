@@ -72,11 +72,11 @@ func (m *Master) stat(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	f, cs, ok := m.statMem(r.Context(), p)
+	f, cs, ok := m.statMem(p)
 	var out api.File
 	if ok {
 		out = fileOut(f)
-		out.CommitRecordsSize = true // memory holds session files only
+		out.CommitRecordsSize = true // StatMem answers a session's own files only
 	} else {
 		if f, cs, err = m.fileAndChunks(r.Context(), p); errors.Is(err, errs.ErrIsDir) {
 			return api.File{Path: p, IsDir: true}, nil
@@ -96,35 +96,21 @@ func (m *Master) stat(r *http.Request) (any, error) {
 	return out, err
 }
 
-// statMem answers a stat of a session file from the leader's memory
-// (meta.MemSyncer's view, one snapshot): an engine opens the session's
-// file on its first write, and a load opens it to read, and File and
-// Chunks each wait for the leader's whole log — in window mode a flush
-// forced by every new chat. Memory's size and chunk lengths are what the
-// commits and Syncs it answered made them (a Sync or commit run in SQL
-// raises or reloads them there too), so a reader sees every committed
-// range. ok false — memory does not hold the file, a chunk under its
-// size is missing from memory (a reader would take the gap for a hole of
-// zeros), or in flush mode the log was lost — reads SQL. In flush mode
-// the answer waits until what memory answered is written, as allocMem's.
-func (m *Master) statMem(ctx context.Context, p string) (meta.File, []meta.Chunk, bool) {
+// statMem answers a stat of a session file from the leader's memory in
+// window mode (meta.MemSyncer.StatMem): an engine opens the session's file
+// on its first write, and a load opens it to read, and File and Chunks
+// each wait for the leader's whole log — a flush forced by every new chat.
+// Memory's size and chunk lengths are what the commits and Syncs it
+// answered made them (a Sync or commit run in SQL raises or reloads them
+// there too), so a reader sees every committed range; an allocation, a
+// seal or a replica moved in SQL makes memory forget the file, and SQL
+// answers. ok false: read SQL.
+func (m *Master) statMem(p string) (meta.File, []meta.Chunk, bool) {
 	ms, ok := m.meta.(meta.MemSyncer)
-	if !ok {
+	if !ok || !strings.HasPrefix(p, sessionDir+"/") {
 		return meta.File{}, nil, false
 	}
-	f, chunks, ok := ms.MemFile(p)
-	if !ok || f.ChunkSize <= 0 {
-		return meta.File{}, nil, false
-	}
-	if f.Size > 0 && int64(len(chunks)) < (f.Size-1)/f.ChunkSize+1 {
-		return meta.File{}, nil, false // too few chunks to cover the size (and no loop over a huge size)
-	}
-	for idx := int64(0); idx*f.ChunkSize < f.Size; idx++ {
-		if _, ok := meta.FindChunk(chunks, idx); !ok {
-			return meta.File{}, nil, false
-		}
-	}
-	return f, chunks, ms.Settled(ctx)
+	return ms.StatMem(p)
 }
 
 // fileAndChunks reads a file and its chunks as one consistent answer. They

@@ -933,8 +933,10 @@ func recordsWritten(in CommitInput) bool { return in.Written || in.Held != nil }
 // CommitSession records a plan as the session's new state: the session
 // keeps the tokens the plan found cached and continues with the plan's fresh
 // range, or with what the engine saved of it (afterCommit). The bytes must
-// have been written (the file's committed size covers them) and no other
-// commit may have come between the plan and this one.
+// have been written — vouched for by the servers (Held), which the commit
+// then records as a Sync would, or without Held covered by the file's
+// committed size — and no other commit may have come between the plan and
+// this one.
 func (s *sqlStore) CommitSession(ctx context.Context, in CommitInput) (Session, error) {
 	if err := checkText("session id", in.Session); err != nil {
 		return Session{}, err
@@ -1030,19 +1032,19 @@ func (s *sqlStore) CommitSession(ctx context.Context, in CommitInput) (Session, 
 			}
 		}
 		for _, r := range fresh {
-			if !in.Written {
+			if !recordsWritten(in) {
 				f, err := s.fileBy(ctx, tx, "path", r.Path)
 				if err != nil {
 					return err
 				}
-				if f.Size >= r.KVStart+r.KVLength {
-					continue // a Sync recorded it
-				}
-				if !recordsWritten(in) {
+				if f.Size < r.KVStart+r.KVLength {
 					return errs.New(errs.ErrBadRequest, "fresh range of plan %d not written: %s holds %d bytes, the range ends at %d; write it and Sync before commit",
 						planID, r.Path, f.Size, r.KVStart+r.KVLength)
 				}
+				continue
 			}
+			// Recorded even when the file's size covers the range (commitMem
+			// says why): it only raises lengths and size.
 			if err := s.recordWrittenTx(ctx, tx, r, in.Now.UnixNano()); err != nil {
 				return fmt.Errorf("commit of plan %d: %w", planID, err)
 			}
@@ -1279,11 +1281,14 @@ type SessionFiler interface {
 }
 
 func (s *sqlStore) SessionFile(ctx context.Context, path string) (bool, error) {
+	// Memory holds a file with its kv_files row (loadFile): a registered
+	// prefix a plan read has none.
 	s.wb.mu.Lock()
-	_, ok := s.cache.files[path]
+	c, ok := s.cache.files[path]
+	owned := ok && c.owner != ""
 	s.wb.mu.Unlock()
 	if ok {
-		return true, nil
+		return owned, nil
 	}
 	var one int
 	err := s.db.QueryRowContext(ctx, s.q(`SELECT 1 FROM kv_files WHERE path = ?`), path).Scan(&one)

@@ -40,6 +40,14 @@ type MemSyncer interface {
 	// no longer holds f (sealed, removed, moved, the lead changed) or its
 	// log was lost: run Commit.
 	SyncMem(ctx context.Context, f File, size int64, lengths map[int64]int64, now time.Time) (File, bool, error)
+	// StatMem is the session file at path and its chunks as the leader's
+	// memory holds them, for a stat (GET /v1/files) in window mode, where
+	// File and Chunks first wait for the whole log: ok only in window
+	// mode, for an unsealed file a session owns (kv_files; not a prefix a
+	// plan read), with every chunk under its size in memory (a reader
+	// takes a missing one for a hole of zeros). In flush mode SQL holds
+	// all that was answered, and a stat reads it without a wait.
+	StatMem(path string) (f File, chunks []Chunk, ok bool)
 	// Settled returns once what memory has answered so far is as durable
 	// as the store's session operations: in flush mode, written (so a
 	// chunk MemFile showed, which a plan allocated, is in SQL); at once in
@@ -57,6 +65,29 @@ func (s *sqlStore) MemFile(path string) (File, []Chunk, bool) {
 		return File{}, nil, false
 	}
 	f, cs := c.snapshot()
+	return f, cs, true
+}
+
+func (s *sqlStore) StatMem(path string) (File, []Chunk, bool) {
+	wb := &s.wb
+	wb.mu.Lock()
+	defer wb.mu.Unlock()
+	if wb.mode != DurabilityWindow {
+		return File{}, nil, false
+	}
+	c, ok := s.syncable(path, 0)
+	if !ok || c.owner == "" || c.file.ChunkSize <= 0 {
+		return File{}, nil, false
+	}
+	f, cs := c.snapshot()
+	if f.Size > 0 && int64(len(cs)) < (f.Size-1)/f.ChunkSize+1 {
+		return File{}, nil, false // too few chunks to cover the size (and no loop over a huge size)
+	}
+	for idx := int64(0); idx*f.ChunkSize < f.Size; idx++ {
+		if _, ok := FindChunk(cs, idx); !ok {
+			return File{}, nil, false
+		}
+	}
 	return f, cs, true
 }
 

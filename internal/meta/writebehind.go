@@ -1085,23 +1085,26 @@ func (s *sqlStore) commitMem(in CommitInput) (Session, bool, error) {
 	} else if checkSaved(l, cp.fr, cp.split, fresh) != nil {
 		return Session{}, s.slow(1, SlowOther), nil
 	}
-	var record []Range // ranges whose size this commit records (recordsWritten)
 	for _, r := range fresh {
 		f := c.files[r.Path]
 		if f == nil {
 			return Session{}, s.slow(1, SlowNotInMemory), nil
 		}
-		if in.Written || f.file.Size < r.KVStart+r.KVLength {
-			if !recordsWritten(in) {
+		if !recordsWritten(in) {
+			if f.file.Size < r.KVStart+r.KVLength {
 				return Session{}, s.slow(1, SlowOther), nil // perhaps a Sync memory did not see
 			}
-			if f.file.Sealed || r.KVLength < 1 {
-				return Session{}, s.slow(1, SlowOther), nil
-			}
-			if _, ok := f.under(r.KVStart, r.KVLength); !ok {
-				return Session{}, s.slow(1, SlowChunk), nil
-			}
-			record = append(record, r)
+			continue
+		}
+		// Recorded even when the file's size already covers the range: a
+		// Sync through another handle (another TP rank's) raises the size
+		// and its own chunks' lengths, not those of the chunks this range
+		// reaches (a reader takes bytes past a chunk's length for zeros).
+		if f.file.Sealed || r.KVLength < 1 {
+			return Session{}, s.slow(1, SlowOther), nil
+		}
+		if _, ok := f.under(r.KVStart, r.KVLength); !ok {
+			return Session{}, s.slow(1, SlowChunk), nil
 		}
 	}
 	hs, err := decodeHashes(cp.hashes)
@@ -1121,8 +1124,10 @@ func (s *sqlStore) commitMem(in CommitInput) (Session, bool, error) {
 	// Every check passed: from here on nothing fails.
 	lg := s.wb.log
 	exec := func(q string, args ...any) error { lg.add(s, q, args...); return nil }
-	for _, r := range record {
-		s.writtenMem(lg, c.files[r.Path], r, in.Now.UnixNano())
+	if recordsWritten(in) {
+		for _, r := range fresh {
+			s.writtenMem(lg, c.files[r.Path], r, in.Now.UnixNano()) // only raises: nothing logged when all is covered
+		}
 	}
 	next, _ := s.replaceRanges(exec, id, e, planID, cp.fr.TokenStart, ch, in.Now) // exec never fails
 	if drop(lg, lg.planStmt, planID) {

@@ -47,7 +47,8 @@ func (e *Engine) ReadInto(path string, off int64, dst []byte) (int64, error) {
 }
 
 // WriteFrom writes src at off of path, creating the file (pool from opts,
-// default perf) when it is missing, and makes it visible to other clients.
+// default perf) when it is missing, and makes it visible to other clients
+// (in a session's file, with the session commit that names it: write).
 func (e *Engine) WriteFrom(path string, off int64, src []byte, opts string) (int64, error) {
 	if err := e.alive(); err != nil {
 		return 0, err

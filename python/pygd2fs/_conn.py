@@ -402,7 +402,8 @@ class Connection:
     def write(self, path: str, buffer: Buffer, offset: int = 0, pool: Optional[str] = None) -> int:
         """Write ``buffer`` at ``offset`` of ``path``, creating the file (pool
         ``perf`` unless ``pool``) or extending it; the bytes are visible to
-        other clients when this returns. The file stays open for more writes
+        other clients when this returns (in a session's file, a plan's
+        ``kv_uri``: with the session commit that names them). The file stays open for more writes
         (``open(path, "w")`` and ``close()`` seal one)."""
         path = resolve_path(path, self.client)
         offset = _int("offset", offset, 0)

@@ -488,8 +488,11 @@ class Client:
         """Start writing the SGEs to the file range starting at ``offset``;
         returns at once. A missing file is created (pool ``perf``, or
         ``opts="pool=ha"``; ``chunk_size=N`` too) and extended as needed; the
-        bytes are visible to other clients when the request completes. A
-        sealed file completes it with status SEALED."""
+        bytes are visible to other clients when the request completes —
+        except in a session's file (a plan's ``kv_uri``), whose bytes become
+        visible with the session commit that names them (the master records
+        their size then; no Sync is sent). A sealed file completes it with
+        status SEALED."""
         return self._submit(_OP_WRITE, path, offset, sges, flags, opts, _QUEUE_WAIT)
 
     def Create(self, path, size: int = 0, flags: int = 0, opts: str = "") -> "Status":

@@ -139,7 +139,7 @@ def test_tp_wider_than_heads_only_rank0_wrote_is_refused(conn):
 def test_tp_wider_than_heads_a_middle_rank_missing_is_refused(conn):
     """4 ranks over 2 KV heads, no MLA: ranks 0 and 3 wrote their regions,
     ranks 1 and 2 did not, and the engine reports the whole segment saved.
-    The file's written length reaches the segment's end, but the servers
+    The bytes written reach the segment's end, but the servers
     hold no write of rank 1's region: the commit is refused naming rank 1
     and the engine as the cause, and nothing is recorded (a hole reads as
     zeros: loading it would be wrong KV served as a hit). Once every rank
