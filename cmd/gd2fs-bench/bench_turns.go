@@ -57,6 +57,8 @@ func newBenchTurns() *cobra.Command {
   ./gd2fs-bench turns --sessions 10000 --session-durability window --new-chats 0.25
   # every chat starts from a shared 1,000-token system prompt registered as a prefix
   ./gd2fs-bench turns --sessions 10000 --session-durability window --new-chats 0.25 --prefix-tokens 1000
+  # the turn as an engine saves it through pygd2fs (its writes, then the commit of what it saved)
+  ./gd2fs-bench turns --sessions 10000 --session-durability window --engine-path
   # a full cache: the set-up fills the quota, so the turns' plans evict
   ./gd2fs-bench turns --sessions 2000 --session-quota 64MiB
   # a real model's KV (128 KiB a token): plans that allocate chunks, at a rate the bytes allow

@@ -399,7 +399,7 @@ func TestSessionStatFromMemory(t *testing.T) {
 func TestCommitRecordsEveryChunk(t *testing.T) {
 	for _, mode := range []string{meta.DurabilityFlush, meta.DurabilityWindow, meta.DurabilitySync} {
 		t.Run(mode, func(t *testing.T) {
-			_, cl := startDurable(t, mode)
+			c, cl := startDurable(t, mode)
 			ctx := context.Background()
 			ss := cl.Sessions()
 			if err := ss.SetLayout(ctx, bigLayout); err != nil {
@@ -407,6 +407,7 @@ func TestCommitRecordsEveryChunk(t *testing.T) {
 			}
 			var kv []byte
 			var a *client.File
+			crossed := false
 			for _, n := range []int{100, 200} { // chunk 0; then chunks 0 and 1
 				p, err := ss.Plan(ctx, "mc", client.PlanRequest{Model: "big", TokenIDs: ids(n)})
 				if err != nil {
@@ -427,6 +428,7 @@ func TestCommitRecordsEveryChunk(t *testing.T) {
 					kv = append(kv, b...)
 					split := max(r.KVStart, min(r.KVStart+r.KVLength, (r.KVStart/cs+1)*cs)) // the end of the range's first chunk
 					if split < r.KVStart+r.KVLength {
+						crossed = true
 						bh, err := cl.Open(ctx, u.Path) // the other rank's handle
 						if err != nil {
 							t.Fatal(err)
@@ -442,9 +444,16 @@ func TestCommitRecordsEveryChunk(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
+				fast := c.Meta.(meta.WriteBehindStatser).WriteBehindStats().Fast
 				if _, err := ss.CommitSaved(ctx, "mc", p.PlanID, p.Fresh); err != nil {
 					t.Fatal(err)
 				}
+				if mode != meta.DurabilitySync && n == 200 && c.Meta.(meta.WriteBehindStatser).WriteBehindStats().Fast == fast {
+					t.Fatal("the commit of the range over two chunks was not answered from memory")
+				}
+			}
+			if !crossed {
+				t.Fatal("no range reached two chunks: the test checks nothing (the chunk size changed?)")
 			}
 			q, err := ss.Plan(ctx, "mc", client.PlanRequest{Model: "big", TokenIDs: ids(210)})
 			if err != nil {
@@ -463,6 +472,41 @@ func TestCommitRecordsEveryChunk(t *testing.T) {
 					}
 				}
 				t.Fatalf("%d tokens stored (want 200); the bytes loaded differ from those written from byte %d", q.CachedTokens, first)
+			}
+		})
+	}
+}
+
+// TestCommitIntoSealedFile: a writer that closes its handle (Close seals a
+// file it wrote, recording its size) before the engine's commit: the
+// commit names bytes the sealed file holds, and is recorded; the bytes
+// load back exact.
+func TestCommitIntoSealedFile(t *testing.T) {
+	for _, mode := range []string{meta.DurabilityWindow, meta.DurabilitySync} {
+		t.Run(mode, func(t *testing.T) {
+			_, cl := startDurable(t, mode)
+			ctx := context.Background()
+			ss := cl.Sessions()
+			p, kv, f, _ := planWithHole(t, cl, "sealed1", 0, 0) // every byte written
+			if err := f.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if st, err := cl.Stat(ctx, f.Info().Path); err != nil || !st.Sealed {
+				t.Fatalf("after Close: %+v, %v", st, err)
+			}
+			if _, err := ss.CommitSaved(ctx, "sealed1", p.PlanID, p.Fresh); err != nil {
+				t.Fatalf("the commit of bytes the sealed file holds: %v", err)
+			}
+			q, err := ss.Plan(ctx, "sealed1", client.PlanRequest{Model: "w", TokenIDs: ids(120), NewFile: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			buf := make([]byte, q.LoadBytes)
+			if _, err := ss.LoadStored(ctx, q, buf); err != nil {
+				t.Fatal(err)
+			}
+			if q.CachedTokens != 100 || !bytes.Equal(buf, kv[:q.LoadBytes]) {
+				t.Fatalf("%d tokens stored (want 100), the bytes as written: %v", q.CachedTokens, bytes.Equal(buf, kv[:q.LoadBytes]))
 			}
 		})
 	}

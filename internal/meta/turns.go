@@ -97,6 +97,37 @@ func (s *sqlStore) chunksTx(ctx context.Context, tx execer, fileID, first, last 
 	return out, wrapDB(rows.Err())
 }
 
+// sealedCovers refuses (ErrSealed) a range of sealed file f that its size
+// or one of its chunks' lengths does not reach.
+func (s *sqlStore) sealedCovers(ctx context.Context, tx *sql.Tx, f File, r Range, first, last int64) error {
+	end := r.KVStart + r.KVLength
+	short := f.Size < end
+	if !short {
+		rows, err := tx.QueryContext(ctx, s.q(`SELECT idx, length FROM chunks WHERE file_id = ? AND idx >= ? AND idx <= ?`), f.ID, first, last)
+		if err != nil {
+			return wrapDB(err)
+		}
+		n := int64(0)
+		for rows.Next() {
+			var idx, l int64
+			if err := rows.Scan(&idx, &l); err != nil {
+				rows.Close()
+				return wrapDB(err)
+			}
+			n++
+			short = short || l < min(end-idx*f.ChunkSize, f.ChunkSize)
+		}
+		if err := rows.Close(); err != nil {
+			return wrapDB(err)
+		}
+		short = short || n != last-first+1
+	}
+	if short {
+		return errs.New(errs.ErrSealed, "%s is sealed and does not hold bytes %d to %d as written: a sealed file does not grow (commit before closing the handle)", f.Path, r.KVStart, end)
+	}
+	return nil
+}
+
 // recordWrittenTx records, as a client's Sync would, that r's bytes are
 // written: the chunks under them reach at least to r's end and the file's
 // size covers it. Every such chunk must exist (the plan allocated it); a
@@ -107,14 +138,17 @@ func (s *sqlStore) recordWrittenTx(ctx context.Context, tx *sql.Tx, r Range, now
 	if err != nil {
 		return err
 	}
-	if f.Sealed {
-		return errs.New(errs.ErrSealed, "%s is sealed", f.Path)
-	}
 	if f.ChunkSize <= 0 || r.KVLength < 1 {
 		return errs.New(errs.ErrInternal, "%s (chunk size %d): range of %d bytes", f.Path, f.ChunkSize, r.KVLength)
 	}
 	end := r.KVStart + r.KVLength
 	first, last := r.KVStart/f.ChunkSize, (end-1)/f.ChunkSize
+	if f.Sealed {
+		// A sealed file does not grow: a commit may name what it already
+		// holds (a writer that closed its handle, which seals, before the
+		// commit), nothing more.
+		return s.sealedCovers(ctx, tx, f, r, first, last)
+	}
 	var n int64
 	if err := tx.QueryRowContext(ctx, s.q(`SELECT COUNT(*) FROM chunks WHERE file_id = ? AND idx >= ? AND idx <= ?`), f.ID, first, last).Scan(&n); err != nil {
 		return wrapDB(err)
