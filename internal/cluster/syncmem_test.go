@@ -26,6 +26,44 @@ func startDurable(t *testing.T, mode string) (*Cluster, *client.Client) {
 	return c, cl
 }
 
+// writeThrough writes each range of fresh through f, with bytes of its
+// own (seeded by how much kv holds), and returns kv with them appended.
+func writeThrough(t *testing.T, f *client.File, fresh []client.KVRange, kv []byte) []byte {
+	t.Helper()
+	for _, r := range fresh {
+		b := rnd(int(r.KVLength), uint64(len(kv)+3))
+		if _, err := f.WriteAtContext(context.Background(), b, r.KVStart); err != nil {
+			t.Fatal(err)
+		}
+		kv = append(kv, b...)
+	}
+	return kv
+}
+
+// loadsBack plans session id's next turn (a prompt of prompt token ids
+// of model) and checks that it finds want tokens stored and that they load
+// as exactly the first bytes of kv, naming the first byte that differs.
+func loadsBack(t *testing.T, cl *client.Client, id, model string, prompt int, want int64, kv []byte, when string) {
+	t.Helper()
+	ctx := context.Background()
+	q, err := cl.Sessions().Plan(ctx, id, client.PlanRequest{Model: model, TokenIDs: ids(prompt)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, q.LoadBytes)
+	if _, err := cl.Sessions().LoadStored(ctx, q, buf); err != nil {
+		t.Fatal(err)
+	}
+	if q.CachedTokens != want || q.LoadBytes > int64(len(kv)) {
+		t.Fatalf("%s: %d tokens stored in %d bytes, want %d tokens of the %d bytes written", when, q.CachedTokens, q.LoadBytes, want, len(kv))
+	}
+	for i := range buf {
+		if buf[i] != kv[i] {
+			t.Fatalf("%s: the bytes loaded differ from those written from byte %d", when, i)
+		}
+	}
+}
+
 // TestSessionFileSyncFromMemory: an engine's Sync of the KV it wrote into
 // a session file (flush and window mode) is answered from the leader's
 // memory, and keeps every check a Sync made in SQL: a size past what the
@@ -84,19 +122,7 @@ func TestSessionFileSyncFromMemory(t *testing.T) {
 			if st, err := cl.Stat(ctx, path); err != nil || st.Size != end {
 				t.Fatalf("after the Sync of %d bytes: %+v %v", end, st, err)
 			}
-			load := func(when string) {
-				q, err := cl.Sessions().Plan(ctx, "m1", client.PlanRequest{Model: "w", TokenIDs: ids(120)})
-				if err != nil {
-					t.Fatal(err)
-				}
-				buf := make([]byte, q.LoadBytes)
-				if _, err := cl.Sessions().LoadStored(ctx, q, buf); err != nil {
-					t.Fatal(err)
-				}
-				if q.CachedTokens != 100 || !bytes.Equal(buf, kv[:q.LoadBytes]) {
-					t.Fatalf("%s: %d tokens stored, loading other bytes than were written: %v", when, q.CachedTokens, !bytes.Equal(buf, kv[:q.LoadBytes]))
-				}
-			}
+			load := func(when string) { t.Helper(); loadsBack(t, cl, "m1", "w", 120, 100, kv, when) }
 			load("after the Sync and commit")
 			if err := c.RestartMaster(ctx); err != nil {
 				t.Fatal(err)
@@ -175,17 +201,7 @@ func TestCachedHandleWritesPlannedChunk(t *testing.T) {
 					}
 				}
 			}
-			q, err := ss.Plan(ctx, "big1", client.PlanRequest{Model: "big", TokenIDs: ids(320)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			buf := make([]byte, q.LoadBytes)
-			if _, err := ss.LoadStored(ctx, q, buf); err != nil {
-				t.Fatal(err)
-			}
-			if q.CachedTokens != 300 || !bytes.Equal(buf, kv[:q.LoadBytes]) {
-				t.Fatalf("%d tokens stored (want 300), the bytes as written: %v", q.CachedTokens, bytes.Equal(buf, kv[:q.LoadBytes]))
-			}
+			loadsBack(t, cl, "big1", "big", 320, 300, kv, "after three turns through one handle")
 		})
 	}
 }
@@ -236,30 +252,11 @@ func TestEngineCommitRecordsWritten(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, r := range q.Fresh {
-				b := rnd(int(r.KVLength), uint64(len(kv)+3))
-				if _, err := f.WriteAtContext(ctx, b, r.KVStart); err != nil {
-					t.Fatal(err)
-				}
-				kv = append(kv, b...)
-			}
+			kv = writeThrough(t, f, q.Fresh, kv)
 			if _, err := ss.CommitSaved(ctx, "e1", q.PlanID, q.Fresh); err != nil {
 				t.Fatal(err)
 			}
-			load := func(when string) {
-				t.Helper()
-				q, err := cl.Sessions().Plan(ctx, "e1", client.PlanRequest{Model: "w", TokenIDs: ids(170)})
-				if err != nil {
-					t.Fatal(err)
-				}
-				buf := make([]byte, q.LoadBytes)
-				if _, err := cl.Sessions().LoadStored(ctx, q, buf); err != nil {
-					t.Fatal(err)
-				}
-				if q.CachedTokens != 150 || !bytes.Equal(buf, kv[:q.LoadBytes]) {
-					t.Fatalf("%s: %d tokens stored (want 150), the bytes as written: %v", when, q.CachedTokens, bytes.Equal(buf, kv[:q.LoadBytes]))
-				}
-			}
+			load := func(when string) { t.Helper(); loadsBack(t, cl, "e1", "w", 170, 150, kv, when) }
 			load("after two turns without a Sync")
 			if err := c.RestartMaster(ctx); err != nil {
 				t.Fatal(err)
@@ -334,13 +331,7 @@ func TestSessionStatFromMemory(t *testing.T) {
 				if !info.CommitRecordsSize || int64(len(kv)) != info.Size || len(info.Chunks) == 0 {
 					t.Fatalf("turn %d: the file as opened: %+v, want size %d and its chunks", turn, info, len(kv))
 				}
-				for _, r := range p.Fresh {
-					b := rnd(int(r.KVLength), uint64(len(kv)+11))
-					if _, err := f.WriteAtContext(ctx, b, r.KVStart); err != nil {
-						t.Fatal(err)
-					}
-					kv = append(kv, b...)
-				}
+				kv = writeThrough(t, f, p.Fresh, kv)
 				if _, err := ss.CommitSaved(ctx, "st1", p.PlanID, p.Fresh); err != nil {
 					t.Fatal(err)
 				}
@@ -455,24 +446,7 @@ func TestCommitRecordsEveryChunk(t *testing.T) {
 			if !crossed {
 				t.Fatal("no range reached two chunks: the test checks nothing (the chunk size changed?)")
 			}
-			q, err := ss.Plan(ctx, "mc", client.PlanRequest{Model: "big", TokenIDs: ids(210)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			buf := make([]byte, q.LoadBytes)
-			if _, err := ss.LoadStored(ctx, q, buf); err != nil {
-				t.Fatal(err)
-			}
-			if q.CachedTokens != 200 || !bytes.Equal(buf, kv[:q.LoadBytes]) {
-				first := -1
-				for i := range min(len(buf), len(kv)) {
-					if buf[i] != kv[i] {
-						first = i
-						break
-					}
-				}
-				t.Fatalf("%d tokens stored (want 200); the bytes loaded differ from those written from byte %d", q.CachedTokens, first)
-			}
+			loadsBack(t, cl, "mc", "big", 210, 200, kv, "two turns, the second over two chunks")
 		})
 	}
 }
@@ -497,17 +471,7 @@ func TestCommitIntoSealedFile(t *testing.T) {
 			if _, err := ss.CommitSaved(ctx, "sealed1", p.PlanID, p.Fresh); err != nil {
 				t.Fatalf("the commit of bytes the sealed file holds: %v", err)
 			}
-			q, err := ss.Plan(ctx, "sealed1", client.PlanRequest{Model: "w", TokenIDs: ids(120), NewFile: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			buf := make([]byte, q.LoadBytes)
-			if _, err := ss.LoadStored(ctx, q, buf); err != nil {
-				t.Fatal(err)
-			}
-			if q.CachedTokens != 100 || !bytes.Equal(buf, kv[:q.LoadBytes]) {
-				t.Fatalf("%d tokens stored (want 100), the bytes as written: %v", q.CachedTokens, bytes.Equal(buf, kv[:q.LoadBytes]))
-			}
+			loadsBack(t, cl, "sealed1", "w", 120, 100, kv, "after a commit into the sealed file")
 		})
 	}
 }
