@@ -103,24 +103,14 @@ func (s *sqlStore) sealedCovers(ctx context.Context, tx *sql.Tx, f File, r Range
 	end := r.KVStart + r.KVLength
 	short := f.Size < end
 	if !short {
-		rows, err := tx.QueryContext(ctx, s.q(`SELECT idx, length FROM chunks WHERE file_id = ? AND idx >= ? AND idx <= ?`), f.ID, first, last)
+		cs, err := s.chunksTx(ctx, tx, f.ID, first, last)
 		if err != nil {
-			return wrapDB(err)
+			return err
 		}
-		n := int64(0)
-		for rows.Next() {
-			var idx, l int64
-			if err := rows.Scan(&idx, &l); err != nil {
-				rows.Close()
-				return wrapDB(err)
-			}
-			n++
-			short = short || l < min(end-idx*f.ChunkSize, f.ChunkSize)
+		short = int64(len(cs)) != last-first+1
+		for _, c := range cs {
+			short = short || c.Length < min(end-c.Index*f.ChunkSize, f.ChunkSize)
 		}
-		if err := rows.Close(); err != nil {
-			return wrapDB(err)
-		}
-		short = short || n != last-first+1
 	}
 	if short {
 		return errs.New(errs.ErrSealed, "%s is sealed and does not hold bytes %d to %d as written: a sealed file does not grow (commit before closing the handle)", f.Path, r.KVStart, end)
