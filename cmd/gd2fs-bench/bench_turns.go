@@ -364,7 +364,11 @@ func benchTurns(ctx context.Context, metaDSN, serverMem string, sessions, conc, 
 		meters[2].pids = append(meters[2].pids, p.Process.Pid)
 	}
 	var pgm *pgMeter
+	walStart := "" // the PostgreSQL server's WAL position at the start
 	if engineName(metaDSN) == "PostgreSQL" {
+		if walStart, _, err = pgWAL(ctx, metaDSN, ""); err != nil {
+			return fmt.Errorf("read the PostgreSQL server's WAL position: %w", err)
+		}
 		if pm, err := postmasterOf(ctx, metaDSN); err != nil {
 			return fmt.Errorf("find the PostgreSQL server's processes: %w", err)
 		} else if pm > 0 {
@@ -465,6 +469,12 @@ func benchTurns(ctx context.Context, metaDSN, serverMem string, sessions, conc, 
 	if pgm != nil {
 		pgCPU = pgm.total()
 	}
+	var walBytes int64
+	if walStart != "" {
+		if _, walBytes, err = pgWAL(ctx, metaDSN, walStart); err != nil {
+			return fmt.Errorf("read the PostgreSQL server's WAL position: %w", err)
+		}
+	}
 	w1, r1, wb1, ioOK1 := procIO(procs[0].Process.Pid)
 	probes := <-probeDone
 	after, err := masterRequests(ctx, url)
@@ -502,6 +512,9 @@ func benchTurns(ctx context.Context, metaDSN, serverMem string, sessions, conc, 
 		all := cpu[0] + cpu[1] + cpu[2] + pgCPU
 		fmt.Printf("  PostgreSQL on this machine (postmaster %d and all its processes, other databases' work included): %.2f s per 1,000 turns; with it all %.2f s (%.2f cores busy)\n",
 			pgm.postmaster, per(pgCPU), per(all), all.Seconds()/el.Seconds())
+	}
+	if walStart != "" {
+		fmt.Printf("  PostgreSQL's WAL (the whole server's, other databases' included): %.1f KiB a turn\n", float64(walBytes)/1024/float64(n))
 	}
 	if ioOK && ioOK1 {
 		fmt.Printf("  master system calls per turn (files and sockets): %.1f writes of %.1f KiB, %.1f reads\n",

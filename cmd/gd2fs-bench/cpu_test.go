@@ -96,3 +96,42 @@ func TestPGMeter(t *testing.T) {
 		t.Fatalf("the postmaster's reaped children's CPU grew %v while a backend that ended counted %d rows", d, n)
 	}
 }
+
+// TestPGWAL: the turns bench's WAL meter reads a server's WAL position,
+// which moves by at least what a table's rows take.
+func TestPGWAL(t *testing.T) {
+	dsn := os.Getenv("GD2FS_TEST_POSTGRES")
+	if dsn == "" {
+		t.Skip("set GD2FS_TEST_POSTGRES (scripts/test.sh starts a server)")
+	}
+	ctx := context.Background()
+	lsn, _, err := pgWAL(ctx, dsn, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	table := fmt.Sprintf("wal_meter_%d", os.Getpid())
+	if _, err := db.ExecContext(ctx, `CREATE TABLE `+table+` (v text)`); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if _, err := db.ExecContext(ctx, `DROP TABLE `+table); err != nil {
+			t.Error(err)
+		}
+	}()
+	// 1,000 rows of 1,000 bytes: about 1 MB of WAL.
+	if _, err := db.ExecContext(ctx, `INSERT INTO `+table+` SELECT repeat('x', 1000) FROM generate_series(1, 1000)`); err != nil {
+		t.Fatal(err)
+	}
+	_, grew, err := pgWAL(ctx, dsn, lsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if grew < 1000*1000 {
+		t.Fatalf("the WAL grew %d bytes from %s while 1,000 rows of 1,000 bytes were written", grew, lsn)
+	}
+}
