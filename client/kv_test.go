@@ -162,7 +162,12 @@ func TestKVBatchesAndPrefix(t *testing.T) {
 
 // TestKVNoMasterOnPath stops the master: KV keeps working from the cached map.
 func TestKVNoMasterOnPath(t *testing.T) {
-	c := startKV(t, 3)
+	// No server is found down while the test runs: a heartbeat late under
+	// the race detector's load made the master publish a map without it,
+	// which reached a server after the check below, and a put met "moved"
+	// and asked the master, which was gone. Servers heartbeat every 6 s
+	// here; the puts below bring each one the client's map sooner.
+	c := start(t, cluster.Config{Servers: 3, KVMemBytes: 8 << 20, KVDiskBytes: 64 << 20, DownAfter: 30 * time.Second})
 	cl := c.Client()
 	defer cl.Close()
 	ctx := context.Background()
@@ -174,13 +179,20 @@ func TestKVNoMasterOnPath(t *testing.T) {
 	// change after the client's fetch (a late heartbeat under load) would
 	// make a server answer with a newer epoch, and the client ask the
 	// master, which is gone.
-	testutil.Eventually(t, 10*time.Second, func() (bool, string) {
+	testutil.Eventually(t, 30*time.Second, func() (bool, string) {
 		before, err := cl.Status(ctx)
 		if err != nil {
 			return false, err.Error()
 		}
 		if err := cl.RefreshMembers(ctx); err != nil {
 			return false, err.Error()
+		}
+		// A server that sees a client's newer epoch fetches the map
+		// (checkOwner): 64 keys reach every server.
+		for i := 0; i < 64; i++ {
+			if err := kv.Put(ctx, fmt.Sprint("sync-", i), []byte("x")); err != nil {
+				return false, err.Error()
+			}
 		}
 		st, err := cl.Status(ctx)
 		if err != nil {
