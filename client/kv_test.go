@@ -166,7 +166,7 @@ func TestKVNoMasterOnPath(t *testing.T) {
 	// the race detector's load made the master publish a map without it,
 	// which reached a server after the check below, and a put met "moved"
 	// and asked the master, which was gone. Servers heartbeat every 6 s
-	// here; the puts below bring each one the client's map sooner.
+	// here, well inside the wait below.
 	c := start(t, cluster.Config{Servers: 3, KVMemBytes: 8 << 20, KVDiskBytes: 64 << 20, DownAfter: 30 * time.Second})
 	cl := c.Client()
 	defer cl.Close()
@@ -187,8 +187,10 @@ func TestKVNoMasterOnPath(t *testing.T) {
 		if err := cl.RefreshMembers(ctx); err != nil {
 			return false, err.Error()
 		}
-		// A server that sees a client's newer epoch fetches the map
-		// (checkOwner): 64 keys reach every server.
+		// A server sent a key it does not own under its older map, by a
+		// client with a newer epoch, fetches the map (checkOwner): 64 keys
+		// reach every server, which may bring a lagging one the new map
+		// before its next heartbeat.
 		for i := 0; i < 64; i++ {
 			if err := kv.Put(ctx, fmt.Sprint("sync-", i), []byte("x")); err != nil {
 				return false, err.Error()

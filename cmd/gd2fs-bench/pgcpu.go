@@ -120,12 +120,14 @@ func (m *pgMeter) total() time.Duration {
 	return sum
 }
 
-// pgWAL returns a PostgreSQL server's WAL position (pg_current_wal_lsn)
+// pgWAL returns a PostgreSQL server's WAL insert position
+// (pg_current_wal_insert_lsn)
 // and, given the position of an earlier call, the WAL bytes written since:
 // the whole server's, other databases' included. A master's own writes on
 // PostgreSQL are its socket's, so the WAL is what compares with the pages
 // SQLite writes inside the master (docs/benchmarks.md, "Twenty-second
-// session"). The position moves as records are inserted, unlike
+// session"). The insert position moves as records are inserted (the
+// write position may lag it, with synchronous_commit off), unlike
 // pg_stat_wal's counters, which a backend reports when it goes idle.
 func pgWAL(ctx context.Context, dsn, since string) (lsn string, written int64, err error) {
 	db, err := sql.Open("pgx", dsn)
@@ -134,9 +136,9 @@ func pgWAL(ctx context.Context, dsn, since string) (lsn string, written int64, e
 	}
 	defer db.Close()
 	if since == "" {
-		err = db.QueryRowContext(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&lsn)
+		err = db.QueryRowContext(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&lsn)
 		return lsn, 0, err
 	}
-	err = db.QueryRowContext(ctx, `SELECT pg_current_wal_lsn()::text, pg_wal_lsn_diff(pg_current_wal_lsn(), $1::pg_lsn)::bigint`, since).Scan(&lsn, &written)
+	err = db.QueryRowContext(ctx, `SELECT pg_current_wal_insert_lsn()::text, pg_wal_lsn_diff(pg_current_wal_insert_lsn(), $1::pg_lsn)::bigint`, since).Scan(&lsn, &written)
 	return lsn, written, err
 }
