@@ -54,10 +54,14 @@ export GD2FS_REQUIRE_POSTGRES=1
 # transaction (internal/meta/invariants.go).
 export GD2FS_META_INVARIANTS=1
 
-echo "== gofmt"
+# phase names a step and how long the run has taken so far (bash's
+# SECONDS), so a slow CI run says where its time went.
+phase() { echo "== $* (at ${SECONDS}s)"; }
+
+phase gofmt
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$unformatted" ]; then echo "gofmt needed: $unformatted"; exit 1; fi
-echo "== go vet"
+phase go vet
 go vet ./...
 # The web console's browser test skips when Chromium cannot start; say so
 # here, since go test prints nothing of a package that passes.
@@ -67,16 +71,16 @@ if ! timeout 60 "${GD2FS_CHROMIUM:-/usr/bin/chromium}" --headless --no-sandbox -
   echo "== SKIP: chromium cannot start here: TestConsoleBrowser (internal/console) will be skipped"
 fi
 rm -rf "$chromium_dir"
-echo "== go test -race"
+phase go test -race
 go test -race -timeout 15m "$@" ./...
 # The fault harness, short: real processes in network namespaces (loopback
 # where they cannot be made; it says so), faults whose integrity invariants
 # must hold. Wrong bytes or a lost acknowledged HA write fail the run;
 # availability findings are printed in its table (docs/reliability.md).
-echo "== chaos: fault harness, short run (docs/reliability.md)"
+phase "chaos: fault harness, short run (docs/reliability.md)"
 bash scripts/chaos.sh --duration 50s --hold 4s --gap 2s --servers 4 --seed 1 \
   --faults kill,pause,partition,leader-partition,leader-kill,disk-full,loss,reset
-echo "== python: pygd2fs"
+phase "python: pygd2fs"
 make -s -C python lib
 go build -o bin/gd2fs ./cmd/gd2fs
 GD2FS_BIN="$PWD/bin/gd2fs" "${PYTHON:-/usr/bin/python3}" -m pytest -q python/tests
@@ -85,11 +89,12 @@ GD2FS_BIN="$PWD/bin/gd2fs" "${PYTHON:-/usr/bin/python3}" -m pytest -q python/tes
 # files (systemd-analyze, promtool, a real Prometheus on loopback), the
 # container image (built offline; run as a cluster where podman can), and
 # the pygd2fs wheel installed offline into a fresh venv.
-echo "== deploy: Helm chart (deploy/helm/charttest)"
+phase "deploy: Helm chart (deploy/helm/charttest)"
 (cd deploy/helm/charttest && go vet ./... && go test -count=1 ./...)
-echo "== deploy: systemd units and Prometheus rules (scripts/ops-test.sh)"
+phase "deploy: systemd units and Prometheus rules (scripts/ops-test.sh)"
 bash scripts/ops-test.sh
-echo "== deploy: container image (scripts/image-test.sh)"
+phase "deploy: container image (scripts/image-test.sh)"
 bash scripts/image-test.sh
-echo "== deploy: pygd2fs wheel (scripts/wheel-test.sh)"
+phase "deploy: pygd2fs wheel (scripts/wheel-test.sh)"
 bash scripts/wheel-test.sh
+phase "done"
