@@ -74,9 +74,11 @@ rm -rf "$chromium_dir"
 phase go test -race
 # -race also turns on checkptr, which checks every unsafe.Pointer
 # conversion. SQLite's Go translation (modernc.org/sqlite, modernc.org/libc)
-# is pointer arithmetic throughout: there checkptr made the metadata tests
-# three to four times slower (TestSessionProperty/sqlite 92-135 s against
-# 28-36 s without it) and checks code that is not ours. Our packages keep it.
+# is pointer arithmetic throughout: there checkptr made
+# TestSessionProperty/sqlite three to four times slower (92-135 s against
+# 28-36 s without it; internal/meta as a whole 1.5-2x) and checks code that
+# is not ours. Our packages keep it. A -gcflags given to this script for
+# the same packages replaces this one (the last pattern that matches wins).
 go test -race -gcflags='modernc.org/...=-d=checkptr=0' -timeout 15m "$@" ./...
 # The fault harness, short: real processes in network namespaces (loopback
 # where they cannot be made; it says so), faults whose integrity invariants
