@@ -505,6 +505,7 @@ func benchTurns(ctx context.Context, metaDSN, serverMem string, sessions, conc, 
 	if ts := probes.times; len(ts) > 0 {
 		fmt.Printf("  reference in the same run: a call the master answers at once (%d, one each %s, on the same transport): p50 %s, p99 %s\n",
 			len(ts), probeEvery, dur(pct(ts, 50)), dur(pct(ts, 99)))
+		fmt.Printf("  a plan against that call: p50 %s, p99 %s\n", times(pct(plans, 50), pct(ts, 50)), times(pct(plans, 99), pct(ts, 99)))
 	}
 	per := func(d time.Duration) float64 { return d.Seconds() * 1000 / float64(n) }
 	fmt.Printf("  master CPU: %.2f s per 1,000 turns\n", per(cpu[1]))
@@ -594,6 +595,8 @@ func benchTurns(ctx context.Context, metaDSN, serverMem string, sessions, conc, 
 	}
 	fmt.Printf("  reference, plain KV of the same %d bytes, one at a time: put p50 %s p99 %s, get p50 %s p99 %s\n",
 		len(val), dur(pct(puts, 50)), dur(pct(puts, 99)), dur(pct(gets, 50)), dur(pct(gets, 99)))
+	fmt.Printf("  a turn's write + commit against that put (timed after the turns, on an idle cluster): p50 %s, p99 %s\n",
+		times(pct(commits, 50), pct(puts, 50)), times(pct(commits, 99), pct(puts, 99)))
 	if rss := procRSS(procs[0].Process.Pid); rss > 0 {
 		fmt.Printf("  master RSS %s (%d sessions; the leader keeps the sessions it has served in memory, written through to the SQL store)\n", human(rss), sessions)
 	}
@@ -869,6 +872,15 @@ func schedWaits(before, after map[string]float64) (string, bool) {
 	// The runtime times one transition in eight: the count is a sample,
 	// the shares are not skewed by it.
 	return strings.Join(parts, ", "), true
+}
+
+// times is a over its reference b, as "1.25x"; "-" when b is zero (no
+// reference was timed).
+func times(a, b time.Duration) string {
+	if b <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2fx", float64(a)/float64(b))
 }
 
 func pct(d []time.Duration, p int) time.Duration {

@@ -109,3 +109,21 @@ func TestProbeMaster(t *testing.T) {
 		t.Fatalf("%d calls timed against a closed master", len(got.times))
 	}
 }
+
+// TestTimes: the ratio a benchmark prints beside its reference, and none
+// (rather than a division by zero) when no reference was timed.
+func TestTimes(t *testing.T) {
+	for _, c := range []struct {
+		a, b time.Duration
+		want string
+	}{
+		{3 * time.Millisecond, 2 * time.Millisecond, "1.50x"},
+		{840 * time.Microsecond, time.Millisecond, "0.84x"},
+		{time.Millisecond, 0, "-"},
+		{0, 0, "-"},
+	} {
+		if got := times(c.a, c.b); got != c.want {
+			t.Errorf("times(%s, %s) = %q, want %q", c.a, c.b, got, c.want)
+		}
+	}
+}
