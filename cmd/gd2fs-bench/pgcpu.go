@@ -123,10 +123,9 @@ func (m *pgMeter) total() time.Duration {
 // pgWAL returns a PostgreSQL server's WAL insert position
 // (pg_current_wal_insert_lsn) and, given the position of an earlier call,
 // the WAL bytes written since: the whole server's, other databases'
-// included. A master's own writes on
-// PostgreSQL are its socket's, so the WAL is what compares with the pages
-// SQLite writes inside the master (docs/benchmarks.md, "Twenty-second
-// session"). The insert position moves as records are inserted (the
+// included. A master's own writes on PostgreSQL are its socket's, so the
+// WAL is what compares with the pages SQLite writes inside the master
+// (docs/benchmarks.md, "Twenty-second session"). The insert position moves as records are inserted (the
 // write position may lag it, with synchronous_commit off), unlike
 // pg_stat_wal's counters, which a backend reports when it goes idle.
 func pgWAL(ctx context.Context, dsn, since string) (lsn string, written int64, err error) {
